@@ -1,0 +1,188 @@
+// Package provenance defines the provenance records Kipimo keeps (anomalies,
+// sampled normal executions, metadata, global function and counter statistics,
+// per-thread profiles), the Store they are written to, and the queries users run
+// on them. Field names follow Chimbuko's provenance schema exactly.
+package provenance
+
+import "github.com/kipimo-hpc/kipimo/internal/stats"
+
+// CallFrame is one execution on a call stack, the execution itself first.
+type CallFrame struct {
+	Entry     uint64 `json:"entry"`
+	Exit      uint64 `json:"exit"` // 0 if not exited when written
+	FID       uint32 `json:"fid"`
+	Func      string `json:"func"`
+	EventID   string `json:"event_id"`
+	IsAnomaly bool   `json:"is_anomaly"`
+}
+
+// CounterEvent is a counter sample taken during an execution.
+type CounterEvent struct {
+	CounterIdx   uint32 `json:"counter_idx"`
+	CounterName  string `json:"counter_name"`
+	CounterValue uint64 `json:"counter_value"`
+	PID          uint32 `json:"pid"`
+	RID          uint32 `json:"rid"`
+	TID          uint32 `json:"tid"`
+	TS           uint64 `json:"ts"`
+}
+
+// FuncStats is the statistics of a function's runtime at detection time.
+type FuncStats struct {
+	Accumulate float64 `json:"accumulate"`
+	Count      float64 `json:"count"`
+	Kurtosis   float64 `json:"kurtosis"`
+	Maximum    float64 `json:"maximum"`
+	Mean       float64 `json:"mean"`
+	Minimum    float64 `json:"minimum"`
+	Skewness   float64 `json:"skewness"`
+	Stddev     float64 `json:"stddev"`
+}
+
+// FuncStatsOf converts running moments to the record form. Accumulate is the
+// sum of the values (n * mean).
+func FuncStatsOf(m stats.Moments) FuncStats {
+	return FuncStats{
+		Accumulate: m.N * m.Mean, Count: m.N, Kurtosis: m.Kurtosis(), Maximum: m.Max,
+		Mean: m.Mean, Minimum: m.Min, Skewness: m.Skewness(), Stddev: m.Stddev(),
+	}
+}
+
+// GPULocation is the GPU context of a GPU execution.
+type GPULocation struct {
+	Context uint32 `json:"context"`
+	Device  uint32 `json:"device"`
+	Stream  uint32 `json:"stream"`
+	Thread  uint32 `json:"thread"`
+}
+
+// GPUParent is the CPU execution that launched a GPU execution.
+type GPUParent struct {
+	EventID   string      `json:"event_id"`
+	TID       uint32      `json:"tid"`
+	CallStack []CallFrame `json:"call_stack"`
+}
+
+// WindowExec is one execution in an event window.
+type WindowExec struct {
+	Entry         uint64 `json:"entry"`
+	Exit          uint64 `json:"exit"`
+	FID           uint32 `json:"fid"`
+	Func          string `json:"func"`
+	EventID       string `json:"event_id"`
+	ParentEventID string `json:"parent_event_id"`
+	IsAnomaly     bool   `json:"is_anomaly"`
+}
+
+// CommRecord is one message in an event window.
+type CommRecord struct {
+	Type        string `json:"type"` // "SEND" or "RECV"
+	PID         uint32 `json:"pid"`
+	RID         uint32 `json:"rid"`
+	TID         uint32 `json:"tid"`
+	Src         uint32 `json:"src"`
+	Tar         uint32 `json:"tar"`
+	Bytes       uint64 `json:"bytes"`
+	Tag         uint32 `json:"tag"`
+	Timestamp   uint64 `json:"timestamp"`
+	ExecdataKey string `json:"execdata_key"`
+}
+
+// EventWindow is the executions and messages around an execution on its thread.
+type EventWindow struct {
+	ExecWindow []WindowExec `json:"exec_window"`
+	CommWindow []CommRecord `json:"comm_window"`
+}
+
+// Exec is an anomaly or a sampled normal execution (collections anomalies and
+// normalexecs). EventID "<rank>:<io_step>:<idx>" is unique per program, so
+// (pid, event_id) identifies a record and makes writes idempotent.
+type Exec struct {
+	CallStack        []CallFrame    `json:"call_stack"`
+	CounterEvents    []CounterEvent `json:"counter_events"`
+	Entry            uint64         `json:"entry"`
+	Exit             uint64         `json:"exit"`
+	EventID          string         `json:"event_id"`
+	FID              uint32         `json:"fid"`
+	Func             string         `json:"func"`
+	FuncStats        FuncStats      `json:"func_stats"`
+	IsGPUEvent       bool           `json:"is_gpu_event"`
+	GPULocation      *GPULocation   `json:"gpu_location"`
+	GPUParent        *GPUParent     `json:"gpu_parent"`
+	PID              uint32         `json:"pid"`
+	RID              uint32         `json:"rid"`
+	TID              uint32         `json:"tid"`
+	RuntimeExclusive uint64         `json:"runtime_exclusive"`
+	RuntimeTotal     uint64         `json:"runtime_total"`
+	IOStep           uint64         `json:"io_step"`
+	IOStepTStart     uint64         `json:"io_step_tstart"`
+	IOStepTEnd       uint64         `json:"io_step_tend"`
+	EventWindow      EventWindow    `json:"event_window"`
+	OutlierScore     float64        `json:"outlier_score"`
+	OutlierSeverity  float64        `json:"outlier_severity"`
+	Hostname         string         `json:"hostname,omitempty"`
+	Algorithm        string         `json:"algorithm,omitempty"`
+}
+
+// Metadata is one metadata entry of a rank and thread (collection metadata).
+type Metadata struct {
+	Descr string `json:"descr"`
+	PID   uint32 `json:"pid"`
+	RID   uint32 `json:"rid"`
+	TID   uint32 `json:"tid"`
+	Value string `json:"value"`
+}
+
+// GlobalFuncStats is the run's final statistics of one function (collection
+// func_stats), written by the parameter server at the end of a run.
+type GlobalFuncStats struct {
+	PID       uint32    `json:"pid"`
+	FID       uint32    `json:"fid"`
+	Func      string    `json:"func"`
+	Stats     FuncStats `json:"stats"`
+	Anomalies uint64    `json:"anomalies"`
+}
+
+// GlobalCounterStats is the run's final statistics of one counter (collection
+// counter_stats).
+type GlobalCounterStats struct {
+	PID     uint32    `json:"pid"`
+	Counter string    `json:"counter"`
+	Stats   FuncStats `json:"stats"`
+}
+
+// ThreadProfile is a detector's profile of one thread, published at the end of
+// a run (and every K steps when asked), from which the summary writer builds TAU
+// profiles. Times are microseconds.
+type ThreadProfile struct {
+	PID      uint32            `json:"pid"`
+	Rank     uint32            `json:"rank"`
+	TID      uint32            `json:"tid"`
+	Step     uint64            `json:"io_step"` // last step covered
+	Final    bool              `json:"final"`
+	Timers   []TimerProfile    `json:"timers"` // flat functions and call paths "a => b"
+	Counters []CounterProfile  `json:"counters"`
+	Metadata map[string]string `json:"metadata,omitempty"`
+}
+
+// TimerProfile is one flat function or call path of a thread profile.
+type TimerProfile struct {
+	Name           string  `json:"name"` // "f" or "main => f"
+	Group          string  `json:"group,omitempty"`
+	Calls          uint64  `json:"calls"`
+	Subrs          uint64  `json:"subrs"`
+	Inclusive      float64 `json:"inclusive"`
+	Exclusive      float64 `json:"exclusive"`
+	SumSqInclusive float64 `json:"sumsq_inclusive"`
+	SumSqExclusive float64 `json:"sumsq_exclusive"`
+}
+
+// CounterProfile is one counter (TAU user event) of a thread profile.
+type CounterProfile struct {
+	Name   string  `json:"name"`
+	Count  uint64  `json:"count"`
+	Min    float64 `json:"min"`
+	Max    float64 `json:"max"`
+	Mean   float64 `json:"mean"`
+	SumSqr float64 `json:"sumsqr"`
+}

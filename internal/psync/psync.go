@@ -1,0 +1,87 @@
+// Package psync defines the messages a detector and the parameter server
+// exchange once per io_step over NATS request/reply, and how a detector routes
+// them when several pserver instances share the functions by shard.
+//
+// The wire form is JSON (schemas/sync.schema.json). A model key is a function
+// name, or a call path "a => b => c" when the run keys models by call path; keys
+// are strings so that they mean the same on every rank.
+package psync
+
+import (
+	"hash/fnv"
+
+	"github.com/kipimo-hpc/kipimo/internal/stats"
+)
+
+// Shard returns the pserver shard, in [0, nshards), that owns a model key:
+// FNV-1a 32 of the key modulo nshards. Step summaries always go to shard 0.
+func Shard(key string, nshards int) int {
+	if nshards <= 1 {
+		return 0
+	}
+	h := fnv.New32a()
+	h.Write([]byte(key))
+	return int(h.Sum32() % uint32(nshards))
+}
+
+// ModelDelta is what one detector learned about one model key since its last
+// acknowledged sync.
+type ModelDelta struct {
+	Key       string           `json:"key"`
+	Moments   stats.Moments    `json:"moments"`
+	Histogram *stats.Histogram `json:"histogram,omitempty"` // HBOS and COPOD runs only
+	Anomalies uint64           `json:"anomalies"`           // anomalies of this key in the delta
+}
+
+// CounterDelta is the detector's counter statistics since its last acknowledged sync.
+type CounterDelta struct {
+	Name    string        `json:"name"`
+	Moments stats.Moments `json:"moments"`
+}
+
+// StepSummary is one rank's summary of one io_step.
+type StepSummary struct {
+	Step       uint64        `json:"io_step"`
+	Anomalies  uint64        `json:"anomalies"`
+	Executions uint64        `json:"executions"`
+	MinTS      uint64        `json:"min_ts"`
+	MaxTS      uint64        `json:"max_ts"`
+	Scores     stats.Moments `json:"scores"` // outlier scores of the step's anomalies
+	Severity   stats.Moments `json:"severity"`
+	// FuncAnomalies counts the step's anomalies per function name.
+	FuncAnomalies map[string]uint64 `json:"func_anomalies,omitempty"`
+}
+
+// SyncRequest carries one detector's delta to one pserver shard.
+//
+// Seq numbers a detector's deltas from 1. A detector has at most one request
+// outstanding per shard and resends it unchanged until it is answered; a
+// pserver applies a request only if Seq is greater than the last Seq it applied
+// for (PID, Rank), so a retried request is never counted twice.
+type SyncRequest struct {
+	PID       uint32         `json:"pid"`
+	Rank      uint32         `json:"rank"`
+	Seq       uint64         `json:"seq"`
+	Step      uint64         `json:"io_step"` // latest step covered by the delta
+	Algorithm string         `json:"algorithm"`
+	Models    []ModelDelta   `json:"models,omitempty"`
+	Counters  []CounterDelta `json:"counters,omitempty"`
+	Steps     []StepSummary  `json:"steps,omitempty"` // shard 0 only; several after an outage
+	Hostname  string         `json:"hostname,omitempty"`
+}
+
+// GlobalModel is the merged model of one key.
+type GlobalModel struct {
+	Key       string           `json:"key"`
+	Moments   stats.Moments    `json:"moments"`
+	Histogram *stats.Histogram `json:"histogram,omitempty"`
+}
+
+// SyncReply answers a SyncRequest with the global model of every key the
+// request carried, after merging it.
+type SyncReply struct {
+	Applied bool          `json:"applied"`  // false when Seq had already been applied
+	LastSeq uint64        `json:"last_seq"` // last Seq applied for this detector
+	Models  []GlobalModel `json:"models,omitempty"`
+	Error   string        `json:"error,omitempty"`
+}
