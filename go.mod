@@ -3,6 +3,11 @@ module github.com/kipimo-hpc/kipimo
 go 1.26.0
 
 require (
+	github.com/rs/zerolog v1.35.1
+	github.com/spf13/cobra v1.10.2
+)
+
+require (
 	github.com/FerretDB/FerretDB v1.24.2 // indirect
 	github.com/antithesishq/antithesis-sdk-go v0.8.0-default-no-op // indirect
 	github.com/chromedp/cdproto v0.159.0 // indirect
@@ -27,9 +32,7 @@ require (
 	github.com/ncruces/go-strftime v1.0.0 // indirect
 	github.com/prometheus/client_golang v1.25.0 // indirect
 	github.com/remyoudompheng/bigfft v0.0.0-20230129092748-24d4a6f8daec // indirect
-	github.com/rs/zerolog v1.35.1 // indirect
 	github.com/santhosh-tekuri/jsonschema/v6 v6.0.3 // indirect
-	github.com/spf13/cobra v1.10.2 // indirect
 	github.com/spf13/pflag v1.0.9 // indirect
 	go.mongodb.org/mongo-driver/v2 v2.9.3 // indirect
 	go.yaml.in/yaml/v3 v3.0.6 // indirect

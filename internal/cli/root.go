@@ -1,0 +1,55 @@
+// Package cli implements the kipimo command: one subcommand per file, each
+// built by a newXxxCmd function and listed in NewRoot.
+package cli
+
+import (
+	"context"
+	"io"
+	"os"
+
+	"github.com/rs/zerolog"
+	"github.com/spf13/cobra"
+)
+
+// NewRoot builds the kipimo command tree. Output goes to stdout and stderr as
+// given, so tests can capture it.
+func NewRoot(stdout, stderr io.Writer) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "kipimo",
+		Short: "Streaming performance-anomaly detection for parallel applications",
+		Long: `Kipimo reads the function, counter and communication events of every rank of a
+parallel application one io_step at a time, learns each function's runtime
+distribution across all ranks, flags abnormal executions with their call stack
+and context, and keeps them for queries, dashboards and TAU profiles.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.PersistentFlags().String("log-level", "info", "log level: debug, info, warn, error")
+	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
+		lvl, _ := cmd.Flags().GetString("log-level")
+		return setupLogging(cmd.ErrOrStderr(), lvl)
+	}
+	root.AddCommand(
+	// subcommands, one file each
+	)
+	return root
+}
+
+// Execute runs the kipimo command with args and returns its error; main prints
+// it and chooses the exit code.
+func Execute(ctx context.Context, args []string) error {
+	root := NewRoot(os.Stdout, os.Stderr)
+	root.SetArgs(args)
+	return root.ExecuteContext(ctx)
+}
+
+func setupLogging(w io.Writer, level string) error {
+	lvl, err := zerolog.ParseLevel(level)
+	if err != nil {
+		return err
+	}
+	zerolog.SetGlobalLevel(lvl)
+	return nil
+}
