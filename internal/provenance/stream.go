@@ -1,0 +1,174 @@
+package provenance
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/kipimo-hpc/kipimo/internal/natsx"
+)
+
+// Kinds lists every provenance kind, in the order of natsx's constants. Each
+// is published on natsx.Subjects{Run}.Prov(kind) and kept in the collection
+// of the same name.
+var Kinds = []string{
+	natsx.ProvAnomalies, natsx.ProvNormalExecs, natsx.ProvMetadata,
+	natsx.ProvFuncStats, natsx.ProvCounterStats, natsx.ProvProfiles,
+}
+
+// ValidKind reports whether kind is one of Kinds.
+func ValidKind(kind string) bool {
+	for _, k := range Kinds {
+		if k == kind {
+			return true
+		}
+	}
+	return false
+}
+
+// DuplicateWindow is how long JetStream remembers a batch's Nats-Msg-Id, so
+// that a producer re-publishing a batch within it stores it once.
+const DuplicateWindow = 10 * time.Minute
+
+// MaxBatchBytes is the largest batch a producer should publish (the JSON
+// array of records of one message).
+const MaxBatchBytes = 1 << 20
+
+// EnsureStream creates, or updates to the current configuration, the stream
+// natsx.ProvStream(run) that holds kipimo.<run>.prov.>: file storage, limits
+// retention, and a duplicate window of DuplicateWindow. Producers (detector,
+// parameter server) call it before publishing; provdb calls it before
+// consuming. It is safe to call concurrently from several processes.
+func EnsureStream(ctx context.Context, js jetstream.JetStream, run string) (jetstream.Stream, error) {
+	if err := natsx.ValidRun(run); err != nil {
+		return nil, fmt.Errorf("provenance stream: %w", err)
+	}
+	cfg := jetstream.StreamConfig{
+		Name:        natsx.ProvStream(run),
+		Description: "Kipimo provenance records of run " + run,
+		Subjects:    []string{"kipimo." + run + ".prov.>"},
+		Storage:     jetstream.FileStorage,
+		Retention:   jetstream.LimitsPolicy,
+		Duplicates:  DuplicateWindow,
+		MaxMsgSize:  -1,
+	}
+	s, err := js.CreateOrUpdateStream(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("create provenance stream %s: %w", cfg.Name, err)
+	}
+	return s, nil
+}
+
+// PublishBatch publishes records (a slice of one kind's records) as one JSON
+// array on subject, with msgID as its Nats-Msg-Id so that JetStream stores a
+// re-published batch once. msgID must be deterministic for the batch's
+// content, e.g. "<kind>:<pid>:<rank>:<io_step>:<seq>". It waits for the
+// stream's acknowledgement. Batches larger than MaxBatchBytes are refused:
+// split them.
+func PublishBatch(ctx context.Context, js jetstream.JetStream, subject, msgID string, records any) error {
+	data, err := json.Marshal(records)
+	if err != nil {
+		return fmt.Errorf("encode provenance batch %s: %w", msgID, err)
+	}
+	if len(data) == 0 || data[0] != '[' {
+		return fmt.Errorf("encode provenance batch %s: records must be a slice", msgID)
+	}
+	if len(data) > MaxBatchBytes {
+		return fmt.Errorf("provenance batch %s is %d bytes, more than %d: split it", msgID, len(data), MaxBatchBytes)
+	}
+	return publishRaw(ctx, js, subject, msgID, data)
+}
+
+func publishRaw(ctx context.Context, js jetstream.JetStream, subject, msgID string, data []byte) error {
+	if msgID == "" {
+		return errors.New("publish provenance batch: empty message id")
+	}
+	msg := &nats.Msg{Subject: subject, Data: data, Header: nats.Header{}}
+	msg.Header.Set(jetstream.MsgIDHeader, msgID)
+	if _, err := js.PublishMsg(ctx, msg); err != nil {
+		return fmt.Errorf("publish provenance batch %s on %s: %w", msgID, subject, err)
+	}
+	return nil
+}
+
+// Publisher splits the records of one kind into batches of at most
+// MaxBatchBytes and publishes each with a deterministic message id
+// "<prefix>.<n>" (n counts batches from 0). It is not safe for concurrent
+// use; use one per producing goroutine.
+type Publisher struct {
+	js      jetstream.JetStream
+	subject string
+	prefix  string
+	n       uint64
+	buf     []byte
+	count   int
+	// MaxBytes bounds one batch; default MaxBatchBytes.
+	MaxBytes int
+}
+
+// NewPublisher returns a Publisher of run's records of kind. prefix must be
+// unique and stable for the producer (e.g. "ad.<pid>.<rank>") so that a
+// restarted producer re-publishing the same records yields the same ids.
+func NewPublisher(js jetstream.JetStream, run, kind, prefix string) (*Publisher, error) {
+	if !ValidKind(kind) {
+		return nil, fmt.Errorf("provenance publisher: unknown kind %q", kind)
+	}
+	if err := natsx.ValidRun(run); err != nil {
+		return nil, fmt.Errorf("provenance publisher: %w", err)
+	}
+	return &Publisher{js: js, subject: natsx.Subjects{Run: run}.Prov(kind), prefix: prefix + "." + kind}, nil
+}
+
+// Add appends one record to the pending batch, publishing the batch first if
+// the record would make it exceed MaxBytes.
+func (p *Publisher) Add(ctx context.Context, record any) error {
+	b, err := json.Marshal(record)
+	if err != nil {
+		return fmt.Errorf("encode provenance record: %w", err)
+	}
+	limit := p.MaxBytes
+	if limit <= 0 {
+		limit = MaxBatchBytes
+	}
+	if len(b)+2 > limit {
+		return fmt.Errorf("provenance record of %d bytes exceeds the batch limit %d", len(b), limit)
+	}
+	if p.count > 0 && len(p.buf)+1+len(b)+1 > limit {
+		if err := p.Flush(ctx); err != nil {
+			return err
+		}
+	}
+	if p.count == 0 {
+		p.buf = append(p.buf[:0], '[')
+	} else {
+		p.buf = append(p.buf, ',')
+	}
+	p.buf = append(p.buf, b...)
+	p.count++
+	return nil
+}
+
+// Flush publishes the pending batch, if any.
+func (p *Publisher) Flush(ctx context.Context) error {
+	if p.count == 0 {
+		return nil
+	}
+	data := append(p.buf, ']')
+	id := fmt.Sprintf("%s.%d", p.prefix, p.n)
+	if err := publishRaw(ctx, p.js, p.subject, id, data); err != nil {
+		p.buf = data[:len(data)-1]
+		return err
+	}
+	p.n++
+	p.count = 0
+	p.buf = p.buf[:0]
+	return nil
+}
+
+// Published is the number of batches published so far.
+func (p *Publisher) Published() uint64 { return p.n }
