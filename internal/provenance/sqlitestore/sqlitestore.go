@@ -1,0 +1,488 @@
+// Package sqlitestore is the embedded provenance store: one SQLite file
+// (modernc.org/sqlite, pure Go, WAL) holding each record as JSON text next to
+// indexed columns extracted from it for the fields queries filter and sort on.
+// It needs nothing installed and is the default of provdb and kipimo query.
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"regexp"
+	"strings"
+	"sync"
+
+	"modernc.org/sqlite"
+
+	"github.com/kipimo-hpc/kipimo/internal/natsx"
+	"github.com/kipimo-hpc/kipimo/internal/provenance"
+)
+
+// Options tune a Store.
+type Options struct {
+	// Synchronous is SQLite's synchronous pragma: FULL (default) makes a
+	// committed batch survive a power failure, NORMAL only a process crash.
+	Synchronous string
+	// ReadOnly opens the file for queries only (kipimo query).
+	ReadOnly bool
+}
+
+// Store is a provenance.Store on one SQLite file. Writes go through one
+// connection, one transaction per batch; queries use a separate pool of
+// read connections and so run concurrently with writes (WAL). Safe for
+// concurrent use; the caller who opened it calls Close once.
+type Store struct {
+	path string
+	w    *sql.DB // one connection: all writes
+	r    *sql.DB // readers
+	mu   sync.Mutex
+	ins  map[string]*sql.Stmt // per kind, on w
+}
+
+var registerOnce sync.Once
+
+// regexpCache holds compiled patterns of the REGEXP SQL function.
+var regexpCache sync.Map
+
+func registerRegexp() {
+	registerOnce.Do(func() {
+		// REGEXP(pattern, text): SQLite's "text REGEXP pattern" operator.
+		// Patterns are Go RE2 expressions bound as parameters, validated
+		// before any query runs.
+		_ = sqlite.RegisterDeterministicScalarFunction("regexp", 2, func(_ *sqlite.FunctionContext, args []driver.Value) (driver.Value, error) {
+			pat, _ := args[0].(string)
+			var s string
+			switch x := args[1].(type) {
+			case string:
+				s = x
+			case []byte:
+				s = string(x)
+			}
+			var re *regexp.Regexp
+			if v, ok := regexpCache.Load(pat); ok {
+				re = v.(*regexp.Regexp)
+			} else {
+				var err error
+				if re, err = regexp.Compile(pat); err != nil {
+					return nil, err
+				}
+				regexpCache.Store(pat, re)
+			}
+			return re.MatchString(s), nil
+		})
+	})
+}
+
+const execColumns = `
+	id INTEGER PRIMARY KEY,
+	pid INTEGER NOT NULL, event_id TEXT NOT NULL, rid INTEGER NOT NULL, tid INTEGER NOT NULL,
+	fid INTEGER NOT NULL, func TEXT NOT NULL, io_step INTEGER NOT NULL,
+	entry INTEGER NOT NULL, exit INTEGER NOT NULL,
+	runtime_total INTEGER NOT NULL, runtime_exclusive INTEGER NOT NULL,
+	outlier_score REAL NOT NULL, is_gpu_event INTEGER NOT NULL,
+	doc TEXT NOT NULL,
+	UNIQUE (pid, event_id)`
+
+func schema() []string {
+	var s []string
+	for _, t := range []string{natsx.ProvAnomalies, natsx.ProvNormalExecs} {
+		s = append(s, `CREATE TABLE IF NOT EXISTS `+t+` (`+execColumns+`)`)
+		for _, ix := range []string{"rid, func", "func", "io_step", "entry", "runtime_total", "runtime_exclusive", "outlier_score"} {
+			name := t + "_" + strings.NewReplacer(", ", "_").Replace(ix)
+			s = append(s, `CREATE INDEX IF NOT EXISTS `+name+` ON `+t+` (`+ix+`)`)
+		}
+	}
+	s = append(s,
+		`CREATE TABLE IF NOT EXISTS metadata (pid INTEGER NOT NULL, rid INTEGER NOT NULL, tid INTEGER NOT NULL, descr TEXT NOT NULL, doc TEXT NOT NULL, PRIMARY KEY (pid, rid, tid, descr))`,
+		`CREATE TABLE IF NOT EXISTS func_stats (pid INTEGER NOT NULL, func TEXT NOT NULL, doc TEXT NOT NULL, PRIMARY KEY (pid, func))`,
+		`CREATE TABLE IF NOT EXISTS counter_stats (pid INTEGER NOT NULL, counter TEXT NOT NULL, doc TEXT NOT NULL, PRIMARY KEY (pid, counter))`,
+		`CREATE TABLE IF NOT EXISTS profiles (pid INTEGER NOT NULL, rid INTEGER NOT NULL, tid INTEGER NOT NULL, io_step INTEGER NOT NULL, doc TEXT NOT NULL, PRIMARY KEY (pid, rid, tid, io_step))`,
+	)
+	return s
+}
+
+var insertSQL = map[string]string{
+	natsx.ProvAnomalies:    `INSERT OR IGNORE INTO anomalies (pid, event_id, rid, tid, fid, func, io_step, entry, exit, runtime_total, runtime_exclusive, outlier_score, is_gpu_event, doc) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
+	natsx.ProvNormalExecs:  `INSERT OR IGNORE INTO normalexecs (pid, event_id, rid, tid, fid, func, io_step, entry, exit, runtime_total, runtime_exclusive, outlier_score, is_gpu_event, doc) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
+	natsx.ProvMetadata:     `INSERT OR IGNORE INTO metadata (pid, rid, tid, descr, doc) VALUES (?,?,?,?,?)`,
+	natsx.ProvFuncStats:    `INSERT OR IGNORE INTO func_stats (pid, func, doc) VALUES (?,?,?)`,
+	natsx.ProvCounterStats: `INSERT OR IGNORE INTO counter_stats (pid, counter, doc) VALUES (?,?,?)`,
+	natsx.ProvProfiles:     `INSERT OR IGNORE INTO profiles (pid, rid, tid, io_step, doc) VALUES (?,?,?,?,?)`,
+}
+
+// Open opens (creating if needed) the SQLite store at path.
+func Open(ctx context.Context, path string, opt Options) (*Store, error) {
+	registerRegexp()
+	if path == "" {
+		return nil, errors.New("open SQLite provenance store: empty path")
+	}
+	sync := strings.ToUpper(opt.Synchronous)
+	switch sync {
+	case "":
+		sync = "FULL"
+	case "FULL", "NORMAL", "OFF":
+	default:
+		return nil, fmt.Errorf("open SQLite provenance store: synchronous %q is not FULL, NORMAL or OFF", opt.Synchronous)
+	}
+	dsn := func(extra string) string {
+		u := url.URL{Scheme: "file", Opaque: path}
+		q := url.Values{}
+		q.Add("_pragma", "busy_timeout(10000)")
+		q.Add("_pragma", "journal_mode(WAL)")
+		q.Add("_pragma", "synchronous("+sync+")")
+		if extra != "" {
+			q.Add("_pragma", extra)
+		}
+		u.RawQuery = q.Encode()
+		return u.String()
+	}
+	s := &Store{path: path, ins: map[string]*sql.Stmt{}}
+	var err error
+	if !opt.ReadOnly {
+		if s.w, err = sql.Open("sqlite", dsn("")); err != nil {
+			return nil, fmt.Errorf("open SQLite provenance store %s: %w", path, err)
+		}
+		s.w.SetMaxOpenConns(1)
+		for _, st := range schema() {
+			if _, err := s.w.ExecContext(ctx, st); err != nil {
+				s.w.Close()
+				return nil, fmt.Errorf("open SQLite provenance store %s: create schema: %w", path, err)
+			}
+		}
+		for kind, q := range insertSQL {
+			st, err := s.w.PrepareContext(ctx, q)
+			if err != nil {
+				s.w.Close()
+				return nil, fmt.Errorf("open SQLite provenance store %s: prepare %s insert: %w", path, kind, err)
+			}
+			s.ins[kind] = st
+		}
+	}
+	if s.r, err = sql.Open("sqlite", dsn("query_only(1)")); err != nil {
+		s.closeW()
+		return nil, fmt.Errorf("open SQLite provenance store %s: %w", path, err)
+	}
+	s.r.SetMaxOpenConns(4)
+	var n int
+	if err := s.r.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE name = 'anomalies'`).Scan(&n); err != nil || n == 0 {
+		s.Close()
+		if err == nil {
+			err = errors.New("no anomalies table: not a provenance store")
+		}
+		return nil, fmt.Errorf("open SQLite provenance store %s: %w", path, err)
+	}
+	return s, nil
+}
+
+func (s *Store) closeW() {
+	if s.w != nil {
+		s.w.Close()
+	}
+}
+
+// Close closes the store's connections.
+func (s *Store) Close() error {
+	var errs []error
+	for _, st := range s.ins {
+		errs = append(errs, st.Close())
+	}
+	if s.w != nil {
+		errs = append(errs, s.w.Close())
+	}
+	errs = append(errs, s.r.Close())
+	return errors.Join(errs...)
+}
+
+// Write stores b in one transaction; records already stored are skipped.
+func (s *Store) Write(ctx context.Context, b provenance.Batch) error {
+	if s.w == nil {
+		return errors.New("write provenance batch: store opened read-only")
+	}
+	st, ok := s.ins[b.Kind]
+	if !ok {
+		return fmt.Errorf("write provenance batch: unknown kind %q", b.Kind)
+	}
+	if b.Len() == 0 {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("write %s batch: begin: %w", b.Kind, err)
+	}
+	ts := tx.StmtContext(ctx, st)
+	if err := writeRows(ctx, ts, b); err != nil {
+		tx.Rollback()
+		return fmt.Errorf("write %s batch: %w", b.Kind, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("write %s batch: commit: %w", b.Kind, err)
+	}
+	return nil
+}
+
+func writeRows(ctx context.Context, st *sql.Stmt, b provenance.Batch) error {
+	var buf []byte
+	enc := func(v any) (string, error) {
+		var err error
+		buf, err = json.Marshal(v)
+		return string(buf), err
+	}
+	exec := func(args ...any) error {
+		_, err := st.ExecContext(ctx, args...)
+		return err
+	}
+	switch b.Kind {
+	case natsx.ProvAnomalies, natsx.ProvNormalExecs:
+		for i := range b.Execs {
+			e := &b.Execs[i]
+			doc, err := enc(e)
+			if err != nil {
+				return err
+			}
+			if err := exec(e.PID, e.EventID, e.RID, e.TID, e.FID, e.Func, int64(e.IOStep), int64(e.Entry), int64(e.Exit),
+				int64(e.RuntimeTotal), int64(e.RuntimeExclusive), e.OutlierScore, e.IsGPUEvent, doc); err != nil {
+				return err
+			}
+		}
+	case natsx.ProvMetadata:
+		for _, m := range b.Metadata {
+			doc, err := enc(m)
+			if err != nil {
+				return err
+			}
+			if err := exec(m.PID, m.RID, m.TID, m.Descr, doc); err != nil {
+				return err
+			}
+		}
+	case natsx.ProvFuncStats:
+		for _, f := range b.FuncStats {
+			doc, err := enc(f)
+			if err != nil {
+				return err
+			}
+			if err := exec(f.PID, f.Func, doc); err != nil {
+				return err
+			}
+		}
+	case natsx.ProvCounterStats:
+		for _, c := range b.CounterStats {
+			doc, err := enc(c)
+			if err != nil {
+				return err
+			}
+			if err := exec(c.PID, c.Counter, doc); err != nil {
+				return err
+			}
+		}
+	case natsx.ProvProfiles:
+		for _, p := range b.Profiles {
+			doc, err := enc(p)
+			if err != nil {
+				return err
+			}
+			if err := exec(p.PID, p.Rank, p.TID, int64(p.Step), doc); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// where builds the WHERE clause of q from whitelisted column names and
+// parameters only; user strings are never part of the SQL text.
+func where(q provenance.Query) (string, []any) {
+	var c []string
+	var args []any
+	add := func(cond string, v any) {
+		c = append(c, cond)
+		args = append(args, v)
+	}
+	rankCol := "rid"
+	if q.PID != nil {
+		add("pid = ?", *q.PID)
+	}
+	if q.Rank != nil {
+		add(rankCol+" = ?", *q.Rank)
+	}
+	if q.TID != nil {
+		add("tid = ?", *q.TID)
+	}
+	if provenance.IsExecKind(q.Kind) {
+		if q.Func != "" {
+			add("func = ?", q.Func)
+		}
+		if q.FuncRegexp != "" {
+			add("regexp(?, func)", q.FuncRegexp)
+		}
+		if q.StepMin != nil {
+			add("io_step >= ?", int64(*q.StepMin))
+		}
+		if q.StepMax != nil {
+			add("io_step <= ?", int64(*q.StepMax))
+		}
+		if q.From != nil {
+			add("entry >= ?", int64(*q.From))
+		}
+		if q.To != nil {
+			add("exit <= ?", int64(*q.To))
+		}
+		if q.MinRuntime > 0 {
+			add("runtime_total >= ?", int64(q.MinRuntime))
+		}
+		if q.MinScore != nil {
+			add("outlier_score >= ?", *q.MinScore)
+		}
+		if q.GPUOnly {
+			c = append(c, "is_gpu_event = 1")
+		}
+	}
+	if len(c) == 0 {
+		return "", nil
+	}
+	return " WHERE " + strings.Join(c, " AND "), args
+}
+
+// table maps a validated kind to its table name.
+func table(kind string) (string, error) {
+	if !provenance.ValidKind(kind) {
+		return "", fmt.Errorf("unknown kind %q", kind)
+	}
+	return kind, nil
+}
+
+// Query returns the matching executions.
+func (s *Store) Query(ctx context.Context, q provenance.Query) ([]provenance.Exec, error) {
+	if err := q.Normalize(); err != nil {
+		return nil, fmt.Errorf("query: %w", err)
+	}
+	if !provenance.IsExecKind(q.Kind) {
+		return nil, fmt.Errorf("query: kind %s does not hold executions", q.Kind)
+	}
+	w, args := where(q)
+	dir := " ASC"
+	if q.Desc {
+		dir = " DESC"
+	}
+	// q.Sort is one of provenance.SortFields (checked by Normalize), which are column names.
+	sqlText := "SELECT doc FROM " + q.Kind + w + " ORDER BY " + q.Sort + dir + ", pid ASC, event_id ASC LIMIT ?"
+	args = append(args, q.Limit)
+	rows, err := s.r.QueryContext(ctx, sqlText, args...)
+	if err != nil {
+		return nil, fmt.Errorf("query %s: %w", q.Kind, err)
+	}
+	defer rows.Close()
+	var out []provenance.Exec
+	for rows.Next() {
+		var doc []byte
+		if err := rows.Scan(&doc); err != nil {
+			return nil, fmt.Errorf("query %s: %w", q.Kind, err)
+		}
+		var e provenance.Exec
+		if err := json.Unmarshal(doc, &e); err != nil {
+			return nil, fmt.Errorf("query %s: stored document: %w", q.Kind, err)
+		}
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("query %s: %w", q.Kind, err)
+	}
+	return out, nil
+}
+
+// Get returns one execution whole.
+func (s *Store) Get(ctx context.Context, kind string, pid uint32, eventID string) (provenance.Exec, error) {
+	var e provenance.Exec
+	if !provenance.IsExecKind(kind) {
+		return e, fmt.Errorf("get: kind %q does not hold executions", kind)
+	}
+	var doc []byte
+	err := s.r.QueryRowContext(ctx, "SELECT doc FROM "+kind+" WHERE pid = ? AND event_id = ?", pid, eventID).Scan(&doc)
+	if errors.Is(err, sql.ErrNoRows) {
+		return e, fmt.Errorf("get %s %s: %w", kind, provenance.ExecKey(pid, eventID), provenance.ErrNotFound)
+	}
+	if err != nil {
+		return e, fmt.Errorf("get %s %s: %w", kind, provenance.ExecKey(pid, eventID), err)
+	}
+	if err := json.Unmarshal(doc, &e); err != nil {
+		return e, fmt.Errorf("get %s %s: stored document: %w", kind, provenance.ExecKey(pid, eventID), err)
+	}
+	return e, nil
+}
+
+// Count counts the matching records.
+func (s *Store) Count(ctx context.Context, q provenance.Query) (int64, error) {
+	if err := q.Normalize(); err != nil {
+		return 0, fmt.Errorf("count: %w", err)
+	}
+	t, err := table(q.Kind)
+	if err != nil {
+		return 0, fmt.Errorf("count: %w", err)
+	}
+	if q.Kind == natsx.ProvFuncStats || q.Kind == natsx.ProvCounterStats {
+		q.Rank, q.TID = nil, nil // these records have no rank or thread
+	}
+	w, args := where(q)
+	var n int64
+	if err := s.r.QueryRowContext(ctx, "SELECT count(*) FROM "+t+w, args...).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count %s: %w", q.Kind, err)
+	}
+	return n, nil
+}
+
+// Aggregate counts the matching executions per group.
+func (s *Store) Aggregate(ctx context.Context, q provenance.Query, by provenance.GroupBy) ([]provenance.Group, error) {
+	if err := q.Normalize(); err != nil {
+		return nil, fmt.Errorf("aggregate: %w", err)
+	}
+	if !provenance.IsExecKind(q.Kind) {
+		return nil, fmt.Errorf("aggregate: kind %s does not hold executions", q.Kind)
+	}
+	var cols, order string
+	switch by {
+	case provenance.ByRank:
+		cols, order = "rid, '', 0", "rid"
+	case provenance.ByFunc:
+		cols, order = "0, func, 0", "func"
+	case provenance.ByStep:
+		cols, order = "0, '', io_step", "io_step"
+	case provenance.ByRankFunc:
+		cols, order = "rid, func, 0", "rid, func"
+	default:
+		return nil, fmt.Errorf("aggregate: cannot group by %q", by)
+	}
+	w, args := where(q)
+	sqlText := "SELECT " + cols + ", count(*) AS n FROM " + q.Kind + w + " GROUP BY " + order +
+		" ORDER BY n DESC, " + order + " LIMIT ?"
+	args = append(args, q.Limit)
+	rows, err := s.r.QueryContext(ctx, sqlText, args...)
+	if err != nil {
+		return nil, fmt.Errorf("aggregate %s by %s: %w", q.Kind, by, err)
+	}
+	defer rows.Close()
+	var out []provenance.Group
+	for rows.Next() {
+		var rank uint32
+		var fn string
+		var step int64
+		var n int64
+		if err := rows.Scan(&rank, &fn, &step, &n); err != nil {
+			return nil, fmt.Errorf("aggregate %s by %s: %w", q.Kind, by, err)
+		}
+		out = append(out, provenance.MakeGroup(by, rank, fn, uint64(step), n))
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("aggregate %s by %s: %w", q.Kind, by, err)
+	}
+	return out, nil
+}
+
+// Path is the store's file.
+func (s *Store) Path() string { return s.path }
+
+var _ provenance.Store = (*Store)(nil)

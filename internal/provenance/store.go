@@ -1,0 +1,254 @@
+package provenance
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/kipimo-hpc/kipimo/internal/natsx"
+)
+
+// ErrNotFound is returned by Store.Get when no record has the key.
+var ErrNotFound = errors.New("provenance record not found")
+
+// Store keeps provenance records durably and answers queries on them.
+//
+// Implementations (sqlitestore, mongostore) are safe for concurrent use by
+// several goroutines: writes may run concurrently with queries. Write is
+// idempotent: writing a record whose natural key (see Batch.Keys) is already
+// stored leaves one record, the first one written. A Store is owned by whoever
+// opened it, who calls Close once when no call is in flight; no method may be
+// called after Close.
+type Store interface {
+	// Write stores every record of b, all or nothing: when it returns nil
+	// the records are durable.
+	Write(ctx context.Context, b Batch) error
+	// Query returns the executions (q.Kind anomalies or normalexecs) that
+	// match q, sorted and limited as q says.
+	Query(ctx context.Context, q Query) ([]Exec, error)
+	// Get returns the execution of kind with key (pid, eventID), or
+	// ErrNotFound.
+	Get(ctx context.Context, kind string, pid uint32, eventID string) (Exec, error)
+	// Count returns how many records of q.Kind match q. For kinds other
+	// than executions only the program, rank and thread filters apply.
+	Count(ctx context.Context, q Query) (int64, error)
+	// Aggregate counts the executions that match q grouped by by, largest
+	// count first (ties by key); q.Limit bounds the number of groups.
+	Aggregate(ctx context.Context, q Query, by GroupBy) ([]Group, error)
+	// Close releases the store's resources.
+	Close() error
+}
+
+// Batch is the records of one message: a kind and its records. Exactly the
+// slice matching Kind is used.
+type Batch struct {
+	Kind         string
+	Execs        []Exec // anomalies or normalexecs
+	Metadata     []Metadata
+	FuncStats    []GlobalFuncStats
+	CounterStats []GlobalCounterStats
+	Profiles     []ThreadProfile
+}
+
+// Len is the number of records in b.
+func (b Batch) Len() int {
+	switch b.Kind {
+	case natsx.ProvAnomalies, natsx.ProvNormalExecs:
+		return len(b.Execs)
+	case natsx.ProvMetadata:
+		return len(b.Metadata)
+	case natsx.ProvFuncStats:
+		return len(b.FuncStats)
+	case natsx.ProvCounterStats:
+		return len(b.CounterStats)
+	case natsx.ProvProfiles:
+		return len(b.Profiles)
+	}
+	return 0
+}
+
+// IsExecKind reports whether kind holds executions (anomalies, normalexecs).
+func IsExecKind(kind string) bool {
+	return kind == natsx.ProvAnomalies || kind == natsx.ProvNormalExecs
+}
+
+// DecodeBatch decodes one message of kind: a JSON array of records. Unknown
+// fields are accepted (producers may be newer), but every record must pass
+// its Validate. Records are normalized (nil arrays become empty ones) so
+// that stored documents have the same shape whoever wrote them.
+func DecodeBatch(kind string, data []byte) (Batch, error) {
+	b := Batch{Kind: kind}
+	data = bytes.TrimSpace(data)
+	if len(data) == 0 || data[0] != '[' {
+		return b, fmt.Errorf("decode %s batch: not a JSON array", kind)
+	}
+	var err error
+	switch kind {
+	case natsx.ProvAnomalies, natsx.ProvNormalExecs:
+		err = json.Unmarshal(data, &b.Execs)
+	case natsx.ProvMetadata:
+		err = json.Unmarshal(data, &b.Metadata)
+	case natsx.ProvFuncStats:
+		err = json.Unmarshal(data, &b.FuncStats)
+	case natsx.ProvCounterStats:
+		err = json.Unmarshal(data, &b.CounterStats)
+	case natsx.ProvProfiles:
+		err = json.Unmarshal(data, &b.Profiles)
+	default:
+		return b, fmt.Errorf("decode batch: unknown kind %q", kind)
+	}
+	if err != nil {
+		return b, fmt.Errorf("decode %s batch: %w", kind, err)
+	}
+	if err := b.Validate(); err != nil {
+		return b, err
+	}
+	b.Normalize()
+	return b, nil
+}
+
+// Validate checks every record of b, naming the first bad one.
+func (b Batch) Validate() error {
+	if !ValidKind(b.Kind) {
+		return fmt.Errorf("batch: unknown kind %q", b.Kind)
+	}
+	var err error
+	check := func(i int, e error) bool {
+		if e != nil {
+			err = fmt.Errorf("%s record %d: %w", b.Kind, i, e)
+			return false
+		}
+		return true
+	}
+	switch b.Kind {
+	case natsx.ProvAnomalies, natsx.ProvNormalExecs:
+		for i := range b.Execs {
+			if !check(i, b.Execs[i].Validate()) {
+				return err
+			}
+		}
+	case natsx.ProvMetadata:
+		for i, m := range b.Metadata {
+			if !check(i, m.Validate()) {
+				return err
+			}
+		}
+	case natsx.ProvFuncStats:
+		for i, f := range b.FuncStats {
+			if f.Func == "" {
+				check(i, errors.New("empty func"))
+				return err
+			}
+		}
+	case natsx.ProvCounterStats:
+		for i, c := range b.CounterStats {
+			if c.Counter == "" {
+				check(i, errors.New("empty counter"))
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// Normalize replaces nil arrays of b's records by empty ones.
+func (b *Batch) Normalize() {
+	for i := range b.Execs {
+		b.Execs[i].Normalize()
+	}
+	for i := range b.Profiles {
+		p := &b.Profiles[i]
+		if p.Timers == nil {
+			p.Timers = []TimerProfile{}
+		}
+		if p.Counters == nil {
+			p.Counters = []CounterProfile{}
+		}
+	}
+}
+
+// Validate checks what the store relies on: an event id of the form
+// "<rank>:<io_step>:<idx>" and exit not before entry.
+func (e *Exec) Validate() error {
+	if _, _, _, err := ParseEventID(e.EventID); err != nil {
+		return err
+	}
+	if e.Exit != 0 && e.Exit < e.Entry {
+		return fmt.Errorf("event %s: exit %d before entry %d", e.EventID, e.Exit, e.Entry)
+	}
+	return nil
+}
+
+// Normalize replaces nil arrays by empty ones.
+func (e *Exec) Normalize() {
+	if e.CallStack == nil {
+		e.CallStack = []CallFrame{}
+	}
+	if e.CounterEvents == nil {
+		e.CounterEvents = []CounterEvent{}
+	}
+	if e.EventWindow.ExecWindow == nil {
+		e.EventWindow.ExecWindow = []WindowExec{}
+	}
+	if e.EventWindow.CommWindow == nil {
+		e.EventWindow.CommWindow = []CommRecord{}
+	}
+	if e.GPUParent != nil && e.GPUParent.CallStack == nil {
+		e.GPUParent.CallStack = []CallFrame{}
+	}
+}
+
+// Validate checks a metadata record has a description.
+func (m Metadata) Validate() error {
+	if m.Descr == "" {
+		return errors.New("metadata with an empty descr")
+	}
+	return nil
+}
+
+// ParseEventID splits an event label "<rank>:<io_step>:<idx>".
+func ParseEventID(id string) (rank uint32, step uint64, idx uint64, err error) {
+	var parts [3]string
+	n, start := 0, 0
+	for i := 0; i <= len(id); i++ {
+		if i == len(id) || id[i] == ':' {
+			if n == 3 {
+				n++
+				break
+			}
+			parts[n] = id[start:i]
+			n++
+			start = i + 1
+		}
+	}
+	if n != 3 {
+		return 0, 0, 0, fmt.Errorf("event_id %q is not <rank>:<io_step>:<idx>", id)
+	}
+	r, err1 := strconv.ParseUint(parts[0], 10, 32)
+	s, err2 := strconv.ParseUint(parts[1], 10, 64)
+	x, err3 := strconv.ParseUint(parts[2], 10, 64)
+	if err1 != nil || err2 != nil || err3 != nil {
+		return 0, 0, 0, fmt.Errorf("event_id %q is not <rank>:<io_step>:<idx>", id)
+	}
+	return uint32(r), s, x, nil
+}
+
+// ExecKey is the natural key of an execution, "<pid>/<event_id>".
+func ExecKey(pid uint32, eventID string) string {
+	return strconv.FormatUint(uint64(pid), 10) + "/" + eventID
+}
+
+// Key is the natural key of a metadata record, "<pid>/<rid>/<tid>/<descr>".
+func (m Metadata) Key() string { return fmt.Sprintf("%d/%d/%d/%s", m.PID, m.RID, m.TID, m.Descr) }
+
+// Key is the natural key of a function's statistics, "<pid>/<func>".
+func (f GlobalFuncStats) Key() string { return fmt.Sprintf("%d/%s", f.PID, f.Func) }
+
+// Key is the natural key of a counter's statistics, "<pid>/<counter>".
+func (c GlobalCounterStats) Key() string { return fmt.Sprintf("%d/%s", c.PID, c.Counter) }
+
+// Key is the natural key of a thread profile, "<pid>/<rank>/<tid>/<io_step>".
+func (p ThreadProfile) Key() string { return fmt.Sprintf("%d/%d/%d/%d", p.PID, p.Rank, p.TID, p.Step) }

@@ -1,0 +1,317 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kipimo-hpc/kipimo/internal/natsx"
+	"github.com/kipimo-hpc/kipimo/internal/provenance"
+)
+
+// Opener returns a new, empty store; the suite closes it.
+type Opener func(t *testing.T) provenance.Store
+
+// Options adapt the suite to an implementation's cost.
+type Options struct {
+	// N is the number of executions the query tests run on; default 400.
+	N int
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// Run is the shared test suite of provenance.Store implementations.
+func Run(t *testing.T, open Opener, opt Options) {
+	if opt.N <= 0 {
+		opt.N = 400
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+
+	t.Run("WriteIsIdempotent", func(t *testing.T) {
+		s := open(t)
+		defer s.Close()
+		execs := Generate(GenConfig{Seed: 1, N: 60, Programs: 2, Anomaly: true})
+		if err := s.Write(ctx, ExecBatch(natsx.ProvAnomalies, execs[:40])); err != nil {
+			t.Fatal(err)
+		}
+		// A redelivered batch, then one overlapping the first.
+		if err := s.Write(ctx, ExecBatch(natsx.ProvAnomalies, execs[:40])); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Write(ctx, ExecBatch(natsx.ProvAnomalies, execs[20:])); err != nil {
+			t.Fatal(err)
+		}
+		mustCount(ctx, t, s, provenance.Query{Kind: natsx.ProvAnomalies}, 60)
+		mustCount(ctx, t, s, provenance.Query{Kind: natsx.ProvNormalExecs}, 0)
+		// The same event id in another program is another record.
+		other := execs[0]
+		other.PID = 7
+		if err := s.Write(ctx, ExecBatch(natsx.ProvAnomalies, []provenance.Exec{other})); err != nil {
+			t.Fatal(err)
+		}
+		mustCount(ctx, t, s, provenance.Query{Kind: natsx.ProvAnomalies}, 61)
+
+		meta, fs, cs, prof := GenerateOthers(0, 4)
+		for range 2 {
+			for _, b := range []provenance.Batch{
+				{Kind: natsx.ProvMetadata, Metadata: meta},
+				{Kind: natsx.ProvFuncStats, FuncStats: fs},
+				{Kind: natsx.ProvCounterStats, CounterStats: cs},
+				{Kind: natsx.ProvProfiles, Profiles: prof},
+			} {
+				if err := s.Write(ctx, b); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		mustCount(ctx, t, s, provenance.Query{Kind: natsx.ProvMetadata}, int64(len(meta)))
+		mustCount(ctx, t, s, provenance.Query{Kind: natsx.ProvMetadata, Rank: ptr[uint32](1)}, 2)
+		mustCount(ctx, t, s, provenance.Query{Kind: natsx.ProvFuncStats}, int64(len(fs)))
+		mustCount(ctx, t, s, provenance.Query{Kind: natsx.ProvCounterStats}, int64(len(cs)))
+		mustCount(ctx, t, s, provenance.Query{Kind: natsx.ProvProfiles}, int64(len(prof)))
+		mustCount(ctx, t, s, provenance.Query{Kind: natsx.ProvProfiles, PID: ptr[uint32](1)}, 0)
+	})
+
+	t.Run("GetReturnsTheRecordWhole", func(t *testing.T) {
+		s := open(t)
+		defer s.Close()
+		execs := Generate(GenConfig{Seed: 2, N: 30})
+		if err := s.Write(ctx, ExecBatch(natsx.ProvNormalExecs, execs)); err != nil {
+			t.Fatal(err)
+		}
+		for _, i := range []int{0, 7, 29} {
+			got, err := s.Get(ctx, natsx.ProvNormalExecs, execs[i].PID, execs[i].EventID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, execs[i]) {
+				t.Fatalf("record %s changed on the way:\n got %+v\nwant %+v", execs[i].EventID, got, execs[i])
+			}
+		}
+		var gpu *provenance.Exec
+		for i := range execs {
+			if execs[i].IsGPUEvent {
+				gpu = &execs[i]
+				break
+			}
+		}
+		if gpu != nil {
+			got, err := s.Get(ctx, natsx.ProvNormalExecs, gpu.PID, gpu.EventID)
+			if err != nil || got.GPULocation == nil || *got.GPULocation != *gpu.GPULocation || got.GPUParent == nil {
+				t.Fatalf("GPU context lost: %+v, %v", got.GPULocation, err)
+			}
+		}
+		_, err := s.Get(ctx, natsx.ProvNormalExecs, 0, "999:0:0")
+		if !errors.Is(err, provenance.ErrNotFound) {
+			t.Fatalf("missing record: error %v, want ErrNotFound", err)
+		}
+		_, err = s.Get(ctx, natsx.ProvAnomalies, execs[0].PID, execs[0].EventID)
+		if !errors.Is(err, provenance.ErrNotFound) {
+			t.Fatalf("record of the other kind: error %v, want ErrNotFound", err)
+		}
+	})
+
+	execs := Generate(GenConfig{Seed: 3, N: opt.N, Programs: 2, Anomaly: true})
+	t.Run("QueriesMatchTheReference", func(t *testing.T) {
+		s := open(t)
+		defer s.Close()
+		for i := 0; i < len(execs); i += 100 {
+			if err := s.Write(ctx, ExecBatch(natsx.ProvAnomalies, execs[i:min(i+100, len(execs))])); err != nil {
+				t.Fatal(err)
+			}
+		}
+		mid := execs[len(execs)/2]
+		cases := []struct {
+			name string
+			q    provenance.Query
+		}{
+			{"all by entry", provenance.Query{Limit: provenance.MaxLimit}},
+			{"program", provenance.Query{PID: ptr[uint32](1), Limit: 1000}},
+			{"rank and thread", provenance.Query{Rank: ptr[uint32](3), TID: ptr[uint32](1), Limit: 1000}},
+			{"function exact", provenance.Query{Func: "MPI_Allreduce", Sort: provenance.SortRuntimeTotal, Desc: true, Limit: 1000}},
+			{"function regexp", provenance.Query{FuncRegexp: "^MPI_(Send|Recv)$", Limit: 1000}},
+			{"function regexp special chars", provenance.Query{FuncRegexp: `Kokkos::.*\[type=`, Limit: 1000}},
+			{"step range", provenance.Query{StepMin: ptr[uint64](5), StepMax: ptr[uint64](9), Sort: provenance.SortRuntimeExclusive, Limit: 1000}},
+			{"time range", provenance.Query{From: ptr(mid.Entry - 2_000_000), To: ptr(mid.Entry + 2_000_000), Limit: 1000}},
+			{"min runtime", provenance.Query{MinRuntime: 20000, Sort: provenance.SortRuntimeTotal, Limit: 1000}},
+			{"min score", provenance.Query{MinScore: ptr(90.0), Sort: provenance.SortOutlierScore, Desc: true, Limit: 1000}},
+			{"gpu only", provenance.Query{GPUOnly: true, Limit: 1000}},
+			{"top 7 exclusive", provenance.Query{Sort: provenance.SortRuntimeExclusive, Desc: true, Limit: 7}},
+			{"nothing", provenance.Query{Func: "no such function", Limit: 10}},
+			{"all filters", provenance.Query{PID: ptr[uint32](0), Rank: ptr[uint32](2), FuncRegexp: "e", StepMin: ptr[uint64](1), MinScore: ptr(10.0), Limit: 1000}},
+		}
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				q := tc.q
+				if err := q.Normalize(); err != nil {
+					t.Fatal(err)
+				}
+				want := reference(q, execs)
+				got, err := s.Query(ctx, q)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if g, w := ids(got), ids(want); !reflect.DeepEqual(g, w) {
+					t.Fatalf("got %d records %v\nwant %d records %v", len(g), head(g), len(w), head(w))
+				}
+				cq := q
+				cq.Limit = 0
+				n, err := s.Count(ctx, cq)
+				if err != nil {
+					t.Fatal(err)
+				}
+				all := q
+				all.Limit = provenance.MaxLimit
+				if wn := int64(len(reference(all, execs))); n != wn {
+					t.Fatalf("count %d, want %d", n, wn)
+				}
+				if tc.name == "nothing" && len(got) != 0 {
+					t.Fatal("records found for a missing function")
+				}
+			})
+		}
+		for _, by := range []provenance.GroupBy{provenance.ByRank, provenance.ByFunc, provenance.ByStep, provenance.ByRankFunc} {
+			for _, q := range []provenance.Query{{Limit: provenance.MaxLimit}, {PID: ptr[uint32](1), MinScore: ptr(50.0), Limit: 5}} {
+				t.Run("aggregate by "+string(by), func(t *testing.T) {
+					if err := q.Normalize(); err != nil {
+						t.Fatal(err)
+					}
+					all := q
+					all.Limit = provenance.MaxLimit
+					want := provenance.AggregateInGo(reference(all, execs), by, q.Limit)
+					got, err := s.Aggregate(ctx, q, by)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if !reflect.DeepEqual(got, want) {
+						t.Fatalf("aggregate by %s:\n got %s\nwant %s", by, groups(got), groups(want))
+					}
+				})
+			}
+		}
+	})
+
+	t.Run("BadQueriesAreRefused", func(t *testing.T) {
+		s := open(t)
+		defer s.Close()
+		for name, q := range map[string]provenance.Query{
+			"sort field":  {Sort: "doc; DROP TABLE anomalies"},
+			"kind":        {Kind: "users"},
+			"regexp":      {FuncRegexp: "(unclosed"},
+			"limit":       {Limit: -1},
+			"empty range": {StepMin: ptr[uint64](5), StepMax: ptr[uint64](1)},
+		} {
+			if _, err := s.Query(ctx, q); err == nil {
+				t.Errorf("%s: query accepted", name)
+			}
+		}
+		if _, err := s.Aggregate(ctx, provenance.Query{}, "pid"); err == nil {
+			t.Error("aggregate by an unknown grouping accepted")
+		}
+		mustCount(ctx, t, s, provenance.Query{}, 0)
+	})
+
+	t.Run("ConcurrentOverlappingWrites", func(t *testing.T) {
+		s := open(t)
+		defer s.Close()
+		execs := Generate(GenConfig{Seed: 4, N: 200, Programs: 2})
+		var wg sync.WaitGroup
+		errs := make(chan error, 4)
+		for w := range 4 {
+			wg.Go(func() {
+				// Each writer writes overlapping halves, in its own order.
+				for i := range 4 {
+					lo := ((w + i) % 4) * 50
+					if err := s.Write(ctx, ExecBatch(natsx.ProvNormalExecs, execs[lo:min(lo+100, 200)])); err != nil {
+						errs <- err
+						return
+					}
+				}
+			})
+		}
+		wg.Go(func() {
+			for range 5 {
+				if _, err := s.Query(ctx, provenance.Query{Kind: natsx.ProvNormalExecs, Limit: 50}); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+		mustCount(ctx, t, s, provenance.Query{Kind: natsx.ProvNormalExecs}, 200)
+	})
+}
+
+func mustCount(ctx context.Context, t *testing.T, s provenance.Store, q provenance.Query, want int64) {
+	t.Helper()
+	n, err := s.Count(ctx, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != want {
+		t.Fatalf("count of %s = %d, want %d", q.Kind, n, want)
+	}
+}
+
+// reference answers q on execs in Go.
+func reference(q provenance.Query, execs []provenance.Exec) []provenance.Exec {
+	re, _ := q.Regexp()
+	var out []provenance.Exec
+	for i := range execs {
+		if q.Match(&execs[i], re) {
+			out = append(out, execs[i])
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return q.Less(&out[i], &out[j]) })
+	if q.Limit > 0 && len(out) > q.Limit {
+		out = out[:q.Limit]
+	}
+	return out
+}
+
+func ids(es []provenance.Exec) []string {
+	out := make([]string, 0, len(es))
+	for _, e := range es {
+		out = append(out, provenance.ExecKey(e.PID, e.EventID))
+	}
+	return out
+}
+
+func head(s []string) string {
+	if len(s) > 8 {
+		s = s[:8]
+	}
+	return strings.Join(s, " ")
+}
+
+func groups(gs []provenance.Group) string {
+	var b strings.Builder
+	for i, g := range gs {
+		if i == 8 {
+			b.WriteString("...")
+			break
+		}
+		if g.Rank != nil {
+			fmt.Fprintf(&b, "rank=%d ", *g.Rank)
+		}
+		if g.Step != nil {
+			fmt.Fprintf(&b, "step=%d ", *g.Step)
+		}
+		if g.Func != "" {
+			fmt.Fprintf(&b, "func=%q ", g.Func)
+		}
+		fmt.Fprintf(&b, "count=%d; ", g.Count)
+	}
+	return b.String()
+}
