@@ -1,0 +1,511 @@
+// Package tautrace reads TAU's binary traces (tautrace.<node>.<ctx>.<thread>.trc
+// with events.<node>.edf, or the merged tau.trc with tau.edf) as a stream of
+// frames.
+//
+// A .trc file is a sequence of 24-byte records in the writer's byte order:
+// int32 event id, uint16 node, uint16 thread, int64 parameter, uint64 time in
+// microseconds. The byte order is detected from the first record (EV_INIT, par
+// 3). Files of several threads and nodes are merged in timestamp order, so the
+// whole run is read in one pass with one buffer per file. Nodes become ranks,
+// threads keep their TAU thread number.
+//
+// Mapping to frames:
+//   - EntryExit events: par > 0 entry, par < 0 exit.
+//   - user events (three records at one time: 0, value, 0) become counter
+//     samples; those named "key | value" (TAU's metadata) become metadata.
+//   - MESSAGE_SEND/RECV become comm events with the packed parameter decoded
+//     (length, tag, partner; see DecodeMessage).
+//   - one-sided GPU transfers (70000 send, 70001 receive, and the reciprocal
+//     pair) become comm events with the transfer size (0 when unknown) and the
+//     rank itself as partner; their id records (70002/70003) are skipped, as
+//     are EV_INIT, flush, close, wall clock and continuation records.
+//   - a thread other than 0 that carries the "Correlation ID" user event is a
+//     GPU queue/stream thread (TAU puts the device side of CUDA and OpenCL
+//     activity on such virtual threads); it is given "<API> Context" = "0",
+//     "<API> Device" = "0" and "<API> Stream" = its thread number, where API is
+//     OpenCL, ROCm or CUDA after the calls the definitions name. Metadata the
+//     trace carries itself ("CUDA Device | 0" user events) is kept as is and
+//     also marks the thread.
+package tautrace
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+
+	"github.com/kipimo-hpc/kipimo/internal/frame"
+	"github.com/kipimo-hpc/kipimo/internal/replay/steps"
+)
+
+// RecordSize is the size of one trace record.
+const RecordSize = 24
+
+// EVInit is the id of the first record of every per-thread trace.
+const EVInit = 60000
+
+// Message is a decoded MESSAGE_SEND/RECV parameter.
+type Message struct {
+	Bytes   uint32
+	Tag     uint32
+	Partner uint32
+	Comm    uint32
+}
+
+// DecodeMessage unpacks TAU's message parameter: length in bits 0-15 and
+// 32-41, tag in bits 16-23 (low byte) and 48-55 (high byte), partner rank in
+// bits 24-31 and 56-63, communicator in bits 42-47.
+func DecodeMessage(par int64) Message {
+	p := uint64(par)
+	return Message{
+		Bytes:   uint32(p&0xFFFF) | uint32((p>>32)&0x3FF)<<16,
+		Tag:     uint32((p>>16)&0xFF) | uint32((p>>48)&0xFF)<<8,
+		Partner: uint32((p>>24)&0xFF) | uint32((p>>56)&0xFF)<<8,
+		Comm:    uint32((p >> 42) & 0x3F),
+	}
+}
+
+// EncodeMessage packs m as DecodeMessage unpacks it (for tests and tools).
+func EncodeMessage(m Message) int64 {
+	p := uint64(m.Bytes&0xFFFF) | uint64((m.Bytes>>16)&0x3FF)<<32 |
+		uint64(m.Tag&0xFF)<<16 | uint64((m.Tag>>8)&0xFF)<<48 |
+		uint64(m.Partner&0xFF)<<24 | uint64((m.Partner>>8)&0xFF)<<56 |
+		uint64(m.Comm&0x3F)<<42
+	return int64(p)
+}
+
+// Input is one trace stream and the definitions that go with it.
+type Input struct {
+	Name string // for messages
+	R    io.Reader
+	EDF  *EDF
+}
+
+// Error is a problem at a place in a trace file.
+type Error struct {
+	File   string
+	Offset int64 // byte offset of the record
+	Record int64 // record index
+	Err    error
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("%s: record %d at byte offset %d: %v", e.File, e.Record, e.Offset, e.Err)
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// ErrTruncated is wrapped when a file ends inside a record.
+var ErrTruncated = errors.New("file ends inside a record (truncated)")
+
+type cursor struct {
+	in    Input
+	order binary.ByteOrder
+	buf   []byte
+	pos   int
+	end   int
+	base  int64 // file offset of buf[0]
+	rec   int64
+	eof   bool
+	// current record
+	ev   int32
+	nid  uint16
+	tid  uint16
+	par  int64
+	ts   uint64
+	regd map[uint16]bool // ranks whose names were given to the builder
+}
+
+const bufSize = 256 << 10
+
+// fill makes a whole record available at c.pos, or reports io.EOF / a
+// truncation.
+func (c *cursor) fill() error {
+	if c.end-c.pos >= RecordSize {
+		return nil
+	}
+	if c.eof {
+		if c.end > c.pos {
+			return &Error{c.in.Name, c.base + int64(c.pos), c.rec, fmt.Errorf("%w: %d of %d bytes", ErrTruncated, c.end-c.pos, RecordSize)}
+		}
+		return io.EOF
+	}
+	n := copy(c.buf, c.buf[c.pos:c.end])
+	c.base += int64(c.pos)
+	c.pos, c.end = 0, n
+	for c.end < RecordSize && !c.eof {
+		m, err := c.in.R.Read(c.buf[c.end:])
+		c.end += m
+		if err == io.EOF {
+			c.eof = true
+		} else if err != nil {
+			return &Error{c.in.Name, c.base + int64(c.end), c.rec, err}
+		}
+		if m == 0 && err == nil {
+			continue
+		}
+	}
+	return c.fill()
+}
+
+// next decodes the next record into c.
+func (c *cursor) next() error {
+	if err := c.fill(); err != nil {
+		return err
+	}
+	b := c.buf[c.pos : c.pos+RecordSize]
+	if c.order == nil {
+		switch {
+		case int64(binary.LittleEndian.Uint64(b[8:])) == 3:
+			c.order = binary.LittleEndian
+		case int64(binary.BigEndian.Uint64(b[8:])) == 3:
+			c.order = binary.BigEndian
+		default:
+			return &Error{c.in.Name, c.base + int64(c.pos), c.rec, errors.New("first record is not EV_INIT (parameter 3 in either byte order): cannot tell the byte order")}
+		}
+	}
+	if c.order == binary.LittleEndian {
+		c.ev = int32(binary.LittleEndian.Uint32(b))
+		c.nid = binary.LittleEndian.Uint16(b[4:])
+		c.tid = binary.LittleEndian.Uint16(b[6:])
+		c.par = int64(binary.LittleEndian.Uint64(b[8:]))
+		c.ts = binary.LittleEndian.Uint64(b[16:])
+	} else {
+		c.ev = int32(binary.BigEndian.Uint32(b))
+		c.nid = binary.BigEndian.Uint16(b[4:])
+		c.tid = binary.BigEndian.Uint16(b[6:])
+		c.par = int64(binary.BigEndian.Uint64(b[8:]))
+		c.ts = binary.BigEndian.Uint64(b[16:])
+	}
+	c.pos += RecordSize
+	c.rec++
+	return nil
+}
+
+type thKey struct{ nid, tid uint16 }
+
+type thState struct {
+	pending int32 // user event id awaiting its value
+	phase   uint8 // 0 idle, 1 got leading 0, 2 got value
+	gpu     bool
+}
+
+type reader struct {
+	b      *steps.Builder
+	th     map[thKey]*thState
+	lastK  thKey
+	lastS  *thState
+	events int64
+}
+
+func (r *reader) state(nid, tid uint16) *thState {
+	k := thKey{nid, tid}
+	if r.lastS != nil && r.lastK == k {
+		return r.lastS
+	}
+	s, ok := r.th[k]
+	if !ok {
+		s = &thState{}
+		r.th[k] = s
+	}
+	r.lastK, r.lastS = k, s
+	return s
+}
+
+func (r *reader) register(c *cursor) {
+	if c.regd[c.nid] {
+		return
+	}
+	c.regd[c.nid] = true
+	rank := uint32(c.nid)
+	for _, d := range c.in.EDF.Defs() {
+		switch d.Kind {
+		case KindEntryExit:
+			r.b.FuncName(rank, uint32(d.ID), d.Name)
+		case KindTrigger:
+			r.b.CounterName(rank, uint32(d.ID), d.Name)
+		}
+	}
+}
+
+// record handles the current record of c.
+func (r *reader) record(c *cursor) error {
+	d := c.in.EDF.Lookup(c.ev)
+	if d == nil {
+		return fmt.Errorf("event id %d is not defined in %s", c.ev, c.in.EDF.Name)
+	}
+	rank, tid := uint32(c.nid), uint32(c.tid)
+	switch d.Kind {
+	case KindEntryExit:
+		r.register(c)
+		switch {
+		case c.par > 0:
+			return r.b.Enter(rank, tid, uint32(c.ev), c.ts)
+		case c.par < 0:
+			return r.b.Exit(rank, tid, uint32(c.ev), c.ts)
+		}
+		return fmt.Errorf("event %d (%q): entry/exit parameter is 0", c.ev, d.Name)
+	case KindTrigger, KindMeta:
+		s := r.state(c.nid, c.tid)
+		if s.phase != 0 && s.pending != c.ev {
+			s.phase = 0 // an interrupted triple: start over
+		}
+		switch s.phase {
+		case 0:
+			s.pending = c.ev
+			if c.par == 0 {
+				s.phase = 1
+				return nil
+			}
+			s.phase = 2 // a lone value record
+		case 1:
+			s.phase = 2
+		case 2:
+			if c.par == 0 {
+				s.phase = 0
+				return nil
+			}
+			// a new event with the same id
+			s.phase = 2
+		}
+		return r.trigger(c, d, s, rank, tid)
+	case KindSend, KindRecv:
+		m := DecodeMessage(c.par)
+		kind := frame.Send
+		if d.Kind == KindRecv {
+			kind = frame.Recv
+		}
+		return r.b.Comm(rank, tid, kind, m.Tag, m.Partner, uint64(m.Bytes), c.ts)
+	case KindOneSend, KindOneRecv:
+		kind := frame.Send
+		if d.Kind == KindOneRecv {
+			kind = frame.Recv
+		}
+		bytes := uint64(0)
+		if c.par > 0 {
+			bytes = uint64(c.par)
+		}
+		return r.b.Comm(rank, tid, kind, 0, rank, bytes, c.ts)
+	}
+	return nil // KindIgnore
+}
+
+func (r *reader) trigger(c *cursor, d *Def, s *thState, rank, tid uint32) error {
+	if d.Kind == KindMeta {
+		r.b.Meta(rank, tid, d.Key, d.Value)
+		if !s.gpu && isGPUKey(d.Key) {
+			s.gpu = true
+			return r.b.MarkGPU(rank, tid)
+		}
+		return nil
+	}
+	r.register(c)
+	if d.Correlation && tid != 0 && !s.gpu {
+		s.gpu = true
+		api := c.in.EDF.API
+		if err := r.b.GPU(rank, tid, api, "0", "0", strconv.FormatUint(uint64(tid), 10)); err != nil {
+			return err
+		}
+	}
+	return r.b.Counter(rank, tid, uint32(c.ev), uint64(c.par), c.ts)
+}
+
+func isGPUKey(k string) bool {
+	for _, api := range []string{"CUDA", "ROCm", "OpenCL", "SYCL"} {
+		if k == api+steps.KeyStream {
+			return true
+		}
+	}
+	return false
+}
+
+// ReadInputs merges the inputs in timestamp order into b and finishes b. On
+// an error it stops: b has emitted the steps completed before the damage, and
+// the error says the file, record and byte offset.
+func ReadInputs(ctx context.Context, ins []Input, b *steps.Builder) error {
+	r := &reader{b: b, th: map[thKey]*thState{}}
+	cs := make([]*cursor, 0, len(ins))
+	for _, in := range ins {
+		c := &cursor{in: in, buf: make([]byte, bufSize), regd: map[uint16]bool{}}
+		if err := c.next(); err != nil {
+			if err == io.EOF {
+				continue // an empty file
+			}
+			return err
+		}
+		cs = append(cs, c)
+	}
+	if len(cs) == 0 {
+		return b.Finish()
+	}
+	origin := cs[0].ts
+	for _, c := range cs {
+		origin = min(origin, c.ts)
+	}
+	b.SetOrigin(origin)
+	h := curHeap(cs)
+	h.init()
+	n := 0
+	for len(h) > 0 {
+		c := h[0]
+		if err := r.record(c); err != nil {
+			return wrap(c, err, b)
+		}
+		if n++; n&0xFFFF == 0 {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+		}
+		err := c.next()
+		switch {
+		case err == io.EOF:
+			h.pop()
+		case err != nil:
+			return stopped(err, b)
+		default:
+			if len(h) > 1 {
+				h.fix()
+				if err := b.Advance(h[0].ts); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return b.Finish()
+}
+
+func wrap(c *cursor, err error, b *steps.Builder) error {
+	var e *Error
+	if !errors.As(err, &e) {
+		err = &Error{c.in.Name, c.base + int64(c.pos) - RecordSize, c.rec - 1, err}
+	}
+	return stopped(err, b)
+}
+
+func stopped(err error, b *steps.Builder) error {
+	return fmt.Errorf("%w (%w; steps before io_step %d were emitted)", err, steps.ErrStopped, b.CompleteSteps())
+}
+
+// curHeap is a min-heap of cursors by current timestamp (ties: input order,
+// which keeps a single file's order).
+type curHeap []*cursor
+
+func (h curHeap) less(i, j int) bool { return h[i].ts < h[j].ts }
+
+func (h curHeap) init() {
+	for i := len(h)/2 - 1; i >= 0; i-- {
+		h.down(i)
+	}
+}
+
+func (h curHeap) down(i int) {
+	for {
+		l := 2*i + 1
+		if l >= len(h) {
+			return
+		}
+		m := l
+		if r := l + 1; r < len(h) && h.less(r, l) {
+			m = r
+		}
+		if !h.less(m, i) {
+			return
+		}
+		h[i], h[m] = h[m], h[i]
+		i = m
+	}
+}
+
+func (h curHeap) fix() { h.down(0) }
+
+func (h *curHeap) pop() {
+	old := *h
+	n := len(old) - 1
+	old[0] = old[n]
+	*h = old[:n]
+	h.down(0)
+}
+
+var perThread = regexp.MustCompile(`^tautrace\.(\d+)\.(\d+)\.(\d+)\.trc$`)
+
+// Expand turns the command-line paths into trace files: a directory stands for
+// every tautrace.*.trc in it (or its tau.trc when there are none); .edf paths
+// are dropped (each trace finds its own).
+func Expand(paths []string) ([]string, error) {
+	var out []string
+	for _, p := range paths {
+		st, err := os.Stat(p)
+		if err != nil {
+			return nil, fmt.Errorf("TAU trace: %w", err)
+		}
+		if !st.IsDir() {
+			if filepath.Ext(p) != ".edf" {
+				out = append(out, p)
+			}
+			continue
+		}
+		m, _ := filepath.Glob(filepath.Join(p, "tautrace.*.trc"))
+		if len(m) == 0 {
+			m, _ = filepath.Glob(filepath.Join(p, "*.trc"))
+		}
+		if len(m) == 0 {
+			return nil, fmt.Errorf("TAU trace: no .trc files in directory %s", p)
+		}
+		sort.Strings(m)
+		out = append(out, m...)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("TAU trace: no .trc files given")
+	}
+	return out, nil
+}
+
+// EDFPath is the definition file that goes with a trace file:
+// events.<node>.edf for tautrace.<node>.<ctx>.<thread>.trc, else the trace's
+// name with .edf (tau.trc -> tau.edf).
+func EDFPath(trc string) string {
+	dir, base := filepath.Split(trc)
+	if m := perThread.FindStringSubmatch(base); m != nil {
+		return filepath.Join(dir, "events."+m[1]+".edf")
+	}
+	return trc[:len(trc)-len(filepath.Ext(trc))] + ".edf"
+}
+
+// Read reads the given trace files (see Expand) into b and finishes it.
+func Read(ctx context.Context, paths []string, b *steps.Builder) error {
+	files, err := Expand(paths)
+	if err != nil {
+		return err
+	}
+	edfs := map[string]*EDF{}
+	var ins []Input
+	for _, f := range files {
+		ep := EDFPath(f)
+		e, ok := edfs[ep]
+		if !ok {
+			ef, err := os.Open(ep)
+			if err != nil {
+				return fmt.Errorf("TAU trace %s: its event definitions: %w", f, err)
+			}
+			e, err = ParseEDF(ef, ep)
+			ef.Close()
+			if err != nil {
+				return err
+			}
+			edfs[ep] = e
+		}
+		fh, err := os.Open(f)
+		if err != nil {
+			return fmt.Errorf("TAU trace: %w", err)
+		}
+		defer fh.Close()
+		ins = append(ins, Input{Name: f, R: fh, EDF: e})
+	}
+	return ReadInputs(ctx, ins, b)
+}
