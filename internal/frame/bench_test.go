@@ -62,6 +62,9 @@ func BenchmarkDecodeJSON(b *testing.B) {
 		b.Fatal(err)
 	}
 	var g Frame
+	if err := DecodeJSON(buf, &g); err != nil {
+		b.Fatal(err)
+	}
 	b.SetBytes(int64(len(buf)))
 	b.ReportAllocs()
 	b.ResetTimer()

@@ -256,7 +256,10 @@ func DecodeBinary(b []byte, f *Frame) (n int, err error) {
 	return end, nil
 }
 
-// decoder reads one frame body; b ends at the frame's end.
+// decoder reads one frame body; b ends at the frame's end as declared by the
+// header. The whole body is present when decoding starts, so a field running
+// past b's end means the declared length is wrong (ErrLength), not that the
+// input is truncated.
 type decoder struct {
 	b []byte
 	p int
@@ -278,12 +281,12 @@ func (d *decoder) uvarintSlow(field fld) (uint64, error) {
 	var s uint
 	for i := 0; i < binary.MaxVarintLen64; i++ {
 		if d.p+i >= len(d.b) {
-			return 0, decErr(d.p, field, ErrTruncated)
+			return 0, decErr(d.p, field, fmtErr(ErrLength, "field runs past the frame end declared in the header"))
 		}
 		c := d.b[d.p+i]
 		if c < 0x80 {
 			if i == binary.MaxVarintLen64-1 && c > 1 {
-				return 0, decErr(d.p, field, ErrOverflow)
+				return 0, decErr(d.p, field, fmtErr(ErrOverflow, "varint exceeds 64 bits"))
 			}
 			d.p += i + 1
 			return x | uint64(c)<<s, nil
@@ -291,7 +294,7 @@ func (d *decoder) uvarintSlow(field fld) (uint64, error) {
 		x |= uint64(c&0x7f) << s
 		s += 7
 	}
-	return 0, decErr(d.p, field, ErrOverflow)
+	return 0, decErr(d.p, field, fmtErr(ErrOverflow, "varint longer than %d bytes", binary.MaxVarintLen64))
 }
 
 func (d *decoder) uint32(field fld) (uint32, error) {
@@ -330,7 +333,7 @@ func (d *decoder) string(field fld, reuse string) (string, error) {
 		return "", err
 	}
 	if n > uint64(len(d.b)-d.p) {
-		return "", decErr(at, field, fmtErr(ErrTruncated, "string of %d bytes, %d bytes left", n, len(d.b)-d.p))
+		return "", decErr(at, field, fmtErr(ErrLength, "string of %d bytes runs past the frame end declared in the header (%d bytes left)", n, len(d.b)-d.p))
 	}
 	s := d.b[d.p : d.p+int(n)]
 	if !utf8.Valid(s) {
@@ -415,7 +418,7 @@ func (d *decoder) frame(f *Frame) error {
 		if i > 0 {
 			x += tid + 1
 			if x <= tid { // wrapped
-				return decErr(at, fld{"threads", i, ""}, ErrOverflow)
+				return decErr(at, fld{"threads", i, ""}, fmtErr(ErrOverflow, "tid beyond 64 bits"))
 			}
 		}
 		if x > math.MaxUint32 {

@@ -2,9 +2,7 @@ package frame
 
 import (
 	"bytes"
-	"errors"
 	"flag"
-	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -267,6 +265,3 @@ func TestDecodeBinaryNoAllocs(t *testing.T) {
 		t.Fatalf("%v allocations per decode into a reused frame, want 0", allocs)
 	}
 }
-
-var _ = errors.Is
-var _ = fmt.Sprint

@@ -17,8 +17,9 @@ var (
 	// ErrLength: the declared frame length disagrees with the frame's content,
 	// or exceeds MaxFrameSize.
 	ErrLength = errors.New("length mismatch")
-	// ErrOverflow: a varint is longer than 10 bytes or does not fit its field.
-	ErrOverflow = errors.New("varint overflow")
+	// ErrOverflow: a number (a varint, or a JSON number) does not fit its
+	// field, or a varint is longer than 10 bytes.
+	ErrOverflow = errors.New("number overflow")
 	// ErrCount: a count is larger than the remaining input could hold.
 	ErrCount = errors.New("count larger than the remaining input")
 	// ErrTrailing: bytes are left inside a frame after its last field.

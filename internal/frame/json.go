@@ -1,11 +1,7 @@
 package frame
 
 import (
-	"bytes"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"strconv"
 	"unicode/utf8"
 )
@@ -171,55 +167,3 @@ func appendJSONString(dst []byte, s string) []byte {
 	return append(dst, '"')
 }
 
-// DecodeJSON decodes one JSON frame (an object, optionally surrounded by white
-// space) into f, reusing the capacity of f's slices. It is strict: unknown
-// fields, trailing data, a non-object value and kinds other than 0 or 1 are
-// errors. Errors are *DecodeError with the byte offset in b.
-func DecodeJSON(b []byte, f *Frame) error {
-	f.Reset()
-	start := skipSpace(b, 0)
-	if start >= len(b) {
-		return decErr(len(b), field("frame"), fmtErr(ErrTruncated, "no JSON value"))
-	}
-	if b[start] != '{' {
-		return decErr(start, field("frame"), fmtErr(ErrInvalid, "a frame is a JSON object, found %q", b[start]))
-	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(f); err != nil {
-		return jsonErr(err, dec)
-	}
-	if end := skipSpace(b, int(dec.InputOffset())); end != len(b) {
-		return decErr(end, field("frame"), fmtErr(ErrTrailing, "data after the frame object"))
-	}
-	if i := f.badEventKind(); i >= 0 {
-		return decErr(start, fld{"events", i, "kind"}, fmtErr(ErrInvalid, "kind %d (want 0 entry or 1 exit)", f.Events[i].Kind))
-	}
-	if i := f.badCommKind(); i >= 0 {
-		return decErr(start, fld{"comms", i, "kind"}, fmtErr(ErrInvalid, "kind %d (want 0 send or 1 recv)", f.Comms[i].Kind))
-	}
-	return nil
-}
-
-func skipSpace(b []byte, i int) int {
-	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
-		i++
-	}
-	return i
-}
-
-// jsonErr turns an encoding/json error into a *DecodeError with an offset.
-func jsonErr(err error, dec *json.Decoder) error {
-	var se *json.SyntaxError
-	var te *json.UnmarshalTypeError
-	switch {
-	case errors.As(err, &se):
-		return decErr(int(se.Offset), field("frame"), fmt.Errorf("%w: %v", ErrInvalid, se))
-	case errors.As(err, &te):
-		return decErr(int(te.Offset), field(te.Field), fmt.Errorf("%w: %v", ErrInvalid, te))
-	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
-		return decErr(int(dec.InputOffset()), field("frame"), ErrTruncated)
-	default:
-		return decErr(int(dec.InputOffset()), field("frame"), fmt.Errorf("%w: %v", ErrInvalid, err))
-	}
-}
