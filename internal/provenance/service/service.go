@@ -1,0 +1,249 @@
+// Package service is provdb's engine: a durable JetStream pull consumer on a
+// run's provenance subjects that writes each batch to a provenance.Store and
+// acknowledges it only once written (so a provdb killed at any moment and
+// restarted loses nothing and, the store being idempotent, duplicates
+// nothing), and the read-only HTTP query API on a store.
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/pprof"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/kipimo-hpc/kipimo/internal/natsx"
+	"github.com/kipimo-hpc/kipimo/internal/provenance"
+)
+
+// Config configures a Service.
+type Config struct {
+	// Run is the run id whose stream is consumed. Required.
+	Run string
+	// Durable names the durable consumer; default "provdb". Two provdb
+	// processes with the same Durable share the work.
+	Durable string
+	// Fetch is the number of messages (batches) fetched at once; default 16.
+	Fetch int
+	// FetchWait bounds one fetch when the stream is idle; default 1s.
+	FetchWait time.Duration
+	// AckWait is how long JetStream waits for an acknowledgement before
+	// redelivering; default 60s. It must exceed the slowest store write.
+	AckWait time.Duration
+	// RetryDelay is the redelivery delay of a batch whose write failed;
+	// default 2s.
+	RetryDelay time.Duration
+	// Logger receives the service's logs; default zerolog's global logger.
+	Logger *zerolog.Logger
+}
+
+// Validate checks c and fills defaults.
+func (c *Config) Validate() error {
+	if err := natsx.ValidRun(c.Run); err != nil {
+		return fmt.Errorf("provdb config: %w", err)
+	}
+	if c.Durable == "" {
+		c.Durable = "provdb"
+	}
+	for _, r := range c.Durable {
+		if !(r == '-' || r == '_' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z') {
+			return fmt.Errorf("provdb config: durable name %q may hold only letters, digits, '-' and '_'", c.Durable)
+		}
+	}
+	if c.Fetch <= 0 {
+		c.Fetch = 16
+	}
+	if c.FetchWait <= 0 {
+		c.FetchWait = time.Second
+	}
+	if c.AckWait <= 0 {
+		c.AckWait = 60 * time.Second
+	}
+	if c.RetryDelay <= 0 {
+		c.RetryDelay = 2 * time.Second
+	}
+	if c.Logger == nil {
+		l := zerolog.Ctx(context.Background())
+		c.Logger = l
+	}
+	return nil
+}
+
+// Stats are a Service's counters since it started.
+type Stats struct {
+	Written     map[string]int64 `json:"written"`      // records written, per kind (duplicates included)
+	Batches     int64            `json:"batches"`      // messages written and acknowledged
+	Bad         int64            `json:"bad"`          // messages that could not be decoded, terminated
+	WriteErrors int64            `json:"write_errors"` // failed store writes (redelivered later)
+}
+
+// Service consumes a run's provenance stream into a store. Its owner calls
+// Start once, then Shutdown once; Stats may be called at any time from any
+// goroutine.
+type Service struct {
+	cfg   Config
+	store provenance.Store
+	js    jetstream.JetStream
+	log   zerolog.Logger
+
+	written     map[string]*atomic.Int64
+	batches     atomic.Int64
+	bad         atomic.Int64
+	writeErrors atomic.Int64
+
+	loggedMu  sync.Mutex
+	loggedBad map[string]bool
+
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// New returns a Service writing to store from js. cfg is validated by Start.
+func New(cfg Config, store provenance.Store, js jetstream.JetStream) *Service {
+	s := &Service{cfg: cfg, store: store, js: js, written: map[string]*atomic.Int64{}, loggedBad: map[string]bool{}}
+	for _, k := range provenance.Kinds {
+		s.written[k] = new(atomic.Int64)
+	}
+	return s
+}
+
+// Start ensures the stream and the durable consumer exist and starts
+// consuming in a goroutine owned by the Service. ctx bounds the set-up and
+// the consumer's life: cancelling it stops consumption abruptly (nothing
+// unwritten is acknowledged).
+func (s *Service) Start(ctx context.Context) error {
+	if err := s.cfg.Validate(); err != nil {
+		return err
+	}
+	s.log = s.cfg.Logger.With().Str("component", "provdb").Str("run", s.cfg.Run).Logger()
+	stream, err := provenance.EnsureStream(ctx, s.js, s.cfg.Run)
+	if err != nil {
+		return err
+	}
+	cons, err := stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+		Durable:       s.cfg.Durable,
+		Description:   "provdb: provenance records into the store",
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       s.cfg.AckWait,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		FilterSubject: "kipimo." + s.cfg.Run + ".prov.>",
+		MaxAckPending: 4 * s.cfg.Fetch,
+	})
+	if err != nil {
+		return fmt.Errorf("create provdb consumer %s on %s: %w", s.cfg.Durable, natsx.ProvStream(s.cfg.Run), err)
+	}
+	ctx, s.cancel = context.WithCancel(ctx)
+	s.done = make(chan struct{})
+	go pprof.Do(ctx, pprof.Labels("component", "provdb", "run", s.cfg.Run), func(ctx context.Context) {
+		defer close(s.done)
+		s.loop(ctx, cons)
+	})
+	s.log.Info().Str("stream", natsx.ProvStream(s.cfg.Run)).Str("durable", s.cfg.Durable).Msg("consuming provenance")
+	return nil
+}
+
+// Shutdown stops consuming after the batch being written (if any) is written
+// and acknowledged, or when ctx ends, whichever comes first.
+func (s *Service) Shutdown(ctx context.Context) error {
+	if s.cancel == nil {
+		return nil
+	}
+	s.cancel()
+	select {
+	case <-s.done:
+	case <-ctx.Done():
+		return fmt.Errorf("provdb shutdown: %w", ctx.Err())
+	}
+	st := s.Stats()
+	s.log.Info().Int64("batches", st.Batches).Int64("bad", st.Bad).Interface("written", st.Written).Msg("provdb stopped")
+	return nil
+}
+
+// Stats returns the counters.
+func (s *Service) Stats() Stats {
+	st := Stats{Written: map[string]int64{}, Batches: s.batches.Load(), Bad: s.bad.Load(), WriteErrors: s.writeErrors.Load()}
+	for k, v := range s.written {
+		st.Written[k] = v.Load()
+	}
+	return st
+}
+
+func (s *Service) loop(ctx context.Context, cons jetstream.Consumer) {
+	// writeCtx is not cancelled with ctx so that a batch being written when
+	// Shutdown is called is finished and acknowledged; it is bounded by
+	// AckWait so a stuck store does not hold Shutdown for ever.
+	for ctx.Err() == nil {
+		mb, err := cons.Fetch(s.cfg.Fetch, jetstream.FetchMaxWait(s.cfg.FetchWait), jetstream.FetchContext(ctx))
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			s.log.Warn().Err(err).Msg("fetch provenance batches")
+			sleep(ctx, time.Second)
+			continue
+		}
+		for msg := range mb.Messages() {
+			s.handle(msg)
+		}
+		if err := mb.Error(); err != nil && ctx.Err() == nil && !errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, context.DeadlineExceeded) {
+			s.log.Warn().Err(err).Msg("fetch provenance batches")
+		}
+	}
+}
+
+func (s *Service) handle(msg jetstream.Msg) {
+	subj := msg.Subject()
+	kind := subj[strings.LastIndexByte(subj, '.')+1:]
+	b, err := provenance.DecodeBatch(kind, msg.Data())
+	if err != nil {
+		s.bad.Add(1)
+		s.logBad(kind, err)
+		_ = msg.TermWithReason("undecodable provenance batch")
+		return
+	}
+	wctx, cancel := context.WithTimeout(context.Background(), s.cfg.AckWait)
+	err = s.store.Write(wctx, b)
+	cancel()
+	if err != nil {
+		if s.writeErrors.Add(1) == 1 || s.writeErrors.Load()%100 == 0 {
+			s.log.Error().Err(err).Int64("write_errors", s.writeErrors.Load()).Msg("store write failed; the batch will be redelivered")
+		}
+		_ = msg.NakWithDelay(s.cfg.RetryDelay)
+		return
+	}
+	if err := msg.Ack(); err != nil {
+		// Not acknowledged: the batch comes again and is written again,
+		// which the store ignores.
+		s.log.Debug().Err(err).Msg("ack provenance batch")
+	}
+	s.batches.Add(1)
+	if c := s.written[kind]; c != nil {
+		c.Add(int64(b.Len()))
+	}
+}
+
+// logBad logs the first bad message of each kind; the rest are counted.
+func (s *Service) logBad(kind string, err error) {
+	s.loggedMu.Lock()
+	first := !s.loggedBad[kind]
+	s.loggedBad[kind] = true
+	s.loggedMu.Unlock()
+	if first {
+		s.log.Warn().Err(err).Str("kind", kind).Msg("bad provenance batch terminated (further ones of this kind are only counted)")
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
