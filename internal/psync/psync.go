@@ -50,6 +50,23 @@ type StepSummary struct {
 	Severity   stats.Moments `json:"severity"`
 	// FuncAnomalies counts the step's anomalies per function name.
 	FuncAnomalies map[string]uint64 `json:"func_anomalies,omitempty"`
+	// Events is the number of function events the step's frame carried.
+	Events uint64 `json:"events,omitempty"`
+	// BadFrames counts frames of this rank rejected since the previous summary.
+	BadFrames uint64 `json:"bad_frames,omitempty"`
+	// Funcs carries per-function anomaly metrics of the step (score and
+	// severity statistics); when absent only FuncAnomalies counts are known.
+	Funcs []FuncAnomalyMetrics `json:"funcs,omitempty"`
+}
+
+// FuncAnomalyMetrics is one function's anomalies in one rank's step.
+type FuncAnomalyMetrics struct {
+	Func     string        `json:"func"`
+	Count    uint64        `json:"count"`
+	Score    stats.Moments `json:"score"`
+	Severity stats.Moments `json:"severity"`
+	FirstTS  uint64        `json:"first_ts,omitempty"` // entry of the first anomaly
+	LastTS   uint64        `json:"last_ts,omitempty"`  // exit of the last anomaly
 }
 
 // SyncRequest carries one detector's delta to one pserver shard.

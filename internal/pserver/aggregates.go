@@ -1,0 +1,278 @@
+package pserver
+
+import (
+	"sort"
+
+	"github.com/kipimo-hpc/kipimo/internal/psync"
+	"github.com/kipimo-hpc/kipimo/internal/stats"
+)
+
+// Cell is one rank's counts in one io_step.
+type Cell struct {
+	Anomalies  uint64 `json:"anomalies"`
+	Executions uint64 `json:"executions"`
+}
+
+// StepAgg is one io_step across all ranks that reported it.
+type StepAgg struct {
+	Step       uint64              `json:"io_step"`
+	Anomalies  uint64              `json:"anomalies"`
+	Executions uint64              `json:"executions"`
+	Events     uint64              `json:"events"`
+	BadFrames  uint64              `json:"bad_frames"`
+	Frames     uint64              `json:"frames"` // step summaries received
+	MinTS      uint64              `json:"min_ts"`
+	MaxTS      uint64              `json:"max_ts"`
+	Ranks      map[DetectorID]Cell `json:"-"`
+}
+
+// Totals are counts summed over steps.
+type Totals struct {
+	Anomalies  uint64 `json:"anomalies"`
+	Executions uint64 `json:"executions"`
+	Events     uint64 `json:"events"`
+	BadFrames  uint64 `json:"bad_frames"`
+	Frames     uint64 `json:"frames"`
+	Steps      uint64 `json:"steps"`
+}
+
+// RankTotals is everything one rank reported, over the whole run.
+type RankTotals struct {
+	Totals
+	FirstStep uint64        `json:"first_step"`
+	LastStep  uint64        `json:"last_step"`
+	PerStep   stats.Moments `json:"per_step"` // anomalies per reported step
+	Scores    stats.Moments `json:"scores"`
+	Severity  stats.Moments `json:"severity"`
+}
+
+// RankFunc names one function on one rank.
+type RankFunc struct {
+	DetectorID
+	Func string `json:"func"`
+}
+
+// AnomalyMetrics are the anomaly statistics of a function on one rank (or on
+// all ranks): first and last step with anomalies, per-step counts, scores and
+// severities.
+type AnomalyMetrics struct {
+	Count     uint64        `json:"count"`
+	FirstStep uint64        `json:"first_io_step"`
+	LastStep  uint64        `json:"last_io_step"`
+	MinTS     uint64        `json:"min_timestamp"`
+	MaxTS     uint64        `json:"max_timestamp"`
+	PerStep   stats.Moments `json:"anomaly_count"` // count per (rank, step) with anomalies
+	Score     stats.Moments `json:"score"`
+	Severity  stats.Moments `json:"severity"`
+}
+
+func (a *AnomalyMetrics) add(step uint64, f *psync.FuncAnomalyMetrics) {
+	if f.Count == 0 {
+		return
+	}
+	if a.Count == 0 || step < a.FirstStep {
+		a.FirstStep = step
+	}
+	if a.Count == 0 || step > a.LastStep {
+		a.LastStep = step
+	}
+	if f.FirstTS != 0 && (a.MinTS == 0 || f.FirstTS < a.MinTS) {
+		a.MinTS = f.FirstTS
+	}
+	if f.LastTS > a.MaxTS {
+		a.MaxTS = f.LastTS
+	}
+	a.Count += f.Count
+	a.PerStep.Push(float64(f.Count))
+	a.Score.Merge(f.Score)
+	a.Severity.Merge(f.Severity)
+}
+
+// Aggregates are the run's dashboard aggregates, built from step summaries.
+// The last Window steps are kept in full (per rank); older steps are folded
+// into Folded and the per-rank totals, so memory is bounded by
+// Window x ranks cells plus one RankTotals per rank, one AnomalyMetrics per
+// (rank, function) pair that ever had an anomaly, and one per function.
+type Aggregates struct {
+	Window   int
+	Steps    map[uint64]*StepAgg
+	MaxStep  uint64
+	HaveStep bool
+	Folded   Totals // steps evicted from the window
+	Late     uint64 // summaries older than the window when they arrived
+	Ranks    map[DetectorID]*RankTotals
+	RankFunc map[RankFunc]*AnomalyMetrics
+	Funcs    map[string]*AnomalyMetrics
+}
+
+// NewAggregates returns empty aggregates keeping window steps in full.
+func NewAggregates(window int) *Aggregates {
+	if window <= 0 {
+		window = DefaultWindow
+	}
+	return &Aggregates{
+		Window:   window,
+		Steps:    map[uint64]*StepAgg{},
+		Ranks:    map[DetectorID]*RankTotals{},
+		RankFunc: map[RankFunc]*AnomalyMetrics{},
+		Funcs:    map[string]*AnomalyMetrics{},
+	}
+}
+
+// AddStep records one rank's step summary.
+func (a *Aggregates) AddStep(id DetectorID, s *psync.StepSummary) {
+	r := a.Ranks[id]
+	if r == nil {
+		r = &RankTotals{FirstStep: s.Step, LastStep: s.Step}
+		a.Ranks[id] = r
+	}
+	r.Anomalies += s.Anomalies
+	r.Executions += s.Executions
+	r.Events += s.Events
+	r.BadFrames += s.BadFrames
+	r.Frames++
+	r.Steps++
+	r.FirstStep = min(r.FirstStep, s.Step)
+	r.LastStep = max(r.LastStep, s.Step)
+	r.PerStep.Push(float64(s.Anomalies))
+	r.Scores.Merge(s.Scores)
+	r.Severity.Merge(s.Severity)
+
+	funcs := s.Funcs
+	if len(funcs) == 0 && len(s.FuncAnomalies) > 0 {
+		funcs = make([]psync.FuncAnomalyMetrics, 0, len(s.FuncAnomalies))
+		for name, n := range s.FuncAnomalies {
+			funcs = append(funcs, psync.FuncAnomalyMetrics{Func: name, Count: n})
+		}
+	}
+	for i := range funcs {
+		f := &funcs[i]
+		if f.Count == 0 {
+			continue
+		}
+		k := RankFunc{id, f.Func}
+		m := a.RankFunc[k]
+		if m == nil {
+			m = &AnomalyMetrics{}
+			a.RankFunc[k] = m
+		}
+		m.add(s.Step, f)
+		g := a.Funcs[f.Func]
+		if g == nil {
+			g = &AnomalyMetrics{}
+			a.Funcs[f.Func] = g
+		}
+		g.add(s.Step, f)
+	}
+
+	if a.HaveStep && s.Step+uint64(a.Window) <= a.MaxStep {
+		// Older than the window: count it in the folded totals only.
+		a.Late++
+		a.Folded.Anomalies += s.Anomalies
+		a.Folded.Executions += s.Executions
+		a.Folded.Events += s.Events
+		a.Folded.BadFrames += s.BadFrames
+		a.Folded.Frames++
+		return
+	}
+	st := a.Steps[s.Step]
+	if st == nil {
+		st = &StepAgg{Step: s.Step, Ranks: map[DetectorID]Cell{}, MinTS: s.MinTS}
+		a.Steps[s.Step] = st
+	}
+	st.Anomalies += s.Anomalies
+	st.Executions += s.Executions
+	st.Events += s.Events
+	st.BadFrames += s.BadFrames
+	st.Frames++
+	if s.MinTS != 0 && (st.MinTS == 0 || s.MinTS < st.MinTS) {
+		st.MinTS = s.MinTS
+	}
+	st.MaxTS = max(st.MaxTS, s.MaxTS)
+	c := st.Ranks[id]
+	c.Anomalies += s.Anomalies
+	c.Executions += s.Executions
+	st.Ranks[id] = c
+	if !a.HaveStep || s.Step > a.MaxStep {
+		a.MaxStep, a.HaveStep = s.Step, true
+		a.evict()
+	}
+}
+
+// evict folds the steps that fell out of the window.
+func (a *Aggregates) evict() {
+	for step, st := range a.Steps {
+		if step+uint64(a.Window) > a.MaxStep {
+			continue
+		}
+		a.Folded.Anomalies += st.Anomalies
+		a.Folded.Executions += st.Executions
+		a.Folded.Events += st.Events
+		a.Folded.BadFrames += st.BadFrames
+		a.Folded.Frames += st.Frames
+		a.Folded.Steps++
+		delete(a.Steps, step)
+	}
+}
+
+// Total returns the counts over the whole run (window plus folded steps).
+func (a *Aggregates) Total() Totals {
+	t := a.Folded
+	for _, st := range a.Steps {
+		t.Anomalies += st.Anomalies
+		t.Executions += st.Executions
+		t.Events += st.Events
+		t.BadFrames += st.BadFrames
+		t.Frames += st.Frames
+		t.Steps++
+	}
+	return t
+}
+
+// StepList returns the steps in the window in increasing order.
+func (a *Aggregates) StepList() []*StepAgg {
+	out := make([]*StepAgg, 0, len(a.Steps))
+	for _, st := range a.Steps {
+		out = append(out, st)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Step < out[j].Step })
+	return out
+}
+
+// RankIDs returns every rank seen, ordered by (pid, rank).
+func (a *Aggregates) RankIDs() []DetectorID {
+	out := make([]DetectorID, 0, len(a.Ranks))
+	for id := range a.Ranks {
+		out = append(out, id)
+	}
+	sort.Slice(out, func(i, j int) bool { return lessID(out[i], out[j]) })
+	return out
+}
+
+func lessID(a, b DetectorID) bool {
+	if a.PID != b.PID {
+		return a.PID < b.PID
+	}
+	return a.Rank < b.Rank
+}
+
+// fill makes the maps of decoded aggregates usable (gob leaves empty maps nil).
+func (a *Aggregates) fill() {
+	if a.Steps == nil {
+		a.Steps = map[uint64]*StepAgg{}
+	}
+	for _, st := range a.Steps {
+		if st.Ranks == nil {
+			st.Ranks = map[DetectorID]Cell{}
+		}
+	}
+	if a.Ranks == nil {
+		a.Ranks = map[DetectorID]*RankTotals{}
+	}
+	if a.RankFunc == nil {
+		a.RankFunc = map[RankFunc]*AnomalyMetrics{}
+	}
+	if a.Funcs == nil {
+		a.Funcs = map[string]*AnomalyMetrics{}
+	}
+}

@@ -1,0 +1,101 @@
+package pserver
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"strconv"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/kipimo-hpc/kipimo/internal/natsx"
+	"github.com/kipimo-hpc/kipimo/internal/provenance"
+)
+
+// FuncStatsRecords returns the final func_stats records of this shard's model
+// keys, in key order. FID is the FNV-1a 32 hash of the key, the same on every
+// shard, since keys are names (or call paths) rather than per-rank ids.
+func (s *Server) FuncStatsRecords() []provenance.GlobalFuncStats {
+	var out []provenance.GlobalFuncStats
+	s.View(func(st *State) {
+		for _, k := range st.ModelKeys() {
+			m := st.Models[k]
+			out = append(out, provenance.GlobalFuncStats{
+				PID: m.PID, FID: keyID(k), Func: k, Stats: provenance.FuncStatsOf(m.Moments), Anomalies: m.Anomalies,
+			})
+		}
+	})
+	return out
+}
+
+// CounterStatsRecords returns the final counter_stats records of this shard.
+func (s *Server) CounterStatsRecords() []provenance.GlobalCounterStats {
+	var out []provenance.GlobalCounterStats
+	s.View(func(st *State) {
+		for _, row := range counterTable(st) {
+			out = append(out, provenance.GlobalCounterStats{Counter: row.Counter, Stats: provenance.FuncStatsOf(*st.Counters[row.Counter])})
+		}
+	})
+	return out
+}
+
+func keyID(k string) uint32 {
+	h := fnv.New32a()
+	h.Write([]byte(k))
+	return h.Sum32()
+}
+
+// Finish publishes the run's final func_stats and counter_stats records of
+// this shard on the provenance subjects, as JSON-array batches with
+// deterministic message ids (so publishing twice stores them once). Shutdown
+// calls it unless it already ran.
+func (s *Server) Finish(ctx context.Context) error {
+	if s.nc == nil {
+		return fmt.Errorf("publish final statistics: server not started")
+	}
+	js := s.js
+	if js == nil {
+		var err error
+		if js, err = jetstream.New(s.nc); err != nil {
+			return fmt.Errorf("publish final statistics: JetStream: %w", err)
+		}
+	}
+	if _, err := provenance.EnsureStream(ctx, js, s.cfg.Run); err != nil {
+		return fmt.Errorf("publish final statistics: %w", err)
+	}
+	prefix := "pserver." + strconv.Itoa(s.cfg.Shard)
+	pub := func(kind string, add func(p *provenance.Publisher) error) error {
+		p, err := provenance.NewPublisher(js, s.cfg.Run, kind, prefix)
+		if err != nil {
+			return err
+		}
+		if err := add(p); err != nil {
+			return err
+		}
+		return p.Flush(ctx)
+	}
+	err := pub(natsx.ProvFuncStats, func(p *provenance.Publisher) error {
+		for _, r := range s.FuncStatsRecords() {
+			if err := p.Add(ctx, r); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err == nil {
+		err = pub(natsx.ProvCounterStats, func(p *provenance.Publisher) error {
+			for _, r := range s.CounterStatsRecords() {
+				if err := p.Add(ctx, r); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	if err != nil {
+		return fmt.Errorf("publish final statistics: %w", err)
+	}
+	s.finished.Store(true)
+	s.log.Info().Msg("published final func_stats and counter_stats")
+	return nil
+}

@@ -1,0 +1,234 @@
+package pserver
+
+import (
+	"crypto/subtle"
+	"embed"
+	"encoding/json"
+	"fmt"
+	"io/fs"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+//go:embed web
+var webFS embed.FS
+
+// newHandler builds the HTTP API:
+//
+//	GET /                       the dashboard page (embedded)
+//	GET /api/config             run, shard and whether a provdb API is configured
+//	GET /api/summary            Summary
+//	GET /api/heatmap?steps=N    HeatMap of the last N steps (default: the window)
+//	GET /api/steps?last=N       []StepPoint
+//	GET /api/top/ranks?n=&by=   []RankRow, by count (default) or severity
+//	GET /api/top/functions?n=&by= []FuncAnomRow
+//	GET /api/functions          []FuncRow
+//	GET /api/rankfuncs?rank=&func=&n= []RankFuncRow
+//	GET /api/counters           []CounterRow
+//	GET /api/events             text/event-stream of Update, one per io_step
+//	GET /metrics                Prometheus metrics
+//	    /provdb/...             reverse proxy to the provdb query API
+//
+// With a token configured every route needs "Authorization: Bearer <token>"
+// or ?token=<token> (EventSource cannot set headers).
+func (s *Server) newHandler() http.Handler {
+	mux := http.NewServeMux()
+	static, _ := fs.Sub(webFS, "web")
+	mux.Handle("GET /", http.FileServerFS(static))
+	mux.HandleFunc("GET /api/config", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, map[string]any{
+			"run": s.cfg.Run, "shard": s.cfg.Shard, "shards": s.cfg.Shards,
+			"window": s.cfg.Window, "provdb": s.cfg.ProvDBURL != "",
+			"provdb_list": s.cfg.ProvDBList, "provdb_record": s.cfg.ProvDBRecord,
+		})
+	})
+	view := func(path string, f func(r *http.Request, st *State) (any, error)) {
+		mux.HandleFunc("GET "+path, func(w http.ResponseWriter, r *http.Request) {
+			var v any
+			var err error
+			s.View(func(st *State) { v, err = f(r, st) })
+			if err != nil {
+				httpError(w, http.StatusBadRequest, err.Error())
+				return
+			}
+			writeJSON(w, v)
+		})
+	}
+	view("/api/summary", func(_ *http.Request, st *State) (any, error) { return s.summary(st), nil })
+	view("/api/heatmap", func(r *http.Request, st *State) (any, error) {
+		n, err := intParam(r, "steps", 0)
+		return heatMap(st, n), err
+	})
+	view("/api/steps", func(r *http.Request, st *State) (any, error) {
+		n, err := intParam(r, "last", 0)
+		return stepSeries(st, n), err
+	})
+	view("/api/top/ranks", func(r *http.Request, st *State) (any, error) {
+		n, err := intParam(r, "n", 10)
+		if err != nil {
+			return nil, err
+		}
+		by, err := byParam(r)
+		return topRanks(st, n, by), err
+	})
+	view("/api/top/functions", func(r *http.Request, st *State) (any, error) {
+		n, err := intParam(r, "n", 10)
+		if err != nil {
+			return nil, err
+		}
+		by, err := byParam(r)
+		return topFuncs(st, n, by), err
+	})
+	view("/api/functions", func(_ *http.Request, st *State) (any, error) { return funcTable(st), nil })
+	view("/api/counters", func(_ *http.Request, st *State) (any, error) { return counterTable(st), nil })
+	view("/api/rankfuncs", func(r *http.Request, st *State) (any, error) {
+		n, err := intParam(r, "n", 100)
+		if err != nil {
+			return nil, err
+		}
+		var rank *uint32
+		if v := r.URL.Query().Get("rank"); v != "" {
+			x, err := strconv.ParseUint(v, 10, 32)
+			if err != nil {
+				return nil, fmt.Errorf("rank %q is not a non-negative integer", v)
+			}
+			r32 := uint32(x)
+			rank = &r32
+		}
+		return rankFuncs(st, rank, r.URL.Query().Get("func"), n), nil
+	})
+	mux.HandleFunc("GET /api/events", s.serveEvents)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
+	mux.Handle("/provdb/", s.provdbProxy())
+	return s.auth(mux)
+}
+
+func (s *Server) auth(next http.Handler) http.Handler {
+	if s.cfg.Token == "" {
+		return next
+	}
+	want := []byte(s.cfg.Token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got := r.URL.Query().Get("token")
+		if h := r.Header.Get("Authorization"); strings.HasPrefix(h, "Bearer ") {
+			got = strings.TrimPrefix(h, "Bearer ")
+		}
+		if subtle.ConstantTimeCompare([]byte(got), want) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="kipimo"`)
+			httpError(w, http.StatusUnauthorized, "missing or wrong bearer token")
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (s *Server) provdbProxy() http.Handler {
+	if s.cfg.ProvDBURL == "" {
+		return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			httpError(w, http.StatusServiceUnavailable, "no provenance query API is configured: start the pserver with --provdb-url")
+		})
+	}
+	target, err := url.Parse(s.cfg.ProvDBURL)
+	if err != nil {
+		return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			httpError(w, http.StatusServiceUnavailable, fmt.Sprintf("provdb URL %q: %v", s.cfg.ProvDBURL, err))
+		})
+	}
+	p := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(target)
+			pr.Out.URL.Path = strings.TrimSuffix(target.Path, "/") + strings.TrimPrefix(pr.In.URL.Path, "/provdb")
+			pr.Out.URL.RawPath = ""
+			q := pr.In.URL.Query()
+			q.Del("token")
+			pr.Out.URL.RawQuery = q.Encode()
+			pr.Out.Header.Del("Authorization")
+		},
+		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
+			httpError(w, http.StatusBadGateway, "the provenance query API at "+target.Redacted()+" did not answer: "+err.Error())
+		},
+	}
+	return p
+}
+
+// serveEvents streams an Update every io_step until the client leaves or the
+// server stops.
+func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
+	fl, ok := w.(http.Flusher)
+	if !ok {
+		httpError(w, http.StatusInternalServerError, "streaming is not supported by this connection")
+		return
+	}
+	c := s.hub.add()
+	if c == nil {
+		httpError(w, http.StatusServiceUnavailable, "server is shutting down")
+		return
+	}
+	defer s.hub.remove(c)
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.Header().Set("X-Accel-Buffering", "no")
+	first, _ := json.Marshal(s.update(r.Context()))
+	fmt.Fprintf(w, "retry: 2000\nevent: update\ndata: %s\n\n", first)
+	fl.Flush()
+	ping := time.NewTicker(15 * time.Second)
+	defer ping.Stop()
+	for {
+		select {
+		case <-r.Context().Done():
+			return
+		case <-ping.C:
+			fmt.Fprint(w, ": ping\n\n")
+			fl.Flush()
+		case data, ok := <-c.ch:
+			if !ok {
+				return
+			}
+			fmt.Fprintf(w, "event: update\ndata: %s\n\n", data)
+			fl.Flush()
+		}
+	}
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	if err := json.NewEncoder(w).Encode(v); err != nil {
+		return
+	}
+}
+
+func httpError(w http.ResponseWriter, code int, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(map[string]string{"error": msg})
+}
+
+func intParam(r *http.Request, name string, def int) (int, error) {
+	v := r.URL.Query().Get(name)
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 || n > 1_000_000 {
+		return 0, fmt.Errorf("%s %q is not an integer in 0..1000000", name, v)
+	}
+	return n, nil
+}
+
+func byParam(r *http.Request) (string, error) {
+	switch v := r.URL.Query().Get("by"); v {
+	case "", "count":
+		return "count", nil
+	case "severity":
+		return "severity", nil
+	default:
+		return "", fmt.Errorf("by %q is not count or severity", v)
+	}
+}

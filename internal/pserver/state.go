@@ -1,0 +1,130 @@
+package pserver
+
+import (
+	"sort"
+
+	"github.com/kipimo-hpc/kipimo/internal/psync"
+	"github.com/kipimo-hpc/kipimo/internal/stats"
+)
+
+// DetectorID names one detector: a (program, rank) pair.
+type DetectorID struct {
+	PID  uint32 `json:"pid"`
+	Rank uint32 `json:"rank"`
+}
+
+// Model is the merged state of one model key.
+type Model struct {
+	Key       string
+	PID       uint32 // program of the first detector that sent the key
+	Moments   stats.Moments
+	Histogram *stats.Histogram
+	Anomalies uint64
+	Merges    uint64 // deltas merged into this key
+}
+
+// State is one shard's global state: the merged models, the last applied Seq
+// of every detector, counter statistics and the run aggregates. It is plain
+// data owned by one goroutine at a time (the Server guards it with a lock);
+// it does no I/O, so tests can apply requests to it directly.
+type State struct {
+	Models   map[string]*Model
+	LastSeq  map[DetectorID]uint64
+	Counters map[string]*stats.Moments
+	Agg      *Aggregates
+
+	Applied    uint64 // requests applied
+	Duplicates uint64 // requests skipped because their Seq was already applied
+	Merges     uint64 // model and counter deltas merged
+	WALSeq     uint64 // last write-ahead-log sequence applied (0 without a log)
+}
+
+// NewState returns an empty state whose aggregates keep the last window steps
+// in full.
+func NewState(window int) *State {
+	return &State{
+		Models:   map[string]*Model{},
+		LastSeq:  map[DetectorID]uint64{},
+		Counters: map[string]*stats.Moments{},
+		Agg:      NewAggregates(window),
+	}
+}
+
+// Apply merges req into the state unless its Seq is not greater than the last
+// Seq applied for its detector; it reports whether it did. Seq 0 is never
+// applied (detectors number their requests from 1).
+func (s *State) Apply(req *psync.SyncRequest) (bool, error) {
+	id := DetectorID{req.PID, req.Rank}
+	if req.Seq == 0 || req.Seq <= s.LastSeq[id] {
+		s.Duplicates++
+		return false, nil
+	}
+	for i := range req.Models {
+		d := &req.Models[i]
+		m := s.Models[d.Key]
+		if m == nil {
+			m = &Model{Key: d.Key, PID: req.PID}
+			s.Models[d.Key] = m
+		}
+		m.Moments.Merge(d.Moments)
+		if d.Histogram != nil {
+			h, err := mergeHistogram(m.Histogram, d.Histogram)
+			if err != nil {
+				return false, err
+			}
+			m.Histogram = h
+		}
+		m.Anomalies += d.Anomalies
+		m.Merges++
+		s.Merges++
+	}
+	for i := range req.Counters {
+		c := &req.Counters[i]
+		m := s.Counters[c.Name]
+		if m == nil {
+			m = &stats.Moments{}
+			s.Counters[c.Name] = m
+		}
+		m.Merge(c.Moments)
+		s.Merges++
+	}
+	for i := range req.Steps {
+		s.Agg.AddStep(id, &req.Steps[i])
+	}
+	s.LastSeq[id] = req.Seq
+	s.Applied++
+	return true, nil
+}
+
+// Reply builds the answer to req: the global model of every key it carried.
+func (s *State) Reply(req *psync.SyncRequest, applied bool) *psync.SyncReply {
+	rep := &psync.SyncReply{
+		Applied: applied,
+		LastSeq: s.LastSeq[DetectorID{req.PID, req.Rank}],
+		Models:  make([]psync.GlobalModel, 0, len(req.Models)),
+	}
+	for i := range req.Models {
+		m := s.Models[req.Models[i].Key]
+		if m == nil {
+			continue
+		}
+		g := psync.GlobalModel{Key: m.Key, Moments: m.Moments}
+		if m.Histogram != nil {
+			h := *m.Histogram
+			h.Counts = append([]uint64(nil), m.Histogram.Counts...)
+			g.Histogram = &h
+		}
+		rep.Models = append(rep.Models, g)
+	}
+	return rep
+}
+
+// ModelKeys returns the model keys in sorted order.
+func (s *State) ModelKeys() []string {
+	keys := make([]string, 0, len(s.Models))
+	for k := range s.Models {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

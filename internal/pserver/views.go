@@ -1,0 +1,289 @@
+package pserver
+
+import (
+	"math"
+	"sort"
+
+	"github.com/kipimo-hpc/kipimo/internal/stats"
+)
+
+// Summary is the state at a glance (GET /api/summary).
+type Summary struct {
+	Run        string `json:"run"`
+	Shard      int    `json:"shard"`
+	Shards     int    `json:"shards"`
+	Totals     Totals `json:"totals"`
+	IOStep     uint64 `json:"io_step"`
+	Ranks      int    `json:"ranks"`
+	Detectors  int    `json:"detectors"`
+	Models     int    `json:"models"`
+	Counters   int    `json:"counters"`
+	Applied    uint64 `json:"applied"`
+	Duplicates uint64 `json:"duplicates"`
+	Merges     uint64 `json:"merges"`
+	WALSeq     uint64 `json:"wal_seq"`
+	Window     int    `json:"window"`
+	Late       uint64 `json:"late_summaries"`
+}
+
+func (s *Server) summary(st *State) Summary {
+	return Summary{
+		Run: s.cfg.Run, Shard: s.cfg.Shard, Shards: s.cfg.Shards,
+		Totals: st.Agg.Total(), IOStep: st.Agg.MaxStep, Ranks: len(st.Agg.Ranks),
+		Detectors: len(st.LastSeq), Models: len(st.Models), Counters: len(st.Counters),
+		Applied: st.Applied, Duplicates: st.Duplicates, Merges: st.Merges, WALSeq: st.WALSeq,
+		Window: st.Agg.Window, Late: st.Agg.Late,
+	}
+}
+
+// HeatMap is the rank x io_step anomaly counts of the recent steps, sparse:
+// Cells holds [rank index, step index, anomalies] for non-zero cells.
+type HeatMap struct {
+	Ranks []DetectorID `json:"ranks"`
+	Steps []uint64     `json:"steps"`
+	Cells [][3]uint64  `json:"cells"`
+	Max   uint64       `json:"max"`
+}
+
+func heatMap(st *State, last int) HeatMap {
+	h := HeatMap{Ranks: st.Agg.RankIDs(), Cells: [][3]uint64{}}
+	idx := make(map[DetectorID]int, len(h.Ranks))
+	for i, id := range h.Ranks {
+		idx[id] = i
+	}
+	steps := st.Agg.StepList()
+	if last > 0 && len(steps) > last {
+		steps = steps[len(steps)-last:]
+	}
+	for si, sa := range steps {
+		h.Steps = append(h.Steps, sa.Step)
+		for id, c := range sa.Ranks {
+			if c.Anomalies == 0 {
+				continue
+			}
+			h.Cells = append(h.Cells, [3]uint64{uint64(idx[id]), uint64(si), c.Anomalies})
+			h.Max = max(h.Max, c.Anomalies)
+		}
+	}
+	if h.Steps == nil {
+		h.Steps = []uint64{}
+	}
+	sort.Slice(h.Cells, func(i, j int) bool {
+		if h.Cells[i][1] != h.Cells[j][1] {
+			return h.Cells[i][1] < h.Cells[j][1]
+		}
+		return h.Cells[i][0] < h.Cells[j][0]
+	})
+	return h
+}
+
+// StepPoint is one io_step of the series (GET /api/steps).
+type StepPoint struct {
+	Step       uint64 `json:"io_step"`
+	Anomalies  uint64 `json:"anomalies"`
+	Executions uint64 `json:"executions"`
+	Events     uint64 `json:"events"`
+	BadFrames  uint64 `json:"bad_frames"`
+	Ranks      int    `json:"ranks"`
+}
+
+func stepSeries(st *State, last int) []StepPoint {
+	steps := st.Agg.StepList()
+	if last > 0 && len(steps) > last {
+		steps = steps[len(steps)-last:]
+	}
+	out := make([]StepPoint, 0, len(steps))
+	for _, sa := range steps {
+		out = append(out, StepPoint{sa.Step, sa.Anomalies, sa.Executions, sa.Events, sa.BadFrames, len(sa.Ranks)})
+	}
+	return out
+}
+
+// RankRow is one rank of the top-ranks list.
+type RankRow struct {
+	PID         uint32  `json:"pid"`
+	Rank        uint32  `json:"rank"`
+	Anomalies   uint64  `json:"anomalies"`
+	Executions  uint64  `json:"executions"`
+	Steps       uint64  `json:"steps"`
+	LastStep    uint64  `json:"last_step"`
+	SeveritySum float64 `json:"severity_sum"`
+	SeverityMax float64 `json:"severity_max"`
+	ScoreMean   float64 `json:"score_mean"`
+}
+
+func topRanks(st *State, n int, by string) []RankRow {
+	out := make([]RankRow, 0, len(st.Agg.Ranks))
+	for id, r := range st.Agg.Ranks {
+		out = append(out, RankRow{
+			PID: id.PID, Rank: id.Rank, Anomalies: r.Anomalies, Executions: r.Executions,
+			Steps: r.Steps, LastStep: r.LastStep, SeveritySum: sum(r.Severity), SeverityMax: maxOf(r.Severity),
+			ScoreMean: r.Scores.Mean,
+		})
+	}
+	key := func(r RankRow) float64 { return float64(r.Anomalies) }
+	if by == "severity" {
+		key = func(r RankRow) float64 { return r.SeveritySum }
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if ki, kj := key(out[i]), key(out[j]); ki != kj {
+			return ki > kj
+		}
+		return lessID(DetectorID{out[i].PID, out[i].Rank}, DetectorID{out[j].PID, out[j].Rank})
+	})
+	if n > 0 && len(out) > n {
+		out = out[:n]
+	}
+	return out
+}
+
+// FuncAnomRow is one function of the top-functions list.
+type FuncAnomRow struct {
+	Func        string  `json:"func"`
+	Anomalies   uint64  `json:"anomalies"`
+	FirstStep   uint64  `json:"first_io_step"`
+	LastStep    uint64  `json:"last_io_step"`
+	SeveritySum float64 `json:"severity_sum"`
+	SeverityMax float64 `json:"severity_max"`
+	ScoreMean   float64 `json:"score_mean"`
+	Ranks       int     `json:"ranks"`
+}
+
+func topFuncs(st *State, n int, by string) []FuncAnomRow {
+	ranks := map[string]int{}
+	for k := range st.Agg.RankFunc {
+		ranks[k.Func]++
+	}
+	out := make([]FuncAnomRow, 0, len(st.Agg.Funcs))
+	for name, m := range st.Agg.Funcs {
+		out = append(out, FuncAnomRow{
+			Func: name, Anomalies: m.Count, FirstStep: m.FirstStep, LastStep: m.LastStep,
+			SeveritySum: sum(m.Severity), SeverityMax: maxOf(m.Severity), ScoreMean: m.Score.Mean, Ranks: ranks[name],
+		})
+	}
+	key := func(r FuncAnomRow) float64 { return float64(r.Anomalies) }
+	if by == "severity" {
+		key = func(r FuncAnomRow) float64 { return r.SeveritySum }
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if ki, kj := key(out[i]), key(out[j]); ki != kj {
+			return ki > kj
+		}
+		return out[i].Func < out[j].Func
+	})
+	if n > 0 && len(out) > n {
+		out = out[:n]
+	}
+	return out
+}
+
+// FuncRow is one function of the function table (GET /api/functions): the
+// global runtime statistics of its model (when this shard holds it) and its
+// anomaly total.
+type FuncRow struct {
+	Func      string  `json:"func"`
+	Count     float64 `json:"count"`
+	Mean      float64 `json:"mean"`
+	Stddev    float64 `json:"stddev"`
+	Min       float64 `json:"min"`
+	Max       float64 `json:"max"`
+	Skewness  float64 `json:"skewness"`
+	Kurtosis  float64 `json:"kurtosis"`
+	Anomalies uint64  `json:"anomalies"`
+	HasModel  bool    `json:"has_model"`
+}
+
+func funcTable(st *State) []FuncRow {
+	rows := map[string]*FuncRow{}
+	for k, m := range st.Models {
+		rows[k] = &FuncRow{
+			Func: k, Count: m.Moments.N, Mean: m.Moments.Mean, Stddev: m.Moments.Stddev(),
+			Min: m.Moments.Min, Max: m.Moments.Max, Skewness: m.Moments.Skewness(), Kurtosis: m.Moments.Kurtosis(),
+			Anomalies: m.Anomalies, HasModel: true,
+		}
+	}
+	for k, a := range st.Agg.Funcs {
+		r := rows[k]
+		if r == nil {
+			r = &FuncRow{Func: k}
+			rows[k] = r
+		}
+		r.Anomalies = max(r.Anomalies, a.Count)
+	}
+	out := make([]FuncRow, 0, len(rows))
+	for _, r := range rows {
+		out = append(out, *r)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Anomalies != out[j].Anomalies {
+			return out[i].Anomalies > out[j].Anomalies
+		}
+		return out[i].Func < out[j].Func
+	})
+	return out
+}
+
+// RankFuncRow is the anomaly metrics of one function on one rank.
+type RankFuncRow struct {
+	PID  uint32 `json:"pid"`
+	Rank uint32 `json:"rank"`
+	Func string `json:"func"`
+	AnomalyMetrics
+}
+
+func rankFuncs(st *State, rank *uint32, fn string, n int) []RankFuncRow {
+	var out []RankFuncRow
+	for k, m := range st.Agg.RankFunc {
+		if (rank != nil && k.Rank != *rank) || (fn != "" && k.Func != fn) {
+			continue
+		}
+		out = append(out, RankFuncRow{k.PID, k.Rank, k.Func, *m})
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Count != out[j].Count {
+			return out[i].Count > out[j].Count
+		}
+		if out[i].Func != out[j].Func {
+			return out[i].Func < out[j].Func
+		}
+		return lessID(DetectorID{out[i].PID, out[i].Rank}, DetectorID{out[j].PID, out[j].Rank})
+	})
+	if n > 0 && len(out) > n {
+		out = out[:n]
+	}
+	if out == nil {
+		out = []RankFuncRow{}
+	}
+	return out
+}
+
+// CounterRow is one counter's global statistics.
+type CounterRow struct {
+	Counter string  `json:"counter"`
+	Count   float64 `json:"count"`
+	Mean    float64 `json:"mean"`
+	Stddev  float64 `json:"stddev"`
+	Min     float64 `json:"min"`
+	Max     float64 `json:"max"`
+}
+
+func counterTable(st *State) []CounterRow {
+	out := make([]CounterRow, 0, len(st.Counters))
+	for k, m := range st.Counters {
+		out = append(out, CounterRow{k, m.N, m.Mean, m.Stddev(), m.Min, m.Max})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Counter < out[j].Counter })
+	return out
+}
+
+func sum(m stats.Moments) float64 { return m.N * m.Mean }
+
+func maxOf(m stats.Moments) float64 {
+	if m.N == 0 {
+		return 0
+	}
+	if math.IsInf(m.Max, 0) || math.IsNaN(m.Max) {
+		return 0
+	}
+	return m.Max
+}
