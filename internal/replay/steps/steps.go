@@ -147,18 +147,19 @@ type rankState struct {
 
 // Builder turns events into frames. See the package doc.
 type Builder struct {
-	cfg     Config
-	stepUS  uint64
-	emit    func(*frame.Frame) error
-	origin  uint64
-	hasOrig bool
-	ranks   map[uint32]*rankState
-	order   []*rankState
-	last    *rankState
-	gstep   uint64 // highest step any event reached (fixed mode)
-	maxTS   uint64
-	stats   Stats
-	err     error
+	cfg      Config
+	stepUS   uint64
+	emit     func(*frame.Frame) error
+	origin   uint64
+	hasOrig  bool
+	ranks    map[uint32]*rankState
+	order    []*rankState
+	last     *rankState
+	gstep    uint64 // highest step any event reached (fixed mode)
+	advanced uint64 // highest step Advance has emitted up to
+	maxTS    uint64
+	stats    Stats
+	err      error
 }
 
 // New returns a Builder that calls emit with each complete frame. cfg must
@@ -336,10 +337,13 @@ func (b *Builder) Advance(ts uint64) error {
 		return nil
 	}
 	s := b.stepOf(ts)
-	if s <= b.gstep {
+	if s <= b.advanced {
 		return nil
 	}
-	b.gstep = s
+	b.advanced = s
+	if s > b.gstep {
+		b.gstep = s
+	}
 	for _, r := range b.order {
 		if r.begun && r.step < s {
 			if err := b.advance(r, s); err != nil {

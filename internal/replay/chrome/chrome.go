@@ -1,0 +1,645 @@
+// Package chrome reads Chrome trace event format / Perfetto JSON traces, plain
+// or gzipped (what PyTorch's profiler, Chrome and many tools export), as frames.
+//
+// The JSON is walked token by token: events are decoded one at a time from the
+// traceEvents array into compact spans (names interned), so a trace costs a few
+// dozen bytes per event in memory, not a tree of Go maps. Each file is one rank
+// (its distributedInfo.rank when every file has a distinct one, else its
+// position on the command line); each (pid, tid) of the file is one thread.
+//
+// Complete events ("X") and matched begin/end pairs ("B"/"E") become function
+// entry/exit pairs; a span that overlaps its parent's end is cut at that end so
+// every thread's calls nest. GPU events (cat kernel, gpu_memcpy, gpu_memset,
+// gpu_user_annotation) put their (pid, tid) on a GPU virtual thread with
+// metadata "<API> Context", "<API> Device" and "<API> Stream" (API is ROCm when
+// the trace launches with hip*, else CUDA; values from args.context,
+// args.device, args.stream, else 0, pid and tid). A GPU event and its CPU
+// launch share a correlation id (args.correlation, or the id of the ac2g flow
+// whose "f" end binds to the GPU event and whose "s" start lies inside the
+// launch; flows without a start are tolerated): both get a "Correlation ID"
+// counter sample at their entry, the detector's link. Only launches whose GPU
+// side is in the trace get one.
+package chrome
+
+import (
+	"bufio"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/kipimo-hpc/kipimo/internal/replay/steps"
+)
+
+type args struct {
+	Correlation json.RawMessage `json:"correlation"`
+	Device      json.RawMessage `json:"device"`
+	Stream      json.RawMessage `json:"stream"`
+	Context     json.RawMessage `json:"context"`
+	Name        json.RawMessage `json:"name"`
+}
+
+type event struct {
+	Ph   string          `json:"ph"`
+	Cat  string          `json:"cat"`
+	Name string          `json:"name"`
+	Pid  json.RawMessage `json:"pid"`
+	Tid  json.RawMessage `json:"tid"`
+	Ts   float64         `json:"ts"`
+	Dur  float64         `json:"dur"`
+	ID   json.RawMessage `json:"id"`
+	Bp   string          `json:"bp"`
+	Args args            `json:"args"`
+}
+
+// span is one completed call.
+type span struct {
+	start, end float64 // µs
+	name       uint32
+	thread     uint32
+	order      uint32
+	corr       int64
+	hasCorr    bool
+	launch     bool // a CPU runtime call that may launch GPU work
+	device     bool // a GPU execution (kernel, copy, set, annotation)
+}
+
+type flow struct {
+	thread uint32
+	ts     float64
+	id     int64
+}
+
+type threadInfo struct {
+	pid, tid                string
+	gpu                     bool
+	device, stream, context string
+	name                    string
+	open                    []int // open B events: index into opens
+}
+
+type openB struct {
+	start float64
+	name  uint32
+	order uint32
+}
+
+// File is one parsed trace.
+type File struct {
+	Name     string
+	Rank     int // distributedInfo.rank, or -1
+	names    []string
+	nameIdx  map[string]uint32
+	threads  []*threadInfo
+	thIdx    map[string]uint32
+	spans    []span
+	opens    []openB
+	flowS    []flow
+	flowF    []flow
+	procName string
+	hip      bool
+	maxStart float64
+	minTS    float64
+	hasTS    bool
+	// Err is set when the file was damaged; the spans before it are kept.
+	Err error
+}
+
+var gpuCats = map[string]bool{"kernel": true, "gpu_memcpy": true, "gpu_memset": true, "gpu_user_annotation": true}
+
+func (f *File) intern(s string) uint32 {
+	if i, ok := f.nameIdx[s]; ok {
+		return i
+	}
+	i := uint32(len(f.names))
+	f.names = append(f.names, strings.ToValidUTF8(s, "\uFFFD"))
+	f.nameIdx[s] = i
+	return i
+}
+
+func rawString(r json.RawMessage) string {
+	r = bytes.TrimSpace(r)
+	if len(r) > 0 && r[0] == '"' {
+		var s string
+		if json.Unmarshal(r, &s) == nil {
+			return s
+		}
+	}
+	return string(r)
+}
+
+func rawInt(r json.RawMessage) (int64, bool) {
+	s := rawString(r)
+	if s == "" {
+		return 0, false
+	}
+	if v, err := strconv.ParseInt(s, 10, 64); err == nil {
+		return v, true
+	}
+	if v, err := strconv.ParseFloat(s, 64); err == nil && v == math.Trunc(v) && math.Abs(v) < 1<<62 {
+		return int64(v), true
+	}
+	return 0, false
+}
+
+func (f *File) thread(pid, tid json.RawMessage) uint32 {
+	p, t := rawString(pid), rawString(tid)
+	k := p + "\x00" + t
+	if i, ok := f.thIdx[k]; ok {
+		return i
+	}
+	i := uint32(len(f.threads))
+	f.threads = append(f.threads, &threadInfo{pid: p, tid: t})
+	f.thIdx[k] = i
+	return i
+}
+
+func (f *File) note(ts float64) {
+	if !f.hasTS || ts < f.minTS {
+		f.minTS, f.hasTS = ts, true
+	}
+	if ts > f.maxStart {
+		f.maxStart = ts
+	}
+}
+
+func (f *File) add(e *event) error {
+	if math.IsNaN(e.Ts) || math.IsInf(e.Ts, 0) || e.Ts < 0 || e.Ts > 1e17 || math.IsNaN(e.Dur) || e.Dur < 0 || e.Dur > 1e17 {
+		return fmt.Errorf("event %q (ph %q): timestamp %v or duration %v out of range", e.Name, e.Ph, e.Ts, e.Dur)
+	}
+	switch e.Ph {
+	case "X":
+		th := f.thread(e.Pid, e.Tid)
+		s := span{start: e.Ts, end: e.Ts + e.Dur, name: f.intern(e.Name), thread: th, order: uint32(len(f.spans))}
+		s.corr, s.hasCorr = rawInt(e.Args.Correlation)
+		if gpuCats[e.Cat] {
+			s.device = true
+			ti := f.threads[th]
+			if !ti.gpu {
+				ti.gpu = true
+				ti.device, ti.stream, ti.context = rawString(e.Args.Device), rawString(e.Args.Stream), rawString(e.Args.Context)
+				if ti.device == "" {
+					ti.device = ti.pid
+				}
+				if ti.stream == "" {
+					ti.stream = ti.tid
+				}
+				if ti.context == "" {
+					ti.context = "0"
+				}
+			}
+		} else if e.Cat == "cuda_runtime" || e.Cat == "cuda_driver" {
+			s.launch = true
+			if strings.HasPrefix(e.Name, "hip") {
+				f.hip = true
+			}
+		}
+		f.note(e.Ts)
+		f.spans = append(f.spans, s)
+	case "B":
+		th := f.thread(e.Pid, e.Tid)
+		f.note(e.Ts)
+		f.threads[th].open = append(f.threads[th].open, len(f.opens))
+		f.opens = append(f.opens, openB{start: e.Ts, name: f.intern(e.Name), order: uint32(len(f.spans))})
+	case "E":
+		th := f.thread(e.Pid, e.Tid)
+		ti := f.threads[th]
+		if n := len(ti.open); n > 0 {
+			o := f.opens[ti.open[n-1]]
+			ti.open = ti.open[:n-1]
+			end := max(e.Ts, o.start)
+			f.spans = append(f.spans, span{start: o.start, end: end, name: o.name, thread: th, order: uint32(len(f.spans))})
+		}
+	case "s", "f":
+		if e.Cat != "ac2g" {
+			return nil
+		}
+		id, ok := rawInt(e.ID)
+		if !ok {
+			return nil
+		}
+		fl := flow{thread: f.thread(e.Pid, e.Tid), ts: e.Ts, id: id}
+		if e.Ph == "s" {
+			f.flowS = append(f.flowS, fl)
+		} else {
+			f.flowF = append(f.flowF, fl)
+		}
+	case "M":
+		th := f.thread(e.Pid, e.Tid)
+		switch e.Name {
+		case "thread_name":
+			f.threads[th].name = rawString(e.Args.Name)
+		case "process_name":
+			if f.procName == "" {
+				f.procName = rawString(e.Args.Name)
+			}
+		}
+	}
+	return nil
+}
+
+// Parse reads one trace from r (plain or gzipped JSON; an object with
+// traceEvents or a bare array). On damage it returns the File with what was
+// read before it and f.Err set; err is only for input that is not a trace.
+func Parse(r io.Reader, name string) (*File, error) {
+	br := bufio.NewReaderSize(r, 256<<10)
+	var in io.Reader = br
+	gz := false
+	if magic, _ := br.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
+		z, err := gzip.NewReader(br)
+		if err != nil {
+			return nil, fmt.Errorf("%s: gzip header: %w", name, err)
+		}
+		in, gz = z, true
+	}
+	f := &File{Name: name, Rank: -1, nameIdx: map[string]uint32{}, thIdx: map[string]uint32{}}
+	dec := json.NewDecoder(in)
+	where := func(err error) error {
+		unit := "byte offset"
+		if gz {
+			unit = "decompressed byte offset"
+		}
+		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+			err = fmt.Errorf("unexpected end of input (truncated): %w", err)
+		}
+		return fmt.Errorf("%s: %s %d: %w", name, unit, dec.InputOffset(), err)
+	}
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, where(fmt.Errorf("not a JSON trace: %w", err))
+	}
+	events := func(bare bool) error {
+		var e event
+		for dec.More() {
+			e = event{}
+			if err := dec.Decode(&e); err != nil {
+				return where(err)
+			}
+			if err := f.add(&e); err != nil {
+				return where(err)
+			}
+		}
+		if _, err := dec.Token(); err != nil {
+			if bare && errors.Is(err, io.EOF) {
+				return nil // the array format may omit its closing bracket
+			}
+			return where(err)
+		}
+		return nil
+	}
+	switch tok {
+	case json.Delim('['):
+		f.Err = events(true)
+		return f, nil
+	case json.Delim('{'):
+	default:
+		return nil, where(fmt.Errorf("not a JSON trace: starts with %v, want an object or an array", tok))
+	}
+	seen := false
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			f.Err = where(err)
+			return f, nil
+		}
+		key, _ := tok.(string)
+		switch key {
+		case "traceEvents":
+			t, err := dec.Token()
+			if err != nil {
+				f.Err = where(err)
+				return f, nil
+			}
+			if t != json.Delim('[') {
+				return nil, where(errors.New("traceEvents is not an array"))
+			}
+			seen = true
+			if err := events(false); err != nil {
+				f.Err = err
+				return f, nil
+			}
+		case "distributedInfo":
+			var di struct {
+				Rank *int `json:"rank"`
+			}
+			if err := dec.Decode(&di); err != nil {
+				f.Err = where(err)
+				return f, nil
+			}
+			if di.Rank != nil && *di.Rank >= 0 {
+				f.Rank = *di.Rank
+			}
+		default:
+			var skip json.RawMessage
+			if err := dec.Decode(&skip); err != nil {
+				f.Err = where(err)
+				return f, nil
+			}
+		}
+	}
+	if _, err := dec.Token(); err != nil {
+		f.Err = where(err)
+		return f, nil
+	}
+	if !seen {
+		return nil, where(errors.New("no traceEvents array"))
+	}
+	return f, nil
+}
+
+func us(t float64) uint64 { return uint64(math.Round(t)) }
+
+type point struct {
+	ts    uint64
+	tid   uint32
+	seq   uint32
+	kind  uint8 // 0 entry, 1 exit, 2 counter
+	id    uint32
+	value uint64
+}
+
+// numeric sort key of a pid/tid string: numbers first, in order.
+func numKey(s string) (bool, int64) {
+	v, err := strconv.ParseInt(s, 10, 64)
+	return err != nil, v
+}
+
+// Feed gives the file's events to b as rank, with events only before cutoff
+// (µs; 0 for all).
+func (f *File) Feed(b *steps.Builder, rank uint32, cutoff uint64) (int, error) {
+	// Thread numbering: CPU threads (the one whose tid is its pid first), then
+	// GPU streams by device and stream.
+	order := make([]uint32, len(f.threads))
+	for i := range order {
+		order[i] = uint32(i)
+	}
+	sort.SliceStable(order, func(a, c int) bool {
+		x, y := f.threads[order[a]], f.threads[order[c]]
+		if x.gpu != y.gpu {
+			return !x.gpu
+		}
+		if x.gpu {
+			if x.device != y.device {
+				return less(x.device, y.device)
+			}
+			return less(x.stream, y.stream)
+		}
+		xm, ym := x.pid == x.tid, y.pid == y.tid
+		if x.pid != y.pid {
+			return less(x.pid, y.pid)
+		}
+		if xm != ym {
+			return xm
+		}
+		return less(x.tid, y.tid)
+	})
+	tidOf := make([]uint32, len(f.threads))
+	for newTid, old := range order {
+		tidOf[old] = uint32(newTid)
+	}
+	api := "CUDA"
+	if f.hip {
+		api = "ROCm"
+	}
+	if f.procName != "" {
+		b.Meta(rank, 0, "Process Name", f.procName)
+	}
+	for old, ti := range f.threads {
+		tid := tidOf[old]
+		if ti.name != "" {
+			b.Meta(rank, tid, "Thread Name", ti.name)
+		}
+	}
+	for i, n := range f.names {
+		b.FuncName(rank, uint32(i), n)
+	}
+	const corrCID = 0
+	b.CounterName(rank, corrCID, steps.CorrelationCounter)
+
+	// Correlation ids: from args, else from ac2g flows.
+	type tkey struct {
+		thread uint32
+		ts     float64
+	}
+	fEnd := map[tkey]int64{}
+	for _, fl := range f.flowF {
+		fEnd[tkey{fl.thread, fl.ts}] = fl.id
+	}
+	sByThread := map[uint32][]flow{}
+	for _, fl := range f.flowS {
+		sByThread[fl.thread] = append(sByThread[fl.thread], fl)
+	}
+	gpuCorr := map[int64]bool{}
+	for i := range f.spans {
+		s := &f.spans[i]
+		if !s.device {
+			continue
+		}
+		if !s.hasCorr {
+			s.corr, s.hasCorr = fEnd[tkey{s.thread, s.start}]
+		}
+		if s.hasCorr {
+			gpuCorr[s.corr] = true
+		}
+	}
+	for i := range f.spans {
+		s := &f.spans[i]
+		if !s.launch || s.hasCorr {
+			continue
+		}
+		for _, fl := range sByThread[s.thread] {
+			if fl.ts >= s.start && fl.ts <= s.end {
+				s.corr, s.hasCorr = fl.id, true
+				break
+			}
+		}
+	}
+
+	// Spans per thread, sorted so parents come before children.
+	sort.SliceStable(f.spans, func(a, c int) bool {
+		x, y := &f.spans[a], &f.spans[c]
+		if x.thread != y.thread {
+			return x.thread < y.thread
+		}
+		if x.start != y.start {
+			return x.start < y.start
+		}
+		if x.end != y.end {
+			return x.end > y.end
+		}
+		return x.order < y.order
+	})
+	pts := make([]point, 0, 2*len(f.spans))
+	type open struct {
+		end uint64
+		id  uint32
+	}
+	var stack []open
+	var seq uint32
+	emitExit := func(tid uint32, o open) {
+		pts = append(pts, point{ts: o.end, tid: tid, seq: seq, kind: 1, id: o.id})
+		seq++
+	}
+	for i := 0; i < len(f.spans); {
+		th := f.spans[i].thread
+		tid := tidOf[th]
+		gpu := f.threads[th].gpu
+		if gpu {
+			if err := b.GPU(rank, tid, api, f.threads[th].context, f.threads[th].device, f.threads[th].stream); err != nil {
+				return 0, err
+			}
+		}
+		stack = stack[:0]
+		for ; i < len(f.spans) && f.spans[i].thread == th; i++ {
+			s := &f.spans[i]
+			start, end := us(s.start), us(s.end)
+			for len(stack) > 0 && stack[len(stack)-1].end <= start {
+				emitExit(tid, stack[len(stack)-1])
+				stack = stack[:len(stack)-1]
+			}
+			if n := len(stack); n > 0 && end > stack[n-1].end {
+				end = stack[n-1].end // overlaps its parent's end: cut
+			}
+			pts = append(pts, point{ts: start, tid: tid, seq: seq, kind: 0, id: s.name})
+			seq++
+			if s.hasCorr && (s.device || s.launch) && gpuCorr[s.corr] {
+				pts = append(pts, point{ts: start, tid: tid, seq: seq, kind: 2, id: corrCID, value: uint64(s.corr)})
+				seq++
+			}
+			stack = append(stack, open{end, s.name})
+		}
+		for len(stack) > 0 {
+			emitExit(tid, stack[len(stack)-1])
+			stack = stack[:len(stack)-1]
+		}
+	}
+	sort.SliceStable(pts, func(a, c int) bool {
+		if pts[a].ts != pts[c].ts {
+			return pts[a].ts < pts[c].ts
+		}
+		return pts[a].seq < pts[c].seq
+	})
+	n := 0
+	for _, p := range pts {
+		if cutoff != 0 && p.ts >= cutoff {
+			break
+		}
+		var err error
+		switch p.kind {
+		case 0:
+			err = b.Enter(rank, p.tid, p.id, p.ts)
+		case 1:
+			err = b.Exit(rank, p.tid, p.id, p.ts)
+		default:
+			err = b.Counter(rank, p.tid, p.id, p.value, p.ts)
+		}
+		if err != nil {
+			return n, fmt.Errorf("%s: %w", f.Name, err)
+		}
+		n++
+	}
+	return n, nil
+}
+
+func less(a, b string) bool {
+	an, av := numKey(a)
+	bn, bv := numKey(b)
+	if an != bn {
+		return !an
+	}
+	if !an {
+		return av < bv
+	}
+	return a < b
+}
+
+// Spans is the number of completed spans read (X events and matched B/E).
+func (f *File) Spans() int { return len(f.spans) }
+
+// Read parses the given files and feeds them to b, one rank per file, then
+// finishes b. A damaged file stops the read after the steps before the damage
+// have been emitted; the error names the file and the offset.
+func Read(ctx context.Context, paths []string, b *steps.Builder) error {
+	if len(paths) == 0 {
+		return errors.New("chrome trace: no files given")
+	}
+	files := make([]*File, 0, len(paths))
+	var damaged error
+	for _, p := range paths {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		fh, err := os.Open(p)
+		if err != nil {
+			return fmt.Errorf("chrome trace: %w", err)
+		}
+		f, err := Parse(fh, p)
+		fh.Close()
+		if err != nil {
+			return err
+		}
+		files = append(files, f)
+		if f.Err != nil {
+			damaged = f.Err
+			break
+		}
+	}
+	return Feed(files, b, damaged)
+}
+
+// Feed gives parsed files to b (one rank each) and finishes b, or, when
+// damaged is set, emits the steps before the damage and returns it.
+func Feed(files []*File, b *steps.Builder, damaged error) error {
+	ranks := make([]uint32, len(files))
+	distinct := map[int]bool{}
+	for i, f := range files {
+		ranks[i] = uint32(i)
+		if f.Rank >= 0 {
+			distinct[f.Rank] = true
+		}
+	}
+	if len(distinct) == len(files) {
+		for i, f := range files {
+			ranks[i] = uint32(f.Rank)
+		}
+	}
+	first := true
+	var origin float64
+	for _, f := range files {
+		if f.hasTS && (first || f.minTS < origin) {
+			origin, first = f.minTS, false
+		}
+	}
+	if !first {
+		b.SetOrigin(us(origin))
+	}
+	var cutoff uint64
+	if damaged != nil {
+		last := files[len(files)-1]
+		cutoff = max(us(last.maxStart), 1)
+	}
+	for i, f := range files {
+		c := uint64(0)
+		if damaged != nil && i == len(files)-1 {
+			c = cutoff
+		}
+		if _, err := f.Feed(b, ranks[i], c); err != nil {
+			return err
+		}
+	}
+	if damaged != nil {
+		if err := b.Advance(cutoff); err != nil {
+			return err
+		}
+		return fmt.Errorf("%w (%w; steps before io_step %d were emitted)", damaged, steps.ErrStopped, b.CompleteSteps())
+	}
+	return b.Finish()
+}
