@@ -105,7 +105,7 @@ func (s *Server) newHandler() http.Handler {
 	})
 	mux.HandleFunc("GET /api/events", s.serveEvents)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
-	mux.Handle("/provdb/", s.provdbProxy())
+	mux.Handle("GET /provdb/", s.provdbProxy())
 	return s.auth(mux)
 }
 
