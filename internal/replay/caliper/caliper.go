@@ -1,0 +1,451 @@
+// Package caliper reads Caliper event traces (.cali files written with the
+// event, recorder, timestamp and trace services) as frames.
+//
+// A .cali file has one record per line: node records build the context tree
+// (attributes are nodes whose attr is 8, cali.attribute.name; values are nodes
+// under them) and snapshot records (ctx) reference tree nodes, each standing
+// for its whole path, plus immediate attr/data pairs. A snapshot carrying
+// event.begin#A=v, event.end#A=v or event.set#A=v opens or closes region v of
+// attribute A on the snapshot's thread: regions become functions (named v for
+// the attributes function, region, annotation, loop and kernel, else "A=v"),
+// begin/end become entry/exit. Times come from time.offset (µs) when the
+// snapshot has it; otherwise the timeline is rebuilt from the inclusive
+// durations Caliper records at each end (time.inclusive.duration): an end is
+// at its region's begin plus that duration, a begin at the thread's clock.
+// Each file is a rank (mpi.rank when present, else its position) and
+// thread.id, omp.thread.num or pthread.id give the thread. Caliper's
+// attribute:value context (globals and the non-region, non-event attributes of
+// each snapshot) is kept as metadata of the thread.
+package caliper
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/kipimo-hpc/kipimo/internal/replay/steps"
+)
+
+// Record is one parsed line: key -> values.
+type Record map[string][]string
+
+// ParseRecord splits one .cali line. '\' escapes the next character (\n is a
+// newline), ',' ends an entry, '=' separates a key from its values.
+func ParseRecord(line string) (Record, error) {
+	rec := Record{}
+	var cur strings.Builder
+	var parts []string
+	flush := func() error {
+		parts = append(parts, cur.String())
+		cur.Reset()
+		if len(parts) == 1 && parts[0] == "" {
+			parts = parts[:0]
+			return nil
+		}
+		if len(parts) < 2 {
+			return fmt.Errorf("entry %q has no '=value'", parts[0])
+		}
+		rec[parts[0]] = append(rec[parts[0]], parts[1:]...)
+		parts = parts[:0]
+		return nil
+	}
+	for i := 0; i < len(line); i++ {
+		c := line[i]
+		switch c {
+		case '\\':
+			i++
+			if i >= len(line) {
+				return nil, errors.New("line ends with an escape character")
+			}
+			if line[i] == 'n' {
+				cur.WriteByte('\n')
+			} else {
+				cur.WriteByte(line[i])
+			}
+		case ',':
+			if err := flush(); err != nil {
+				return nil, err
+			}
+		case '=':
+			parts = append(parts, cur.String())
+			cur.Reset()
+		default:
+			cur.WriteByte(c)
+		}
+	}
+	if err := flush(); err != nil {
+		return nil, err
+	}
+	if len(rec["__rec"]) != 1 {
+		return nil, errors.New("no __rec entry")
+	}
+	return rec, nil
+}
+
+type node struct {
+	attr   uint64
+	data   string
+	parent int64
+}
+
+type regionOpen struct {
+	attr  string
+	value string
+	fid   uint32
+	entry uint64
+}
+
+type thread struct {
+	clock uint64
+	open  []regionOpen
+}
+
+// reader holds one file's state.
+type reader struct {
+	name    string
+	b       *steps.Builder
+	rank    uint32
+	nodes   map[uint64]node
+	attrs   map[uint64]string // attribute node id -> name
+	regions map[string]bool   // attributes with begin/end/set events
+	funcs   map[string]uint32
+	threads map[string]uint32
+	th      []*thread
+	maxTS   uint64
+	rankSet bool
+	started bool // an event was fed: the rank is fixed
+}
+
+const maxDepth = 1 << 14
+
+func (r *reader) attrName(id uint64) (string, error) {
+	if n, ok := r.attrs[id]; ok {
+		return n, nil
+	}
+	return "", fmt.Errorf("attribute %d is not defined", id)
+}
+
+type entry struct{ attr, value string }
+
+// path appends the entries of node id and its ancestors (root first).
+func (r *reader) path(id uint64, out []entry) ([]entry, error) {
+	start := len(out)
+	for depth := 0; ; depth++ {
+		if depth > maxDepth {
+			return nil, fmt.Errorf("node %d: parent chain longer than %d (a cycle?)", id, maxDepth)
+		}
+		n, ok := r.nodes[id]
+		if !ok {
+			return nil, fmt.Errorf("reference to undefined node %d", id)
+		}
+		a, err := r.attrName(n.attr)
+		if err != nil {
+			return nil, fmt.Errorf("node %d: %w", id, err)
+		}
+		out = append(out, entry{a, n.data})
+		if n.parent < 0 {
+			break
+		}
+		id = uint64(n.parent)
+	}
+	for i, j := start, len(out)-1; i < j; i, j = i+1, j-1 {
+		out[i], out[j] = out[j], out[i]
+	}
+	return out, nil
+}
+
+func (r *reader) node(rec Record) error {
+	id, err := one(rec, "id")
+	if err != nil {
+		return err
+	}
+	attr, err := one(rec, "attr")
+	if err != nil {
+		return err
+	}
+	data := ""
+	if d := rec["data"]; len(d) > 0 {
+		data = d[0]
+	}
+	parent := int64(-1)
+	if p := rec["parent"]; len(p) > 0 {
+		v, err := strconv.ParseUint(p[0], 10, 63)
+		if err != nil {
+			return fmt.Errorf("parent %q is not a node id", p[0])
+		}
+		parent = int64(v)
+	}
+	r.nodes[id] = node{attr, data, parent}
+	if attr == 8 {
+		r.attrs[id] = data
+		for _, p := range []string{"event.begin#", "event.end#", "event.set#"} {
+			if a, ok := strings.CutPrefix(data, p); ok {
+				r.regions[a] = true
+			}
+		}
+	}
+	return nil
+}
+
+func one(rec Record, key string) (uint64, error) {
+	v := rec[key]
+	if len(v) != 1 {
+		return 0, fmt.Errorf("want one %s, got %d", key, len(v))
+	}
+	n, err := strconv.ParseUint(v[0], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%s %q is not a number", key, v[0])
+	}
+	return n, nil
+}
+
+var plainNames = map[string]bool{"function": true, "region": true, "annotation": true, "loop": true, "kernel": true}
+
+func (r *reader) fid(attr, value string) uint32 {
+	name := attr + "=" + value
+	if plainNames[attr] {
+		name = value
+	}
+	if id, ok := r.funcs[name]; ok {
+		return id
+	}
+	id := uint32(len(r.funcs))
+	r.funcs[name] = id
+	r.b.FuncName(r.rank, id, name)
+	return id
+}
+
+func skipMeta(a string) bool {
+	for _, p := range []string{"event.", "cali.snapshot.", "cali.lvl.", "offs.", "time.", "cali.event."} {
+		if strings.HasPrefix(a, p) {
+			return true
+		}
+	}
+	return false
+}
+
+func (r *reader) snapshot(rec Record, globals bool) error {
+	var es []entry
+	var err error
+	for _, ref := range rec["ref"] {
+		id, perr := strconv.ParseUint(ref, 10, 64)
+		if perr != nil {
+			return fmt.Errorf("ref %q is not a node id", ref)
+		}
+		if es, err = r.path(id, es); err != nil {
+			return err
+		}
+	}
+	as, ds := rec["attr"], rec["data"]
+	if len(as) != len(ds) {
+		return fmt.Errorf("%d immediate attributes but %d values", len(as), len(ds))
+	}
+	for i := range as {
+		id, perr := strconv.ParseUint(as[i], 10, 64)
+		if perr != nil {
+			return fmt.Errorf("attr %q is not a node id", as[i])
+		}
+		a, err := r.attrName(id)
+		if err != nil {
+			return err
+		}
+		es = append(es, entry{a, ds[i]})
+	}
+	// Rank, thread, time.
+	tkey := ""
+	var offset, incl uint64
+	hasOffset, hasIncl := false, false
+	for _, e := range es {
+		switch e.attr {
+		case "mpi.rank":
+			if !r.rankSet && !r.started {
+				if v, err := strconv.ParseUint(e.value, 10, 32); err == nil {
+					r.rank, r.rankSet = uint32(v), true
+				}
+			}
+		case "thread.id", "omp.thread.num", "pthread.id":
+			if tkey == "" {
+				tkey = e.value
+			}
+		case "time.offset":
+			if v, ok := num(e.value); ok {
+				offset, hasOffset = v, true
+			}
+		case "time.inclusive.duration":
+			if v, ok := num(e.value); ok {
+				incl, hasIncl = v, true
+			}
+		}
+	}
+	tid, ok := r.threads[tkey]
+	if !ok {
+		tid = uint32(len(r.threads))
+		r.threads[tkey] = tid
+		r.th = append(r.th, &thread{})
+	}
+	th := r.th[tid]
+	for _, e := range es {
+		if globals || (!skipMeta(e.attr) && !r.regions[e.attr]) {
+			r.b.Meta(r.rank, tid, e.attr, e.value)
+		}
+	}
+	if globals {
+		return nil
+	}
+	now := th.clock
+	if hasOffset {
+		now = offset
+	}
+	for _, e := range es {
+		var op string
+		var attr string
+		for _, p := range []string{"event.begin#", "event.end#", "event.set#"} {
+			if a, ok := strings.CutPrefix(e.attr, p); ok {
+				op, attr = p, a
+			}
+		}
+		switch op {
+		case "event.begin#":
+			if err := r.begin(th, tid, attr, e.value, now); err != nil {
+				return err
+			}
+		case "event.end#":
+			if err := r.end(th, tid, attr, now, hasOffset, incl, hasIncl); err != nil {
+				return err
+			}
+		case "event.set#":
+			if err := r.end(th, tid, attr, now, hasOffset, incl, hasIncl); err != nil {
+				return err
+			}
+			if err := r.begin(th, tid, attr, e.value, th.clock); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func num(s string) (uint64, bool) {
+	if v, err := strconv.ParseUint(s, 10, 64); err == nil {
+		return v, true
+	}
+	if v, err := strconv.ParseFloat(s, 64); err == nil && v >= 0 && v < 1e18 {
+		return uint64(v + 0.5), true
+	}
+	return 0, false
+}
+
+func (r *reader) begin(th *thread, tid uint32, attr, value string, ts uint64) error {
+	ts = max(ts, th.clock)
+	th.clock = ts
+	r.started = true
+	fid := r.fid(attr, value)
+	th.open = append(th.open, regionOpen{attr, value, fid, ts})
+	r.maxTS = max(r.maxTS, ts)
+	return r.b.Enter(r.rank, tid, fid, ts)
+}
+
+// end closes the innermost open region of attr (if any).
+func (r *reader) end(th *thread, tid uint32, attr string, now uint64, hasOffset bool, incl uint64, hasIncl bool) error {
+	i := len(th.open) - 1
+	for i >= 0 && th.open[i].attr != attr {
+		i--
+	}
+	if i < 0 {
+		return nil // set of a fresh attribute, or an end without begin
+	}
+	o := th.open[i]
+	th.open = append(th.open[:i], th.open[i+1:]...)
+	ts := now
+	if !hasOffset && hasIncl {
+		ts = o.entry + incl
+	}
+	ts = max(ts, th.clock)
+	th.clock = ts
+	r.maxTS = max(r.maxTS, ts)
+	return r.b.Exit(r.rank, tid, o.fid, ts)
+}
+
+// ReadFile reads one .cali stream as rank into b. It does not finish b.
+func ReadFile(ctx context.Context, in io.Reader, name string, rank uint32, b *steps.Builder) error {
+	r := &reader{name: name, b: b, rank: rank, nodes: map[uint64]node{}, attrs: map[uint64]string{8: "cali.attribute.name", 9: "cali.attribute.type", 10: "cali.attribute.prop"},
+		regions: map[string]bool{}, funcs: map[string]uint32{}, threads: map[string]uint32{}}
+	for id, t := range []string{"usr", "int", "uint", "string", "addr", "double", "bool", "type"} {
+		r.nodes[uint64(id)] = node{attr: 9, data: t, parent: -1}
+	}
+	r.nodes[8] = node{attr: 8, data: "cali.attribute.name", parent: 3}
+	r.nodes[9] = node{attr: 8, data: "cali.attribute.type", parent: 7}
+	r.nodes[10] = node{attr: 8, data: "cali.attribute.prop", parent: 1}
+	r.nodes[11] = node{attr: 9, data: "ptr", parent: -1}
+	br := bufio.NewReaderSize(in, 64<<10)
+	var offset int64
+	for line := 1; ; line++ {
+		if line&0x3FF == 0 {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+		}
+		s, err := br.ReadString('\n')
+		if err == io.EOF && s == "" {
+			return nil
+		}
+		fail := func(e error) error {
+			if r.maxTS > 0 {
+				if aerr := b.Advance(r.maxTS); aerr != nil {
+					return aerr
+				}
+			}
+			return fmt.Errorf("%s:%d (byte offset %d): %w (%w; steps before io_step %d were emitted)", name, line, offset, e, steps.ErrStopped, b.CompleteSteps())
+		}
+		if err == io.EOF {
+			return fail(errors.New("last line has no newline: the file is truncated"))
+		}
+		if err != nil {
+			return fail(err)
+		}
+		text := strings.TrimRight(s, "\r\n")
+		if text != "" {
+			rec, perr := ParseRecord(text)
+			if perr == nil {
+				switch rec["__rec"][0] {
+				case "node":
+					perr = r.node(rec)
+				case "ctx":
+					perr = r.snapshot(rec, false)
+				case "globals":
+					perr = r.snapshot(rec, true)
+				}
+			}
+			if perr != nil {
+				return fail(perr)
+			}
+		}
+		offset += int64(len(s))
+	}
+}
+
+// Read reads the .cali files, one rank each (mpi.rank when the file has it,
+// else its position), and finishes b.
+func Read(ctx context.Context, paths []string, b *steps.Builder) error {
+	if len(paths) == 0 {
+		return errors.New("caliper: no files given")
+	}
+	b.SetOrigin(0)
+	for i, p := range paths {
+		fh, err := os.Open(p)
+		if err != nil {
+			return fmt.Errorf("caliper: %w", err)
+		}
+		err = ReadFile(ctx, fh, p, uint32(i), b)
+		fh.Close()
+		if err != nil {
+			return err
+		}
+	}
+	return b.Finish()
+}

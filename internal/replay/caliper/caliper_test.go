@@ -1,0 +1,198 @@
+package caliper
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/kipimo-hpc/kipimo/internal/frame"
+	"github.com/kipimo-hpc/kipimo/internal/replay/steps"
+)
+
+func collect(t testing.TB, cfg steps.Config, read func(*steps.Builder) error) ([]frame.Frame, steps.Stats, error) {
+	t.Helper()
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	var out []frame.Frame
+	b := steps.New(cfg, func(f *frame.Frame) error {
+		c := *f
+		c.Funcs = append([]frame.Name(nil), f.Funcs...)
+		c.Metadata = append([]frame.Meta(nil), f.Metadata...)
+		c.Events = append([]frame.FuncEvent(nil), f.Events...)
+		out = append(out, c)
+		return nil
+	})
+	err := read(b)
+	return out, b.Stats(), err
+}
+
+// closedIn counts, with regular expressions and counters only, the regions a
+// trace closes: snapshots referencing an event.end#A node, plus event.set#A
+// snapshots while a region of A is open.
+func closedIn(t *testing.T, path string) int {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	attrName := map[string]string{}
+	nodeAttr := map[string]string{}
+	for _, m := range regexp.MustCompile(`(?m)^__rec=node,id=(\d+),attr=(\d+),data=([^,\n]*)`).FindAllStringSubmatch(string(data), -1) {
+		if m[2] == "8" {
+			attrName[m[1]] = m[3]
+		}
+		nodeAttr[m[1]] = m[2]
+	}
+	open := map[string]int{}
+	closed := 0
+	for _, m := range regexp.MustCompile(`(?m)^__rec=ctx,ref=([\d=]+)`).FindAllStringSubmatch(string(data), -1) {
+		for _, ref := range strings.Split(m[1], "=") {
+			a := attrName[nodeAttr[ref]]
+			switch {
+			case strings.HasPrefix(a, "event.begin#"):
+				open[a[len("event.begin#"):]]++
+			case strings.HasPrefix(a, "event.end#"):
+				if x := a[len("event.end#"):]; open[x] > 0 {
+					open[x]--
+					closed++
+				}
+			case strings.HasPrefix(a, "event.set#"):
+				if x := a[len("event.set#"):]; open[x] > 0 {
+					closed++
+				} else {
+					open[x]++
+				}
+			}
+		}
+	}
+	return closed
+}
+
+func TestFixture(t *testing.T) {
+	files, _ := filepath.Glob("testdata/*.cali")
+	if len(files) != 1 {
+		t.Fatalf("fixtures: %v", files)
+	}
+	want := closedIn(t, files[0])
+	frames, st, err := collect(t, steps.Config{}, func(b *steps.Builder) error {
+		return Read(context.Background(), files, b)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Executions != want {
+		t.Errorf("executions = %d, regions closed in the file = %d", st.Executions, want)
+	}
+	names := map[string]bool{}
+	meta := map[string]string{}
+	var last uint64
+	for _, f := range frames {
+		for _, n := range f.Funcs {
+			names[n.Name] = true
+		}
+		for _, m := range f.Metadata {
+			meta[m.Key] = m.Value
+		}
+		for _, e := range f.Events {
+			if e.TS < last {
+				t.Errorf("time goes back: %d after %d", e.TS, last)
+			}
+			last = e.TS
+		}
+	}
+	for _, n := range []string{"main=init", "main=body", "main=loop", "factorial=comp", "iteration=0"} {
+		if !names[n] {
+			t.Errorf("region %q missing from %v", n, names)
+		}
+	}
+	if meta["cali.caliper.version"] != "1.5.dev" {
+		t.Errorf("context metadata %v lacks cali.caliper.version=1.5.dev", meta)
+	}
+	// The first region (main=init) lasts its recorded inclusive duration.
+	if e := frames[0].Events; len(e) < 2 || e[1].Kind != frame.Exit || e[1].TS-e[0].TS != 1813 {
+		t.Errorf("first events %+v, want main=init lasting 1813 µs", e[:2])
+	}
+}
+
+func TestParseRecord(t *testing.T) {
+	cases := []struct {
+		name, line string
+		want       map[string][]string
+		err        string
+	}{
+		{"node", `__rec=node,id=24,attr=8,data=iter,parent=23`, map[string][]string{"__rec": {"node"}, "id": {"24"}, "attr": {"8"}, "data": {"iter"}, "parent": {"23"}}, ""},
+		{"ctx", `__rec=ctx,ref=25=4,attr=19=24,data=13=1`, map[string][]string{"__rec": {"ctx"}, "ref": {"25", "4"}, "attr": {"19", "24"}, "data": {"13", "1"}}, ""},
+		{"escapes", `__rec=node,id=1,attr=8,data=a\,b\=c\\d\ne`, map[string][]string{"__rec": {"node"}, "id": {"1"}, "attr": {"8"}, "data": {"a,b=c\\d\ne"}}, ""},
+		{"dangling escape", `__rec=node,data=x\`, nil, "escape"},
+		{"no value", `__rec=node,id`, nil, "no '=value'"},
+		{"no rec", `id=1`, nil, "no __rec"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := ParseRecord(tc.line)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("err = %v, want %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != len(tc.want) {
+				t.Fatalf("got %v, want %v", got, tc.want)
+			}
+			for k, v := range tc.want {
+				if strings.Join(got[k], "|") != strings.Join(v, "|") {
+					t.Errorf("%s = %q, want %q", k, got[k], v)
+				}
+			}
+		})
+	}
+}
+
+func TestTruncatedAndMalformed(t *testing.T) {
+	files, _ := filepath.Glob("testdata/*.cali")
+	data, err := os.ReadFile(files[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut := string(data[:len(data)*3/4])
+	_, _, err = collect(t, steps.Config{}, func(b *steps.Builder) error {
+		return ReadFile(context.Background(), strings.NewReader(cut), "cut.cali", 0, b)
+	})
+	if !errors.Is(err, steps.ErrStopped) || !strings.Contains(err.Error(), "cut.cali:") || !strings.Contains(err.Error(), "truncated") {
+		t.Errorf("truncated: err = %v", err)
+	}
+	lines := 0
+	for sc := bufio.NewScanner(strings.NewReader(cut)); sc.Scan(); {
+		lines++
+	}
+	if !strings.Contains(err.Error(), "cut.cali:"+strconv.Itoa(lines)+" ") {
+		t.Errorf("truncated: err = %v, want line %d", err, lines)
+	}
+	cases := []struct{ name, text, want string }{
+		{"undefined node", "__rec=ctx,ref=99\n", "undefined node 99"},
+		{"undefined attr", "__rec=node,id=20,attr=77,data=x\n__rec=ctx,ref=20\n", "attribute 77 is not defined"},
+		{"bad id", "__rec=node,id=x,attr=8,data=a\n", "not a number"},
+		{"pairs", "__rec=ctx,attr=8,data=1=2\n", "immediate attributes"},
+		{"cycle", "__rec=node,id=20,attr=8,data=a,parent=21\n__rec=node,id=21,attr=8,data=b,parent=20\n__rec=ctx,ref=20\n", "cycle"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, _, err := collect(t, steps.Config{}, func(b *steps.Builder) error {
+				return ReadFile(context.Background(), strings.NewReader(tc.text), "bad.cali", 0, b)
+			})
+			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "bad.cali:") {
+				t.Errorf("err = %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
+
