@@ -195,4 +195,3 @@ func TestTruncatedAndMalformed(t *testing.T) {
 		})
 	}
 }
-
