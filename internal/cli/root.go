@@ -32,7 +32,8 @@ and context, and keeps them for queries, dashboards and TAU profiles.`,
 		return setupLogging(cmd.ErrOrStderr(), lvl)
 	}
 	root.AddCommand(
-	// subcommands, one file each
+		// subcommands, one file each
+		newFramesCmd(),
 	)
 	return root
 }
