@@ -2,7 +2,7 @@ package pserver
 
 import (
 	"context"
-	"encoding/json"
+	json "github.com/go-json-experiment/json"
 	"errors"
 	"fmt"
 	"net"
@@ -163,7 +163,7 @@ func (s *Server) start(ctx context.Context, nc *nats.Conn) error {
 		_ = sub.SetPendingLimits(-1, 512<<20)
 		s.subs = append(s.subs, sub)
 	}
-	if err := nc.FlushWithContext(ctx); err != nil {
+	if err := flush(ctx, nc); err != nil {
 		s.closeSubs()
 		return fmt.Errorf("pserver: flush subscriptions: %w", err)
 	}
@@ -448,7 +448,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			}
 		}
 		if s.nc != nil {
-			_ = s.nc.FlushWithContext(ctx)
+			_ = flush(ctx, s.nc)
 		}
 		if s.js != nil && s.cons != nil {
 			select {
@@ -514,4 +514,13 @@ func (s *Server) View(f func(st *State)) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	f(s.st)
+}
+
+// flush waits for the server to have processed what nc sent, bounded by ctx
+// or, without a deadline, ten seconds.
+func flush(ctx context.Context, nc *nats.Conn) error {
+	if _, ok := ctx.Deadline(); ok {
+		return nc.FlushWithContext(ctx)
+	}
+	return nc.FlushTimeout(10 * time.Second)
 }
