@@ -1,0 +1,228 @@
+// Package ad is Kipimo's on-node anomaly detector: it turns one rank's frames
+// into executions (call stacks per thread that persist across io_steps),
+// keeps running statistics per function or call path, labels executions with
+// an outlier algorithm (SSTD, HBOS or COPOD) against the model it shares with
+// the parameter server, and produces provenance records (anomalies, sampled
+// normal executions, metadata, per-thread profiles).
+//
+// The core (New, Process, Close) does no network I/O of its own: the
+// parameter server is reached through a Syncer and records leave through a
+// Sink, so the whole-pipeline command can embed it. NATS implementations of
+// both live in this package too (NATSSyncer, NATSSink), and Serve wires a
+// detector to its frame subject.
+package ad
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/kipimo-hpc/kipimo/internal/stats"
+)
+
+// Algorithm names, as given in Config.Algorithm and in provenance records.
+const (
+	SSTD  = "sstd"
+	HBOS  = "hbos"
+	COPOD = "copod"
+)
+
+// Statistic names: which runtime the models are built on.
+const (
+	Exclusive = "exclusive"
+	Inclusive = "inclusive"
+)
+
+// Config configures one detector (one program rank). The zero value plus PID
+// and Rank is valid after Validate fills the defaults.
+type Config struct {
+	PID  uint32
+	Rank uint32
+
+	// Algorithm is SSTD, HBOS (Chimbuko's default, and ours) or COPOD.
+	Algorithm string
+	// Sigma is SSTD's threshold in standard deviations (default 6).
+	Sigma float64
+	// Threshold is HBOS's and COPOD's fraction of the score range (default 0.99).
+	Threshold float64
+	// Bins is the number of histogram bins (default 200).
+	Bins int
+	// Statistic is Exclusive (default) or Inclusive runtime.
+	Statistic string
+	// SlowOnly flags only executions slower than the model's mean (Chimbuko
+	// flags unusually fast ones too).
+	SlowOnly bool
+	// ByCallPath keys models by call path ("a => b => f", CallPathDepth frames)
+	// instead of by function name.
+	ByCallPath bool
+	// CallPathDepth is how many frames a call path keeps, the execution's own
+	// included (TAU's TAU_CALLPATH_DEPTH; default 2). It bounds both the
+	// profile's call paths and the per-call-path models.
+	CallPathDepth int
+	// MinRuntime is a floor in µs: executions whose statistic is below it are
+	// never flagged.
+	MinRuntime float64
+	// Ignore lists function names that are never flagged.
+	Ignore []string
+	// MinCount is the number of values a model needs before it labels
+	// anything (default 2; with Isolation, also at least 1/MaxMass).
+	// Executions completed earlier stay unlabelled and are retried at the
+	// next steps, as Chimbuko does, for at most MaxPendingSteps steps; then
+	// they are labelled normal and counted in Stats.Unscored.
+	MinCount float64
+	// Isolation (HBOS and COPOD; 0, Chimbuko's behaviour, by default) is the
+	// half-width in bins of an isolation window: an execution is flagged only
+	// if the model's probability mass within Isolation bins of its value is
+	// below MaxMass. HBOS then scores -log2 of that mass instead of its bin's
+	// probability. This removes the flaw of the fraction-of-range threshold,
+	// which flags the sparsest bins of every histogram, outliers or not.
+	Isolation int
+	// MaxMass is the isolation window's mass below which an execution may be
+	// flagged (default 0.001 when Isolation is set).
+	MaxMass float64
+
+	// Window is the number of executions before and after an anomaly on the
+	// same thread kept in its exec_window (default 5; negative means 0).
+	Window int
+	// MaxPendingSteps bounds how many steps a record waits for its "after"
+	// window to complete before it is published with what exists (default 8).
+	MaxPendingSteps int
+	// NormalRate is the fraction of normal executions sampled into
+	// normalexecs in addition to Chimbuko's rule (one lowest-score normal
+	// execution per function that had an anomaly in the step). 0 by default.
+	NormalRate float64
+	// ProfileEvery publishes the per-thread profiles every K steps (0: only at
+	// the end of the stream).
+	ProfileEvery int
+
+	// Hostname goes into every record; default the host's name, replaced by
+	// the stream's "Hostname" metadata when present.
+	Hostname string
+
+	// Syncer reaches the parameter server; nil runs on the local model only.
+	Syncer Syncer
+	// Shards is the number of pserver shards (default 1).
+	Shards int
+	// SyncWait is how long the end of a step waits for the pserver's reply
+	// when the pserver is answering (default 1s); while it is not, detection
+	// goes on at once with the local model merged into the last global one.
+	SyncWait time.Duration
+	// SyncTimeout bounds one sync attempt (default 2s); failed attempts are
+	// retried with exponential backoff from 50ms up to SyncBackoffMax (5s).
+	SyncTimeout    time.Duration
+	SyncBackoffMax time.Duration
+	// MaxStepSummaries bounds the step summaries kept while the pserver is
+	// unreachable (default 10000; the oldest are dropped and counted).
+	MaxStepSummaries int
+
+	// Sink receives the records; nil discards them (they are still counted).
+	Sink Sink
+
+	// Logger receives lifecycle messages (never one per event).
+	Logger zerolog.Logger
+}
+
+// Validate checks c and fills its defaults.
+func (c *Config) Validate() error {
+	c.Algorithm = strings.ToLower(c.Algorithm)
+	if c.Algorithm == "" {
+		c.Algorithm = HBOS
+	}
+	switch c.Algorithm {
+	case SSTD, HBOS, COPOD:
+	default:
+		return fmt.Errorf("algorithm %q is not one of sstd, hbos, copod", c.Algorithm)
+	}
+	if c.Sigma == 0 {
+		c.Sigma = 6
+	}
+	if !(c.Sigma > 0) {
+		return fmt.Errorf("sigma %v must be positive", c.Sigma)
+	}
+	if c.Threshold == 0 {
+		c.Threshold = stats.DefaultHBOSThreshold
+	}
+	if !(c.Threshold > 0 && c.Threshold <= 1) {
+		return fmt.Errorf("threshold %v must be in (0, 1]", c.Threshold)
+	}
+	if c.Bins == 0 {
+		c.Bins = stats.DefaultBins
+	}
+	if c.Bins < 1 || c.Bins > 1<<16 {
+		return fmt.Errorf("bins %d must be in [1, 65536]", c.Bins)
+	}
+	if c.Statistic == "" {
+		c.Statistic = Exclusive
+	}
+	if c.Statistic != Exclusive && c.Statistic != Inclusive {
+		return fmt.Errorf("statistic %q is not exclusive or inclusive", c.Statistic)
+	}
+	if c.CallPathDepth == 0 {
+		c.CallPathDepth = 2
+	}
+	if c.CallPathDepth < 1 || c.CallPathDepth > 64 {
+		return fmt.Errorf("call-path depth %d must be in [1, 64]", c.CallPathDepth)
+	}
+	if c.MinRuntime < 0 {
+		return fmt.Errorf("minimum runtime %v must not be negative", c.MinRuntime)
+	}
+	if c.MinCount == 0 {
+		c.MinCount = 2
+	}
+	if c.Isolation < 0 || c.Isolation > 1<<16 {
+		return fmt.Errorf("isolation %d must be in [0, 65536]", c.Isolation)
+	}
+	if c.Isolation > 0 && c.MaxMass == 0 {
+		c.MaxMass = 0.001
+	}
+	if c.MaxMass < 0 || c.MaxMass >= 1 {
+		return fmt.Errorf("max mass %v must be in [0, 1)", c.MaxMass)
+	}
+	if c.Isolation > 0 {
+		c.MinCount = max(c.MinCount, 1/c.MaxMass)
+	}
+	if c.Window == 0 {
+		c.Window = 5
+	}
+	if c.Window < 0 {
+		c.Window = 0
+	}
+	if c.Window > 1000 {
+		return fmt.Errorf("window %d is larger than 1000", c.Window)
+	}
+	if c.MaxPendingSteps <= 0 {
+		c.MaxPendingSteps = 8
+	}
+	if c.NormalRate < 0 || c.NormalRate > 1 {
+		return fmt.Errorf("normal rate %v must be in [0, 1]", c.NormalRate)
+	}
+	if c.ProfileEvery < 0 {
+		return errors.New("profile interval must not be negative")
+	}
+	if c.Hostname == "" {
+		c.Hostname, _ = os.Hostname()
+	}
+	if c.Shards == 0 {
+		c.Shards = 1
+	}
+	if c.Shards < 1 || c.Shards > 4096 {
+		return fmt.Errorf("shards %d must be in [1, 4096]", c.Shards)
+	}
+	if c.SyncWait == 0 {
+		c.SyncWait = time.Second
+	}
+	if c.SyncTimeout == 0 {
+		c.SyncTimeout = 2 * time.Second
+	}
+	if c.SyncBackoffMax == 0 {
+		c.SyncBackoffMax = 5 * time.Second
+	}
+	if c.MaxStepSummaries <= 0 {
+		c.MaxStepSummaries = 10000
+	}
+	return nil
+}

@@ -1,0 +1,198 @@
+package ad
+
+import (
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// counters are a detector's counts, written by its goroutine and read by
+// anyone.
+type counters struct {
+	frames, badFrames, events, executions, anomalies atomic.Uint64
+	unmatchedExits, mismatchedExits, repairedOpen    atomic.Uint64
+	openAtEnd, unscored, records, droppedRecords     atomic.Uint64
+	syncs, syncFailures, droppedSummaries            atomic.Uint64
+	modelErrors, evictedLaunches                     atomic.Uint64
+	unmatchedCorrelations                            atomic.Uint64
+}
+
+// Stats is a snapshot of a detector's counts.
+type Stats struct {
+	PID  uint32 `json:"pid"`
+	Rank uint32 `json:"rank"`
+	// Frames processed and frames rejected.
+	Frames    uint64 `json:"frames"`
+	BadFrames uint64 `json:"bad_frames"`
+	// Events of all kinds (function, counter, comm) in processed frames.
+	Events uint64 `json:"events"`
+	// Executions completed, and those labelled anomalous.
+	Executions uint64 `json:"executions"`
+	Anomalies  uint64 `json:"anomalies"`
+	// UnmatchedExits are exits with no open entry of their function (dropped,
+	// counted); MismatchedExits are exits that closed an entry deeper in the
+	// stack, RepairedOpen the entries above it they closed; OpenAtEnd are
+	// entries still open at Close, closed there.
+	UnmatchedExits  uint64 `json:"unmatched_exits"`
+	MismatchedExits uint64 `json:"mismatched_exits"`
+	RepairedOpen    uint64 `json:"repaired_open"`
+	OpenAtEnd       uint64 `json:"open_at_end"`
+	// Unscored executions were labelled normal because their model had fewer
+	// than MinCount values.
+	Unscored uint64 `json:"unscored"`
+	// Records handed to the sink, and records it did not accept.
+	Records        uint64 `json:"records"`
+	DroppedRecords uint64 `json:"dropped_records"`
+	// Syncs answered, sync attempts failed, step summaries dropped while the
+	// pserver was unreachable.
+	Syncs            uint64 `json:"syncs"`
+	SyncFailures     uint64 `json:"sync_failures"`
+	DroppedSummaries uint64 `json:"dropped_summaries"`
+	// Lag is the number of steps whose deltas the pserver has not answered yet
+	// (0 when in sync).
+	Lag uint64 `json:"lag_steps"`
+	// ModelErrors are histogram merges refused as malformed;
+	// EvictedLaunches are CPU launches forgotten before their GPU kernel
+	// came; UnmatchedCorrelations are GPU records without a known launch.
+	ModelErrors           uint64 `json:"model_errors"`
+	EvictedLaunches       uint64 `json:"evicted_launches"`
+	UnmatchedCorrelations uint64 `json:"unmatched_correlations"`
+}
+
+// Stats returns the detector's counts; safe for concurrent use.
+func (d *Detector) Stats() Stats {
+	c := &d.stats
+	return Stats{
+		PID: d.cfg.PID, Rank: d.cfg.Rank,
+		Frames: c.frames.Load(), BadFrames: c.badFrames.Load(), Events: c.events.Load(),
+		Executions: c.executions.Load(), Anomalies: c.anomalies.Load(),
+		UnmatchedExits: c.unmatchedExits.Load(), MismatchedExits: c.mismatchedExits.Load(),
+		RepairedOpen: c.repairedOpen.Load(), OpenAtEnd: c.openAtEnd.Load(), Unscored: c.unscored.Load(),
+		Records: c.records.Load(), DroppedRecords: c.droppedRecords.Load(),
+		Syncs: c.syncs.Load(), SyncFailures: c.syncFailures.Load(), DroppedSummaries: c.droppedSummaries.Load(),
+		Lag:         d.sync.lag.Load(),
+		ModelErrors: c.modelErrors.Load(), EvictedLaunches: c.evictedLaunches.Load(),
+		UnmatchedCorrelations: c.unmatchedCorrelations.Load(),
+	}
+}
+
+// Add sums o into s (for node totals).
+func (s *Stats) Add(o Stats) {
+	s.Frames += o.Frames
+	s.BadFrames += o.BadFrames
+	s.Events += o.Events
+	s.Executions += o.Executions
+	s.Anomalies += o.Anomalies
+	s.UnmatchedExits += o.UnmatchedExits
+	s.MismatchedExits += o.MismatchedExits
+	s.RepairedOpen += o.RepairedOpen
+	s.OpenAtEnd += o.OpenAtEnd
+	s.Unscored += o.Unscored
+	s.Records += o.Records
+	s.DroppedRecords += o.DroppedRecords
+	s.Syncs += o.Syncs
+	s.SyncFailures += o.SyncFailures
+	s.DroppedSummaries += o.DroppedSummaries
+	s.Lag = max(s.Lag, o.Lag)
+	s.ModelErrors += o.ModelErrors
+	s.EvictedLaunches += o.EvictedLaunches
+	s.UnmatchedCorrelations += o.UnmatchedCorrelations
+}
+
+// Collector exports the counts of a set of detectors as Prometheus metrics
+// named kipimo_ad_*. Ranks get their own "rank" label up to RankLabels
+// detectors; the others are summed under rank="other". Safe for concurrent
+// use.
+type Collector struct {
+	mu         sync.Mutex
+	detectors  []*Detector
+	rankLabels int
+	sinkDrops  func() uint64
+}
+
+// NewCollector returns a collector labelling at most rankLabels ranks
+// (default 64). sinkDrops, when not nil, reports records the shared sink
+// dropped.
+func NewCollector(rankLabels int, sinkDrops func() uint64) *Collector {
+	if rankLabels <= 0 {
+		rankLabels = 64
+	}
+	return &Collector{rankLabels: rankLabels, sinkDrops: sinkDrops}
+}
+
+// Add registers a detector.
+func (c *Collector) Add(d *Detector) {
+	c.mu.Lock()
+	c.detectors = append(c.detectors, d)
+	c.mu.Unlock()
+}
+
+type metricDef struct {
+	name, help string
+	gauge      bool
+	get        func(*Stats) uint64
+}
+
+var metricDefs = []metricDef{
+	{"kipimo_ad_frames_total", "Frames processed.", false, func(s *Stats) uint64 { return s.Frames }},
+	{"kipimo_ad_bad_frames_total", "Frames rejected as malformed or misrouted.", false, func(s *Stats) uint64 { return s.BadFrames }},
+	{"kipimo_ad_events_total", "Events (function, counter, comm) processed.", false, func(s *Stats) uint64 { return s.Events }},
+	{"kipimo_ad_executions_total", "Executions completed.", false, func(s *Stats) uint64 { return s.Executions }},
+	{"kipimo_ad_anomalies_total", "Executions labelled anomalous.", false, func(s *Stats) uint64 { return s.Anomalies }},
+	{"kipimo_ad_unmatched_exits_total", "Exits with no open entry of their function.", false, func(s *Stats) uint64 { return s.UnmatchedExits }},
+	{"kipimo_ad_repaired_entries_total", "Entries closed by a repair (mismatched exit or end of stream).", false, func(s *Stats) uint64 { return s.RepairedOpen + s.OpenAtEnd }},
+	{"kipimo_ad_records_total", "Provenance records produced.", false, func(s *Stats) uint64 { return s.Records }},
+	{"kipimo_ad_dropped_records_total", "Provenance records the sink did not accept.", false, func(s *Stats) uint64 { return s.DroppedRecords }},
+	{"kipimo_ad_syncs_total", "Pserver syncs answered.", false, func(s *Stats) uint64 { return s.Syncs }},
+	{"kipimo_ad_sync_failures_total", "Pserver sync attempts that failed.", false, func(s *Stats) uint64 { return s.SyncFailures }},
+	{"kipimo_ad_sync_lag_steps", "Steps whose deltas the pserver has not answered yet.", true, func(s *Stats) uint64 { return s.Lag }},
+}
+
+func (c *Collector) desc(m metricDef) *prometheus.Desc {
+	return prometheus.NewDesc(m.name, m.help, []string{"rank"}, nil)
+}
+
+var sinkDropDesc = prometheus.NewDesc("kipimo_ad_sink_dropped_records_total", "Provenance records dropped by the publishing queue.", nil, nil)
+
+// Describe implements prometheus.Collector.
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, m := range metricDefs {
+		ch <- c.desc(m)
+	}
+	ch <- sinkDropDesc
+}
+
+// Collect implements prometheus.Collector.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	ds := append([]*Detector(nil), c.detectors...)
+	c.mu.Unlock()
+	var other Stats
+	hasOther := false
+	emit := func(label string, s *Stats) {
+		for _, m := range metricDefs {
+			t := prometheus.CounterValue
+			if m.gauge {
+				t = prometheus.GaugeValue
+			}
+			ch <- prometheus.MustNewConstMetric(c.desc(m), t, float64(m.get(s)), label)
+		}
+	}
+	for i, d := range ds {
+		s := d.Stats()
+		if i < c.rankLabels {
+			emit(strconv.FormatUint(uint64(s.Rank), 10), &s)
+			continue
+		}
+		other.Add(s)
+		hasOther = true
+	}
+	if hasOther {
+		emit("other", &other)
+	}
+	if c.sinkDrops != nil {
+		ch <- prometheus.MustNewConstMetric(sinkDropDesc, prometheus.CounterValue, float64(c.sinkDrops()))
+	}
+}

@@ -1,0 +1,285 @@
+package ad
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/kipimo-hpc/kipimo/internal/natsx"
+	"github.com/kipimo-hpc/kipimo/internal/provenance"
+)
+
+// Batch is one detector's records of one step (or of Close).
+type Batch struct {
+	PID       uint32
+	Rank      uint32
+	Step      uint64
+	Anomalies []provenance.Exec
+	Normal    []provenance.Exec
+	Metadata  []provenance.Metadata
+	Profiles  []provenance.ThreadProfile
+}
+
+// Len is the number of records in b.
+func (b *Batch) Len() int {
+	return len(b.Anomalies) + len(b.Normal) + len(b.Metadata) + len(b.Profiles)
+}
+
+// Sink receives the records of detectors. Publish takes ownership of b. A
+// Sink shared by several detectors must be safe for concurrent use. Publish
+// must not grow without bound: it either blocks (back-pressure) or drops and
+// counts; an error means the batch was not accepted (the detector counts its
+// records as dropped).
+type Sink interface {
+	Publish(ctx context.Context, b *Batch) error
+	Flush(ctx context.Context) error
+}
+
+// emit hands the step's batch to the sink.
+func (d *Detector) emit(ctx context.Context) {
+	b := d.batch
+	d.batch = Batch{}
+	b.PID, b.Rank, b.Step = d.cfg.PID, d.cfg.Rank, d.step
+	n := b.Len()
+	if n == 0 {
+		return
+	}
+	d.stats.records.Add(uint64(n))
+	if d.cfg.Sink == nil {
+		return
+	}
+	if err := d.cfg.Sink.Publish(ctx, &b); err != nil {
+		d.stats.droppedRecords.Add(uint64(n))
+	}
+}
+
+// MemorySink keeps every batch in memory (tests and the whole-pipeline
+// command's in-process use). Safe for concurrent use.
+type MemorySink struct {
+	mu      sync.Mutex
+	Batches []*Batch
+}
+
+// Publish implements Sink.
+func (s *MemorySink) Publish(_ context.Context, b *Batch) error {
+	s.mu.Lock()
+	s.Batches = append(s.Batches, b)
+	s.mu.Unlock()
+	return nil
+}
+
+// Flush implements Sink.
+func (s *MemorySink) Flush(context.Context) error { return nil }
+
+// All returns the records received so far, merged.
+func (s *MemorySink) All() Batch {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var all Batch
+	for _, b := range s.Batches {
+		all.Anomalies = append(all.Anomalies, b.Anomalies...)
+		all.Normal = append(all.Normal, b.Normal...)
+		all.Metadata = append(all.Metadata, b.Metadata...)
+		all.Profiles = append(all.Profiles, b.Profiles...)
+	}
+	return all
+}
+
+// Overflow says what a full NATSSink queue does.
+type Overflow int
+
+const (
+	// Drop drops the batch and counts its records (never slows detection).
+	Drop Overflow = iota
+	// Block waits for room, counting the time waited as lag.
+	Block
+)
+
+// NATSSink publishes batches to the run's JetStream provenance subjects
+// through a bounded queue drained by one goroutine. Start it, publish, then
+// Shutdown (which drains the queue). Safe for concurrent use by the detectors
+// of a node.
+type NATSSink struct {
+	js       jetstream.JetStream
+	run      string
+	overflow Overflow
+	queue    chan *Batch
+	flushReq chan chan error
+	log      zerolog.Logger
+
+	pubs map[pubKey]*provenance.Publisher // owned by the run goroutine
+
+	dropped   atomic.Uint64
+	published atomic.Uint64
+	failed    atomic.Uint64
+	lagNanos  atomic.Int64
+
+	done     chan struct{}
+	startMu  sync.Mutex
+	started  bool
+	stopOnce sync.Once
+}
+
+type pubKey struct {
+	pid, rank uint32
+	kind      string
+}
+
+// NewNATSSink returns a sink of run's records with a queue of queueLen
+// batches (default 64).
+func NewNATSSink(js jetstream.JetStream, run string, queueLen int, overflow Overflow, log zerolog.Logger) (*NATSSink, error) {
+	if err := natsx.ValidRun(run); err != nil {
+		return nil, fmt.Errorf("provenance sink: %w", err)
+	}
+	if queueLen <= 0 {
+		queueLen = 64
+	}
+	return &NATSSink{js: js, run: run, overflow: overflow, queue: make(chan *Batch, queueLen),
+		flushReq: make(chan chan error), log: log, pubs: map[pubKey]*provenance.Publisher{}, done: make(chan struct{})}, nil
+}
+
+// Start starts the publishing goroutine; it stops with Shutdown.
+func (s *NATSSink) Start(ctx context.Context) error {
+	s.startMu.Lock()
+	defer s.startMu.Unlock()
+	if s.started {
+		return errors.New("provenance sink already started")
+	}
+	if _, err := provenance.EnsureStream(ctx, s.js, s.run); err != nil {
+		return err
+	}
+	s.started = true
+	go s.loop()
+	return nil
+}
+
+// Publish implements Sink.
+func (s *NATSSink) Publish(ctx context.Context, b *Batch) error {
+	select {
+	case s.queue <- b:
+		return nil
+	default:
+	}
+	if s.overflow == Drop {
+		s.dropped.Add(uint64(b.Len()))
+		return nil
+	}
+	start := time.Now()
+	defer func() { s.lagNanos.Add(int64(time.Since(start))) }()
+	select {
+	case s.queue <- b:
+		return nil
+	case <-ctx.Done():
+		s.dropped.Add(uint64(b.Len()))
+		return nil
+	case <-s.done:
+		s.dropped.Add(uint64(b.Len()))
+		return nil
+	}
+}
+
+// Flush waits until every batch queued so far is published.
+func (s *NATSSink) Flush(ctx context.Context) error {
+	ch := make(chan error, 1)
+	select {
+	case s.flushReq <- ch:
+	case <-ctx.Done():
+		return fmt.Errorf("flush provenance: %w", ctx.Err())
+	case <-s.done:
+		return nil
+	}
+	select {
+	case err := <-ch:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("flush provenance: %w", ctx.Err())
+	}
+}
+
+// Shutdown drains the queue (within ctx) and stops the goroutine.
+func (s *NATSSink) Shutdown(ctx context.Context) error {
+	err := s.Flush(ctx)
+	s.stopOnce.Do(func() { close(s.done) })
+	return err
+}
+
+// Dropped is the number of records dropped because the queue was full (or
+// publishing failed).
+func (s *NATSSink) Dropped() uint64 { return s.dropped.Load() + s.failed.Load() }
+
+// Published is the number of records published.
+func (s *NATSSink) Published() uint64 { return s.published.Load() }
+
+// Lag is the total time publishers waited for room in the queue.
+func (s *NATSSink) Lag() time.Duration { return time.Duration(s.lagNanos.Load()) }
+
+// QueueLen is the number of batches waiting.
+func (s *NATSSink) QueueLen() int { return len(s.queue) }
+
+func (s *NATSSink) loop() {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		<-s.done
+		cancel()
+	}()
+	for {
+		select {
+		case b := <-s.queue:
+			s.publish(ctx, b)
+		case ch := <-s.flushReq:
+			for len(s.queue) > 0 {
+				s.publish(ctx, <-s.queue)
+			}
+			var err error
+			for _, p := range s.pubs {
+				if e := p.Flush(ctx); e != nil && err == nil {
+					err = e
+				}
+			}
+			ch <- err
+		case <-s.done:
+			return
+		}
+	}
+}
+
+func (s *NATSSink) publish(ctx context.Context, b *Batch) {
+	add := func(kind string, n int, rec func(i int) any) {
+		if n == 0 {
+			return
+		}
+		k := pubKey{b.PID, b.Rank, kind}
+		p := s.pubs[k]
+		if p == nil {
+			var err error
+			p, err = provenance.NewPublisher(s.js, s.run, kind, fmt.Sprintf("ad.%d.%d", b.PID, b.Rank))
+			if err != nil {
+				s.failed.Add(uint64(n))
+				return
+			}
+			s.pubs[k] = p
+		}
+		for i := 0; i < n; i++ {
+			if err := p.Add(ctx, rec(i)); err != nil {
+				s.failed.Add(1)
+				s.log.Warn().Err(err).Str("kind", kind).Msg("provenance record not published")
+				continue
+			}
+			s.published.Add(1)
+		}
+		if err := p.Flush(ctx); err != nil {
+			s.log.Warn().Err(err).Str("kind", kind).Msg("provenance batch not published; will retry with the next batch")
+		}
+	}
+	add(natsx.ProvAnomalies, len(b.Anomalies), func(i int) any { return &b.Anomalies[i] })
+	add(natsx.ProvNormalExecs, len(b.Normal), func(i int) any { return &b.Normal[i] })
+	add(natsx.ProvMetadata, len(b.Metadata), func(i int) any { return &b.Metadata[i] })
+	add(natsx.ProvProfiles, len(b.Profiles), func(i int) any { return &b.Profiles[i] })
+}

@@ -1,0 +1,370 @@
+package ad
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/kipimo-hpc/kipimo/internal/natsx"
+	"github.com/kipimo-hpc/kipimo/internal/psync"
+	"github.com/kipimo-hpc/kipimo/internal/stats"
+)
+
+// Syncer sends one sync request to a pserver shard and returns its reply. It
+// must be safe for concurrent use (a detector syncs its shards in parallel,
+// and the detectors of a node may share one Syncer). The request must not be
+// modified by the Syncer.
+type Syncer interface {
+	Sync(ctx context.Context, shard int, req *psync.SyncRequest) (*psync.SyncReply, error)
+}
+
+// NATSSyncer is a Syncer over NATS request/reply on Subjects.Sync(shard),
+// with JSON bodies (schemas/sync.schema.json).
+type NATSSyncer struct {
+	Conn     *nats.Conn
+	Subjects natsx.Subjects
+}
+
+// Sync implements Syncer.
+func (s *NATSSyncer) Sync(ctx context.Context, shard int, req *psync.SyncRequest) (*psync.SyncReply, error) {
+	data, err := json.Marshal(req)
+	if err != nil {
+		return nil, fmt.Errorf("encode sync request: %w", err)
+	}
+	subj := s.Subjects.Sync(shard)
+	msg, err := s.Conn.RequestWithContext(ctx, subj, data)
+	if err != nil {
+		return nil, fmt.Errorf("sync request on %s: %w", subj, err)
+	}
+	var rep psync.SyncReply
+	if err := json.Unmarshal(msg.Data, &rep); err != nil {
+		return nil, fmt.Errorf("decode sync reply from %s: %w", subj, err)
+	}
+	return &rep, nil
+}
+
+type syncResult struct {
+	rep *psync.SyncReply
+	err error
+}
+
+type shardState struct {
+	seq      uint64
+	inflight *psync.SyncRequest
+	keys     []int32
+	done     chan syncResult
+	healthy  atomic.Bool
+}
+
+// syncState is a detector's side of the pserver protocol: at most one
+// request outstanding per shard, resent unchanged (same Seq) until answered,
+// new deltas accumulating meanwhile. The detector's goroutine owns every
+// field but the shards' done channels and health flags, which the senders
+// write.
+type syncState struct {
+	d         *Detector
+	shards    []*shardState
+	summaries []psync.StepSummary
+	counters  map[string]*stats.Moments
+	lag       atomic.Uint64
+	ctx       context.Context
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+}
+
+func newSyncState(d *Detector) *syncState {
+	s := &syncState{d: d, counters: map[string]*stats.Moments{}}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	for range d.cfg.Shards {
+		sh := &shardState{done: make(chan syncResult, 1)}
+		sh.healthy.Store(true)
+		s.shards = append(s.shards, sh)
+	}
+	return s
+}
+
+func (s *syncState) addSummary(sum psync.StepSummary) {
+	if s.d.cfg.Syncer == nil {
+		return
+	}
+	if len(s.summaries) >= s.d.cfg.MaxStepSummaries {
+		n := len(s.summaries) - s.d.cfg.MaxStepSummaries + 1
+		s.summaries = append(s.summaries[:0], s.summaries[n:]...)
+		s.d.stats.droppedSummaries.Add(uint64(n))
+	}
+	s.summaries = append(s.summaries, sum)
+}
+
+func (s *syncState) addCounters(step map[string]*stats.Moments) {
+	for name, m := range step {
+		if m.N == 0 {
+			continue
+		}
+		if s.d.cfg.Syncer != nil {
+			a := s.counters[name]
+			if a == nil {
+				a = &stats.Moments{}
+				s.counters[name] = a
+			}
+			a.Merge(*m)
+		}
+		*m = stats.Moments{}
+	}
+}
+
+// step collects answered requests, sends the accumulated deltas of idle
+// shards and waits (at most SyncWait, and only on shards that have been
+// answering) for their replies. Without a Syncer it merges the local deltas
+// into the global model.
+func (s *syncState) step(ctx context.Context, final bool) {
+	d := s.d
+	if d.cfg.Syncer == nil {
+		for _, m := range d.models {
+			if m.accum.N == 0 {
+				continue
+			}
+			m.global.Merge(m.accum)
+			m.accum = stats.Moments{}
+			if err := m.hGlobal.Merge(m.hAccum); err != nil {
+				d.stats.modelErrors.Add(1)
+			}
+			m.hAccum = stats.Histogram{Counts: m.hAccum.Counts[:0]}
+		}
+		return
+	}
+	defer s.updateLag()
+	s.collect(false, nil)
+	var sent []int
+	for i, sh := range s.shards {
+		if sh.inflight != nil {
+			continue
+		}
+		if s.send(i) && sh.healthy.Load() {
+			sent = append(sent, i)
+		}
+	}
+	if len(sent) > 0 {
+		t := time.NewTimer(d.cfg.SyncWait)
+		defer t.Stop()
+		for _, i := range sent {
+			sh := s.shards[i]
+			select {
+			case r := <-sh.done:
+				s.apply(i, r)
+			case <-t.C:
+				return
+			case <-ctx.Done():
+				return
+			}
+		}
+	}
+}
+
+func (s *syncState) updateLag() {
+	var lag uint64
+	for _, sh := range s.shards {
+		if sh.inflight != nil && s.d.step >= sh.inflight.Step {
+			lag = max(lag, s.d.step-sh.inflight.Step+1)
+		}
+	}
+	s.lag.Store(lag)
+}
+
+// collect applies every reply that has arrived; with wait it waits for all
+// outstanding requests until ctx is done.
+func (s *syncState) collect(wait bool, ctx context.Context) {
+	for i, sh := range s.shards {
+		if sh.inflight == nil {
+			continue
+		}
+		if wait {
+			select {
+			case r := <-sh.done:
+				s.apply(i, r)
+			case <-ctx.Done():
+			}
+			continue
+		}
+		select {
+		case r := <-sh.done:
+			s.apply(i, r)
+		default:
+		}
+	}
+}
+
+// send builds shard i's next request from the accumulated deltas and starts
+// its sender; it reports whether there was anything to send.
+func (s *syncState) send(i int) bool {
+	d := s.d
+	sh := s.shards[i]
+	req := &psync.SyncRequest{PID: d.cfg.PID, Rank: d.cfg.Rank, Step: d.step, Algorithm: d.cfg.Algorithm, Hostname: d.cfg.Hostname}
+	sh.keys = sh.keys[:0]
+	for k, m := range d.models {
+		if m.shard != i || (m.accum.N == 0 && m.accumAnoms == 0) {
+			continue
+		}
+		md := psync.ModelDelta{Key: m.name, Moments: m.accum, Anomalies: m.accumAnoms}
+		if d.cfg.Algorithm != SSTD && !m.hAccum.Empty() {
+			h := m.hAccum
+			h.Counts = append([]uint64(nil), h.Counts...)
+			md.Histogram = &h
+		}
+		req.Models = append(req.Models, md)
+		m.inflight, m.hInflight, m.inflightAnoms = m.accum, m.hAccum, m.accumAnoms
+		m.accum, m.hAccum, m.accumAnoms = stats.Moments{}, stats.Histogram{}, 0
+		m.inFlight = true
+		sh.keys = append(sh.keys, int32(k))
+	}
+	if i == 0 {
+		req.Steps, s.summaries = s.summaries, nil
+		for name, m := range s.counters {
+			req.Counters = append(req.Counters, psync.CounterDelta{Name: name, Moments: *m})
+			delete(s.counters, name)
+		}
+	}
+	if len(req.Models) == 0 && len(req.Steps) == 0 && len(req.Counters) == 0 {
+		return false
+	}
+	sh.seq++
+	req.Seq = sh.seq
+	sh.inflight = req
+	s.wg.Add(1)
+	go s.sender(i, sh, req)
+	return true
+}
+
+// sender delivers req to shard i, retrying with exponential backoff until it
+// is answered or the detector closes.
+func (s *syncState) sender(i int, sh *shardState, req *psync.SyncRequest) {
+	defer s.wg.Done()
+	d := s.d
+	backoff := 50 * time.Millisecond
+	for {
+		actx, cancel := context.WithTimeout(s.ctx, d.cfg.SyncTimeout)
+		rep, err := d.cfg.Syncer.Sync(actx, i, req)
+		cancel()
+		if err == nil && rep != nil && rep.Error != "" {
+			err = fmt.Errorf("pserver shard %d refused sync %d: %s", i, req.Seq, rep.Error)
+		}
+		if err == nil && rep != nil {
+			sh.healthy.Store(true)
+			sh.done <- syncResult{rep: rep}
+			return
+		}
+		d.stats.syncFailures.Add(1)
+		if sh.healthy.Swap(false) {
+			d.cfg.Logger.Warn().Err(err).Int("shard", i).Uint64("seq", req.Seq).Msg("pserver sync failed; detecting on the local model and retrying")
+		}
+		select {
+		case <-s.ctx.Done():
+			sh.done <- syncResult{err: s.ctx.Err()}
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, d.cfg.SyncBackoffMax)
+	}
+}
+
+// apply installs shard i's reply: the global models replace the AD's copies
+// and the in-flight deltas are dropped (the reply includes them).
+func (s *syncState) apply(i int, r syncResult) {
+	d := s.d
+	sh := s.shards[i]
+	req := sh.inflight
+	sh.inflight = nil
+	if r.err != nil || r.rep == nil {
+		// Never answered (closing): keep the deltas locally.
+		for _, k := range sh.keys {
+			m := d.models[k]
+			m.accum.Merge(m.inflight)
+			if err := m.hAccum.Merge(m.hInflight); err != nil {
+				d.stats.modelErrors.Add(1)
+			}
+			m.accumAnoms += m.inflightAnoms
+			m.inflight, m.hInflight, m.inflightAnoms, m.inFlight = stats.Moments{}, stats.Histogram{}, 0, false
+		}
+		if i == 0 && req != nil {
+			s.summaries = append(req.Steps, s.summaries...)
+		}
+		return
+	}
+	d.stats.syncs.Add(1)
+	got := make(map[string]*psync.GlobalModel, len(r.rep.Models))
+	for j := range r.rep.Models {
+		got[r.rep.Models[j].Key] = &r.rep.Models[j]
+	}
+	for _, k := range sh.keys {
+		m := d.models[k]
+		if g, ok := got[m.name]; ok {
+			m.global = g.Moments
+			if g.Histogram != nil {
+				m.hGlobal = *g.Histogram
+			}
+		} else {
+			m.global.Merge(m.inflight)
+			if err := m.hGlobal.Merge(m.hInflight); err != nil {
+				d.stats.modelErrors.Add(1)
+			}
+		}
+		m.inflight, m.hInflight, m.inflightAnoms, m.inFlight = stats.Moments{}, stats.Histogram{}, 0, false
+	}
+	// Models of keys this request did not carry may come too: take them when
+	// nothing of ours is in flight for them.
+	for name, g := range got {
+		k, ok := d.keyByName[name]
+		if !ok {
+			continue
+		}
+		m := d.models[k]
+		if m.inFlight || m.shard != i {
+			continue
+		}
+		if g.Moments.N >= m.global.N {
+			m.global = g.Moments
+			if g.Histogram != nil {
+				m.hGlobal = *g.Histogram
+			}
+		}
+	}
+}
+
+// close waits for outstanding requests, sends what is left once more, and
+// stops the senders when ctx is done.
+func (s *syncState) close(ctx context.Context) error {
+	defer func() {
+		s.cancel()
+		s.wg.Wait()
+	}()
+	if s.d.cfg.Syncer == nil {
+		return nil
+	}
+	for round := 0; round < 2; round++ {
+		s.collect(true, ctx)
+		if ctx.Err() != nil {
+			break
+		}
+		any := false
+		for i, sh := range s.shards {
+			if sh.inflight == nil && s.send(i) {
+				any = true
+			}
+		}
+		if !any {
+			break
+		}
+	}
+	s.collect(true, ctx)
+	for _, sh := range s.shards {
+		if sh.inflight != nil {
+			return errors.New("final sync with the pserver did not complete before the deadline")
+		}
+	}
+	return nil
+}
