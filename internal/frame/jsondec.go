@@ -312,7 +312,7 @@ func (d *jdec) scanString(where fld) (raw []byte, esc bool, err error) {
 	p := start
 	for {
 		if p >= len(b) {
-			return nil, false, decErr(p, where, fmtErr(ErrTruncated, "input ends inside a string"))
+			return nil, false, decErr(len(b), where, fmtErr(ErrTruncated, "input ends inside a string"))
 		}
 		c := b[p]
 		switch {
@@ -502,9 +502,165 @@ func (d *jdec) metadata(f *Frame) error {
 	return err
 }
 
+// The fast paths below parse an event object written exactly as AppendJSON
+// writes it (canonical key order, no white space, numbers of at most 19
+// digits). Anything else, including every error, goes to the general parser,
+// which starts over at the same element.
+
+// lit reports whether b[p:] starts with s, and the offset after it.
+func lit(b []byte, p int, s string) (int, bool) {
+	if len(b)-p >= len(s) && string(b[p:p+len(s)]) == s {
+		return p + len(s), true
+	}
+	return p, false
+}
+
+// fastUint parses a canonical unsigned integer of 1 to 19 digits at b[p:].
+func fastUint(b []byte, p int) (uint64, int, bool) {
+	var x uint64
+	q := p
+	for q < len(b) && q-p < 19 {
+		c := b[q] - '0'
+		if c > 9 {
+			break
+		}
+		x = x*10 + uint64(c)
+		q++
+	}
+	if q == p || q-p >= 19 || (b[p] == '0' && q-p > 1) {
+		return 0, p, false
+	}
+	return x, q, true
+}
+
+func fastU32(b []byte, p int) (uint32, int, bool) {
+	x, q, ok := fastUint(b, p)
+	if !ok || x > math.MaxUint32 {
+		return 0, p, false
+	}
+	return uint32(x), q, true
+}
+
+// fastKind parses a kind digit, 0 or 1.
+func fastKind(b []byte, p int) (uint8, int, bool) {
+	if p < len(b) && (b[p] == '0' || b[p] == '1') {
+		return b[p] - '0', p + 1, true
+	}
+	return 0, p, false
+}
+
+func fastEvent(b []byte, p int) (e FuncEvent, q int, ok bool) {
+	var k uint8
+	if p, ok = lit(b, p, `{"tid":`); !ok {
+		return
+	}
+	if e.Tid, p, ok = fastU32(b, p); !ok {
+		return
+	}
+	if p, ok = lit(b, p, `,"kind":`); !ok {
+		return
+	}
+	if k, p, ok = fastKind(b, p); !ok {
+		return
+	}
+	e.Kind = EventKind(k)
+	if p, ok = lit(b, p, `,"fid":`); !ok {
+		return
+	}
+	if e.FID, p, ok = fastU32(b, p); !ok {
+		return
+	}
+	if p, ok = lit(b, p, `,"ts":`); !ok {
+		return
+	}
+	if e.TS, p, ok = fastUint(b, p); !ok {
+		return
+	}
+	p, ok = lit(b, p, `}`)
+	return e, p, ok
+}
+
+func fastCounter(b []byte, p int) (e CounterEvent, q int, ok bool) {
+	if p, ok = lit(b, p, `{"tid":`); !ok {
+		return
+	}
+	if e.Tid, p, ok = fastU32(b, p); !ok {
+		return
+	}
+	if p, ok = lit(b, p, `,"cid":`); !ok {
+		return
+	}
+	if e.CID, p, ok = fastU32(b, p); !ok {
+		return
+	}
+	if p, ok = lit(b, p, `,"value":`); !ok {
+		return
+	}
+	if e.Value, p, ok = fastUint(b, p); !ok {
+		return
+	}
+	if p, ok = lit(b, p, `,"ts":`); !ok {
+		return
+	}
+	if e.TS, p, ok = fastUint(b, p); !ok {
+		return
+	}
+	p, ok = lit(b, p, `}`)
+	return e, p, ok
+}
+
+func fastComm(b []byte, p int) (e CommEvent, q int, ok bool) {
+	var k uint8
+	if p, ok = lit(b, p, `{"tid":`); !ok {
+		return
+	}
+	if e.Tid, p, ok = fastU32(b, p); !ok {
+		return
+	}
+	if p, ok = lit(b, p, `,"kind":`); !ok {
+		return
+	}
+	if k, p, ok = fastKind(b, p); !ok {
+		return
+	}
+	e.Kind = CommKind(k)
+	if p, ok = lit(b, p, `,"tag":`); !ok {
+		return
+	}
+	if e.Tag, p, ok = fastU32(b, p); !ok {
+		return
+	}
+	if p, ok = lit(b, p, `,"partner":`); !ok {
+		return
+	}
+	if e.Partner, p, ok = fastU32(b, p); !ok {
+		return
+	}
+	if p, ok = lit(b, p, `,"bytes":`); !ok {
+		return
+	}
+	if e.Bytes, p, ok = fastUint(b, p); !ok {
+		return
+	}
+	if p, ok = lit(b, p, `,"ts":`); !ok {
+		return
+	}
+	if e.TS, p, ok = fastUint(b, p); !ok {
+		return
+	}
+	p, ok = lit(b, p, `}`)
+	return e, p, ok
+}
+
 func (d *jdec) events(f *Frame) error {
 	evs := f.Events[:0]
 	err := d.array("events", func(i int) error {
+		d.ws()
+		if e, q, ok := fastEvent(d.b, d.p); ok {
+			evs = append(evs, e)
+			d.p = q
+			return nil
+		}
 		var e FuncEvent
 		err := d.object(fld{"events", i, ""}, eventKeys, 0b1111, func(k int) error {
 			var err error
@@ -532,6 +688,12 @@ func (d *jdec) events(f *Frame) error {
 func (d *jdec) counterEvents(f *Frame) error {
 	evs := f.CounterEvents[:0]
 	err := d.array("counter_events", func(i int) error {
+		d.ws()
+		if e, q, ok := fastCounter(d.b, d.p); ok {
+			evs = append(evs, e)
+			d.p = q
+			return nil
+		}
 		var e CounterEvent
 		err := d.object(fld{"counter_events", i, ""}, counterKeys, 0b1111, func(k int) error {
 			var err error
@@ -557,6 +719,12 @@ func (d *jdec) counterEvents(f *Frame) error {
 func (d *jdec) comms(f *Frame) error {
 	evs := f.Comms[:0]
 	err := d.array("comms", func(i int) error {
+		d.ws()
+		if e, q, ok := fastComm(d.b, d.p); ok {
+			evs = append(evs, e)
+			d.p = q
+			return nil
+		}
 		var e CommEvent
 		err := d.object(fld{"comms", i, ""}, commKeys, 0b111111, func(k int) error {
 			var err error

@@ -154,6 +154,7 @@ func TestDecodeJSONMalformed(t *testing.T) {
 		{"syntax error", `{"pid":1,,}`, 9, "frame", ErrInvalid},
 		{"truncated", `{"pid":1,"events":[{"tid":0`, 27, "events[0]", ErrTruncated},
 		{"truncated string", `{"funcs":[{"id":0,"name":"ab`, 28, "funcs[0].name", ErrTruncated},
+		{"truncated in escape", `{"funcs":[{"id":0,"name":"ab\`, 29, "funcs[0].name", ErrTruncated},
 		{"missing field", `{"pid":1,"rank":2,"io_step":0,"t_start":0}`, 41, "frame", ErrInvalid},
 		{"missing event field", `{"events":[{"tid":0,"kind":0,"ts":5}]}`, 35, "events[0]", ErrInvalid},
 		{"repeated field", `{"pid":1,"pid":2}`, 9, "frame", ErrInvalid},
