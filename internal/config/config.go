@@ -14,6 +14,7 @@ package config
 
 import (
 	"bytes"
+	"flag"
 	"fmt"
 	"os"
 	"sort"
@@ -29,10 +30,14 @@ const EnvPrefix = "KIPIMO_"
 // ConfigFlag is the name of the flag that names a config file.
 const ConfigFlag = "config"
 
+// configUsage is the help text of --config.
+const configUsage = "YAML config file; keys are flag names (env KIPIMO_CONFIG)"
+
 // AddConfigFlag adds --config to fs.
-func AddConfigFlag(fs *pflag.FlagSet) {
-	fs.String(ConfigFlag, "", "YAML config file; keys are flag names (env KIPIMO_CONFIG)")
-}
+func AddConfigFlag(fs *pflag.FlagSet) { fs.String(ConfigFlag, "", configUsage) }
+
+// AddConfigFlagStd adds -config to a standard library flag set.
+func AddConfigFlagStd(fs *flag.FlagSet) { fs.String(ConfigFlag, "", configUsage) }
 
 // EnvName is the environment variable that sets flag name.
 func EnvName(flag string) string {
@@ -44,31 +49,78 @@ func EnvName(flag string) string {
 // file, if one is named. It must be called after fs.Parse. Errors name the
 // source and key that was wrong.
 func Apply(fs *pflag.FlagSet, lookup func(string) (string, bool)) error {
+	return apply(pflagSet{fs}, lookup)
+}
+
+// ApplyStd is Apply for a standard library flag.FlagSet.
+func ApplyStd(fs *flag.FlagSet, lookup func(string) (string, bool)) error {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	return apply(stdSet{fs, set}, lookup)
+}
+
+// flags is what apply needs of a flag set.
+type flags interface {
+	names() []string
+	changed(name string) bool
+	has(name string) bool
+	value(name string) string
+	set(name, value string) error
+}
+
+type pflagSet struct{ fs *pflag.FlagSet }
+
+func (p pflagSet) names() []string {
+	var out []string
+	p.fs.VisitAll(func(f *pflag.Flag) { out = append(out, f.Name) })
+	return out
+}
+func (p pflagSet) changed(n string) bool { return p.fs.Changed(n) }
+func (p pflagSet) has(n string) bool     { return p.fs.Lookup(n) != nil }
+func (p pflagSet) value(n string) string { return p.fs.Lookup(n).Value.String() }
+func (p pflagSet) set(n, v string) error { return p.fs.Set(n, v) }
+
+type stdSet struct {
+	fs   *flag.FlagSet
+	seen map[string]bool
+}
+
+func (s stdSet) names() []string {
+	var out []string
+	s.fs.VisitAll(func(f *flag.Flag) { out = append(out, f.Name) })
+	return out
+}
+func (s stdSet) changed(n string) bool { return s.seen[n] }
+func (s stdSet) has(n string) bool     { return s.fs.Lookup(n) != nil }
+func (s stdSet) value(n string) string { return s.fs.Lookup(n).Value.String() }
+func (s stdSet) set(n, v string) error { return s.fs.Set(n, v) }
+
+func apply(fs flags, lookup func(string) (string, bool)) error {
 	if lookup == nil {
 		lookup = os.LookupEnv
 	}
 	fromEnv := map[string]bool{}
 	var errs []string
-	fs.VisitAll(func(f *pflag.Flag) {
-		if f.Changed {
-			return
+	for _, name := range fs.names() {
+		if fs.changed(name) {
+			continue
 		}
-		v, ok := lookup(EnvName(f.Name))
+		v, ok := lookup(EnvName(name))
 		if !ok {
-			return
+			continue
 		}
-		if err := fs.Set(f.Name, v); err != nil {
-			errs = append(errs, fmt.Sprintf("environment %s=%q: %v", EnvName(f.Name), v, err))
-			return
+		if err := fs.set(name, v); err != nil {
+			errs = append(errs, fmt.Sprintf("environment %s=%q: %v", EnvName(name), v, err))
+			continue
 		}
-		fromEnv[f.Name] = true
-	})
+		fromEnv[name] = true
+	}
 	if len(errs) > 0 {
 		return fmt.Errorf("%s", strings.Join(errs, "; "))
 	}
 	file := ""
-	if f := fs.Lookup(ConfigFlag); f != nil {
-		file = f.Value.String()
+	if fs.has(ConfigFlag) {
+		file = fs.value(ConfigFlag)
 	}
 	if file == "" {
 		return nil
@@ -83,14 +135,13 @@ func Apply(fs *pflag.FlagSet, lookup func(string) (string, bool)) error {
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
-		f := fs.Lookup(k)
-		if f == nil || k == ConfigFlag {
+		if !fs.has(k) || k == ConfigFlag {
 			return fmt.Errorf("config %s: unknown key %q (keys are the flag names: %s)", file, k, flagNames(fs))
 		}
-		if f.Changed || fromEnv[k] {
+		if fs.changed(k) || fromEnv[k] {
 			continue
 		}
-		if err := setFromYAML(fs, f, values[k]); err != nil {
+		if err := setFromYAML(fs, k, values[k]); err != nil {
 			return fmt.Errorf("config %s: key %q: %w", file, k, err)
 		}
 	}
@@ -128,16 +179,16 @@ func readFile(path string) (map[string]yaml.Node, error) {
 	return out, nil
 }
 
-func setFromYAML(fs *pflag.FlagSet, f *pflag.Flag, n yaml.Node) error {
+func setFromYAML(fs flags, name string, n yaml.Node) error {
 	switch n.Kind {
 	case yaml.ScalarNode:
-		return fs.Set(f.Name, n.Value)
+		return fs.set(name, n.Value)
 	case yaml.SequenceNode:
 		for _, item := range n.Content {
 			if item.Kind != yaml.ScalarNode {
 				return fmt.Errorf("line %d: list items must be scalars", item.Line)
 			}
-			if err := fs.Set(f.Name, item.Value); err != nil {
+			if err := fs.set(name, item.Value); err != nil {
 				return err
 			}
 		}
@@ -147,13 +198,13 @@ func setFromYAML(fs *pflag.FlagSet, f *pflag.Flag, n yaml.Node) error {
 	}
 }
 
-func flagNames(fs *pflag.FlagSet) string {
+func flagNames(fs flags) string {
 	var names []string
-	fs.VisitAll(func(f *pflag.Flag) {
-		if f.Name != ConfigFlag && f.Name != "help" {
-			names = append(names, f.Name)
+	for _, n := range fs.names() {
+		if n != ConfigFlag && n != "help" {
+			names = append(names, n)
 		}
-	})
+	}
 	return strings.Join(names, ", ")
 }
 

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"flag"
 	"os"
 	"path/filepath"
 	"strings"
@@ -99,5 +100,28 @@ func TestErrors(t *testing.T) {
 func TestEnvName(t *testing.T) {
 	if got := EnvName("token-file"); got != "KIPIMO_TOKEN_FILE" {
 		t.Fatal(got)
+	}
+}
+
+func TestApplyStd(t *testing.T) {
+	dir := t.TempDir()
+	cfgFile := filepath.Join(dir, "k.yaml")
+	if err := os.WriteFile(cfgFile, []byte("run: fromfile\nhttp: 127.0.0.1:9\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	AddConfigFlagStd(fs)
+	run := fs.String("run", "default", "")
+	httpAddr := fs.String("http", "127.0.0.1:0", "")
+	nats := fs.String("nats", "", "")
+	if err := fs.Parse([]string{"-config", cfgFile, "-http", "127.0.0.1:1"}); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"KIPIMO_NATS": "nats://h:4222", "KIPIMO_RUN": "fromenv"}
+	if err := ApplyStd(fs, func(k string) (string, bool) { v, ok := env[k]; return v, ok }); err != nil {
+		t.Fatal(err)
+	}
+	if *run != "fromenv" || *httpAddr != "127.0.0.1:1" || *nats != "nats://h:4222" {
+		t.Fatalf("run %q http %q nats %q", *run, *httpAddr, *nats)
 	}
 }
