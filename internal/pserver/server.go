@@ -2,9 +2,9 @@ package pserver
 
 import (
 	"context"
-	json "github.com/go-json-experiment/json"
 	"errors"
 	"fmt"
+	json "github.com/go-json-experiment/json"
 	"net"
 	"net/http"
 	"runtime/pprof"

@@ -1,0 +1,94 @@
+package pserver
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/rs/zerolog/log"
+
+	"github.com/kipimo-hpc/kipimo/internal/natsx"
+)
+
+// Run is the pserver command: it parses args, connects to NATS, serves until
+// ctx is cancelled (SIGINT/SIGTERM in cmd/pserver), then shuts down cleanly:
+// final snapshot and end-of-run statistics.
+func Run(ctx context.Context, args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("pserver", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var (
+		cfg       Config
+		natsURL   string
+		tokenFile string
+		level     string
+	)
+	fs.StringVar(&natsURL, "nats", "nats://127.0.0.1:4222", "NATS server URL(s), comma-separated")
+	fs.StringVar(&cfg.Run, "run", "", "run id (required; letters, digits, '-' and '_')")
+	fs.StringVar(&cfg.HTTPAddr, "http", "127.0.0.1:8080", "dashboard, JSON API and /metrics listen address (\"\" disables)")
+	fs.IntVar(&cfg.Shard, "shard", 0, "shard of the model keys this instance serves, in [0, shards)")
+	fs.IntVar(&cfg.Shards, "shards", 1, "number of shards the model keys are split into")
+	fs.StringVar(&cfg.ProvDBURL, "provdb-url", "", "base URL of the provdb query API for the dashboard's click-through, e.g. http://127.0.0.1:8081")
+	fs.StringVar(&tokenFile, "token-file", "", "file holding a bearer token required by every HTTP request")
+	fs.StringVar(&cfg.Durability, "durability", DurabilityWAL, "wal (log every sync before answering; survives crashes), snapshot (periodic snapshots; survives clean restarts) or none")
+	fs.DurationVar(&cfg.SnapshotInterval, "snapshot-interval", 5*time.Second, "how often the state is snapshotted to the key-value bucket")
+	fs.IntVar(&cfg.SnapshotEvery, "snapshot-every", 20000, "also snapshot after this many applied sync requests")
+	fs.IntVar(&cfg.Window, "window", DefaultWindow, "io_steps kept in full per rank; older steps are folded into per-rank totals")
+	fs.IntVar(&cfg.MaxRankSeries, "max-rank-series", 64, "ranks with their own Prometheus series (the first ones seen)")
+	fs.StringVar(&level, "log-level", "info", "log level: debug, info, warn, error")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "Usage: pserver --run ID [flags]\n\nKipimo parameter server: merges the detectors' models, keeps the run's\naggregates and serves the live dashboard and Prometheus metrics.\n\nFlags:")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q: pserver takes flags only", fs.Args())
+	}
+	lvl, err := zerolog.ParseLevel(level)
+	if err != nil {
+		return fmt.Errorf("--log-level %q: %w", level, err)
+	}
+	zerolog.SetGlobalLevel(lvl)
+	log.Logger = zerolog.New(stderr).With().Timestamp().Logger()
+	if cfg.Run == "" {
+		return errors.New("--run is required: give the run id the detectors use")
+	}
+	if tokenFile != "" {
+		b, err := os.ReadFile(tokenFile)
+		if err != nil {
+			return fmt.Errorf("read --token-file: %w", err)
+		}
+		cfg.Token = strings.TrimSpace(string(b))
+		if cfg.Token == "" {
+			return fmt.Errorf("--token-file %s is empty", tokenFile)
+		}
+	}
+	s, err := New(cfg)
+	if err != nil {
+		return err
+	}
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	nc, err := natsx.Connect(cctx, natsURL, "kipimo-pserver")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	if err := s.Start(cctx, nc); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	sctx, scancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer scancel()
+	if err := s.Shutdown(sctx); err != nil {
+		return fmt.Errorf("pserver shutdown: %w", err)
+	}
+	return nil
+}
