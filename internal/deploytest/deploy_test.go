@@ -123,6 +123,9 @@ func TestFlagsExist(t *testing.T) {
 					t.Errorf("%s: %s has no flag --%s (it has --%s)", u.where, u.program, f, strings.Join(sortedKeys(known), ", --"))
 				}
 			}
+			if len(u.env) > 0 && !known["config"] {
+				t.Errorf("%s: %s is given %v but has no --config flag: it does not read settings through internal/config, so KIPIMO_* variables are ignored", u.where, u.program, u.env)
+			}
 			for _, e := range u.env {
 				if f := flagOfEnv(e); !known[f] {
 					t.Errorf("%s: %s reads no %s: it has no flag --%s", u.where, u.program, e, f)

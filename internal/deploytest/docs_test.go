@@ -35,7 +35,11 @@ func markdownFiles(t testing.TB, root string) []string {
 	return out
 }
 
-var fence = regexp.MustCompile("(?ms)^```(?:sh|bash|console|shell)?\\s*\n(.*?)^```")
+// shellFence is a fenced block marked as shell; anyFence any fenced block.
+var (
+	shellFence = regexp.MustCompile("(?ms)^```(?:sh|bash|console|shell)[ \\t]*\n(.*?)^```")
+	anyFence   = regexp.MustCompile("(?ms)^```[^\n]*\n.*?^```")
+)
 
 // docUsages lists the commands of ours in a document's shell code blocks.
 // "go run ./cmd/X" counts as running X; a leading "$ " prompt is dropped.
@@ -47,7 +51,7 @@ func docUsages(t testing.TB, root, rel string) []usage {
 	}
 	text := string(b)
 	var out []usage
-	for _, m := range fence.FindAllStringSubmatchIndex(text, -1) {
+	for _, m := range shellFence.FindAllStringSubmatchIndex(text, -1) {
 		block := text[m[2]:m[3]]
 		firstLine := strings.Count(text[:m[2]], "\n") + 1
 		block = strings.ReplaceAll(block, "go run ./cmd/", "")
@@ -67,8 +71,21 @@ func docUsages(t testing.TB, root, rel string) []usage {
 			}
 		}
 	}
+	// Inline code that starts with one of our programs: `ad --window`.
+	prose := anyFence.ReplaceAllStringFunc(text, func(b string) string { return strings.Repeat("\n", strings.Count(b, "\n")) })
+	for _, m := range inlineCode.FindAllStringSubmatchIndex(prose, -1) {
+		fields := strings.Fields(prose[m[2]:m[3]])
+		if len(fields) == 0 || !isBinary(fields[0]) {
+			continue
+		}
+		if u, ok := argvUsage(rel+":"+strconv.Itoa(strings.Count(prose[:m[0]], "\n")+1), fields); ok {
+			out = append(out, u)
+		}
+	}
 	return out
 }
+
+var inlineCode = regexp.MustCompile("`([^`\n]+)`")
 
 var (
 	mdLink    = regexp.MustCompile(`\]\(([^)\s]+)(?:\s+"[^"]*")?\)`)
@@ -177,6 +194,11 @@ func TestArgvUsage(t *testing.T) {
 		{"stops at a shell separator", `kipimo gen --out d && echo --not-a-flag`, true, "kipimo gen", "out"},
 		{"data path is not a program", `mkdir -p /var/lib/kipimo/provdb --mode 0700`, false, "", ""},
 		{"another program", `nats-server -js --config leaf.conf`, false, "", ""},
+		{"a value is not a program", `kubectl -n kipimo create secret generic s`, false, "", ""},
+		{"after a separator", `mkdir -p d && ad --ranks 0`, true, "ad", "ranks"},
+		{"after an assignment", `KIPIMO_RUN=x provdb --store s`, true, "provdb", "store"},
+		{"through bash -c", `srun --overlap bash -c '"$KIPIMO_BIN/kipimo" replay --run r'`, true, "kipimo replay", "run"},
+		{"echoed text is not a command", `echo run ad --window 5`, false, "", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			u, ok := argvUsage("x", strings.Fields(tc.argv))

@@ -28,11 +28,41 @@ var kipimoGroups = map[string]bool{"frames": true, "taudb": true}
 // shellStops end a command inside a shell line.
 var shellStops = map[string]bool{"&&": true, "||": true, ";": true, "|": true, "&": true, ">": true, ">>": true, "2>&1": true, ")": true}
 
-// argvUsage finds our program in argv (a command line split into words) and
-// returns the flags given to it. ok is false when argv runs none of ours.
+// launchers run the command that follows them (after their own flags), and
+// shell keywords after which a command starts.
+var launchers = map[string]bool{
+	"srun": true, "mpirun": true, "mpiexec": true, "exec": true, "env": true, "time": true,
+	"nohup": true, "sudo": true, "bash": true, "sh": true,
+	"then": true, "do": true, "else": true, "if": true, "while": true, "!": true, "{": true, "(": true,
+}
+
+// argvUsage finds our program at a command position of argv (a command line
+// split into words: the first word, a word after a shell separator, or after a
+// launcher such as srun and its flags) and returns the flags given to it. ok
+// is false when argv runs none of ours.
 func argvUsage(where string, argv []string) (u usage, ok bool) {
+	cmdPos, inLauncher := true, false
 	for i, w := range argv {
+		if shellStops[w] {
+			cmdPos, inLauncher = true, false
+			continue
+		}
+		if !cmdPos {
+			continue
+		}
+		w = strings.TrimLeft(w, "(")
+		if inLauncher && strings.HasPrefix(w, "-") {
+			continue
+		}
+		if n, _, ok := strings.Cut(w, "="); ok && isName(n) {
+			continue // VAR=value before a command
+		}
 		name := programName(w)
+		if launchers[name] {
+			inLauncher = true
+			continue
+		}
+		cmdPos, inLauncher = false, false
 		if !isBinary(name) {
 			continue
 		}
@@ -63,6 +93,19 @@ func argvUsage(where string, argv []string) (u usage, ok bool) {
 		return u, true
 	}
 	return usage{}, false
+}
+
+// isName reports whether s is a shell variable name.
+func isName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i, r := range s {
+		if r != '_' && !(r >= 'A' && r <= 'Z') && !(r >= 'a' && r <= 'z') && !(i > 0 && r >= '0' && r <= '9') {
+			return false
+		}
+	}
+	return true
 }
 
 // programName returns the binary a word runs, or "" when it runs none of
