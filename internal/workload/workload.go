@@ -47,6 +47,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 )
 
 // Kind names a kind of injected anomaly.
@@ -173,23 +174,24 @@ const (
 	MaxThreads       = 1024
 	MaxSteps         = 1 << 24
 	MinEventsPerStep = 100
-	MaxEventsPerStep = 1 << 30
+	MaxEventsPerStep = 1 << 25
 )
 
 // Validate reports the first thing wrong with c.
 func (c Config) Validate() error {
-	var errs []error
+	var errs []string
+	add := func(format string, args ...any) { errs = append(errs, fmt.Sprintf(format, args...)) }
 	if c.Ranks < 1 || c.Ranks > MaxRanks {
-		errs = append(errs, fmt.Errorf("ranks must be between 1 and %d, got %d", MaxRanks, c.Ranks))
+		add("ranks must be between 1 and %d, got %d", MaxRanks, c.Ranks)
 	}
 	if c.ThreadsPerRank < 1 || c.ThreadsPerRank > MaxThreads {
-		errs = append(errs, fmt.Errorf("threads per rank must be between 1 and %d, got %d", MaxThreads, c.ThreadsPerRank))
+		add("threads per rank must be between 1 and %d, got %d", MaxThreads, c.ThreadsPerRank)
 	}
 	if c.Steps < 1 || c.Steps > MaxSteps {
-		errs = append(errs, fmt.Errorf("steps must be between 1 and %d, got %d", MaxSteps, c.Steps))
+		add("steps must be between 1 and %d, got %d", MaxSteps, c.Steps)
 	}
 	if c.EventsPerStep < MinEventsPerStep || c.EventsPerStep > MaxEventsPerStep {
-		errs = append(errs, fmt.Errorf("events per step must be between %d and %d, got %d", MinEventsPerStep, MaxEventsPerStep, c.EventsPerStep))
+		add("events per step must be between %d and %d, got %d", MinEventsPerStep, MaxEventsPerStep, c.EventsPerStep)
 	}
 	for _, r := range []struct {
 		name string
@@ -199,10 +201,13 @@ func (c Config) Validate() error {
 		{"burst_call", c.Rates.BurstCall}, {"slow_kernel", c.Rates.SlowKernel}, {"fast_outlier", c.Rates.FastOutlier},
 	} {
 		if !(r.v >= 0 && r.v <= 1) { // also rejects NaN
-			errs = append(errs, fmt.Errorf("rate %s must be in [0, 1], got %v", r.name, r.v))
+			add("rate %s must be in [0, 1], got %v", r.name, r.v)
 		}
 	}
-	return errors.Join(errs...)
+	if len(errs) > 0 {
+		return errors.New(strings.Join(errs, "; "))
+	}
+	return nil
 }
 
 // Mode is one mode of a function's exclusive-runtime distribution: a bounded
