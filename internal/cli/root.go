@@ -34,6 +34,7 @@ and context, and keeps them for queries, dashboards and TAU profiles.`,
 	root.AddCommand(
 		// subcommands, one file each
 		newFramesCmd(),
+		newGenCmd(),
 	)
 	return root
 }
