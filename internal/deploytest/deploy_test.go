@@ -149,6 +149,9 @@ func TestConfigKeysAreFlags(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			if !known["config"] {
+				t.Errorf("%s: %s has no --config flag, so it cannot read this file", c.where, c.program)
+			}
 			sort.Strings(c.keys)
 			for _, k := range c.keys {
 				if k == "config" || !known[k] {
