@@ -98,4 +98,3 @@ func TestOpenErrors(t *testing.T) {
 		}
 	}
 }
-

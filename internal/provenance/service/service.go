@@ -175,29 +175,77 @@ func (s *Service) Stats() Stats {
 }
 
 func (s *Service) loop(ctx context.Context, cons jetstream.Consumer) {
-	// writeCtx is not cancelled with ctx so that a batch being written when
-	// Shutdown is called is finished and acknowledged; it is bounded by
-	// AckWait so a stuck store does not hold Shutdown for ever.
+	fetchErrors := 0
 	for ctx.Err() == nil {
-		mb, err := cons.Fetch(s.cfg.Fetch, jetstream.FetchMaxWait(s.cfg.FetchWait), jetstream.FetchContext(ctx))
+		fctx, cancel := context.WithTimeout(ctx, s.cfg.FetchWait)
+		mb, err := cons.Fetch(s.cfg.Fetch, jetstream.FetchContext(fctx))
 		if err != nil {
+			cancel()
 			if ctx.Err() != nil {
 				return
 			}
-			s.log.Warn().Err(err).Msg("fetch provenance batches")
+			if fetchErrors++; fetchErrors == 1 || fetchErrors%60 == 0 {
+				s.log.Warn().Err(err).Int("fetch_errors", fetchErrors).Msg("fetch provenance batches")
+			}
 			sleep(ctx, time.Second)
 			continue
 		}
-		for msg := range mb.Messages() {
-			s.handle(msg)
-		}
-		if err := mb.Error(); err != nil && ctx.Err() == nil && !errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, context.DeadlineExceeded) {
-			s.log.Warn().Err(err).Msg("fetch provenance batches")
+		s.drain(ctx, mb.Messages())
+		err = mb.Error()
+		cancel()
+		if err != nil && ctx.Err() == nil && !errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, context.DeadlineExceeded) {
+			if fetchErrors++; fetchErrors == 1 || fetchErrors%60 == 0 {
+				s.log.Warn().Err(err).Int("fetch_errors", fetchErrors).Msg("fetch provenance batches")
+			}
 		}
 	}
 }
 
-func (s *Service) handle(msg jetstream.Msg) {
+// drain handles the messages of one fetch as they arrive, writing the
+// messages that are already there together: one store write per kind for up
+// to Fetch messages, so that a transaction's cost is shared.
+func (s *Service) drain(ctx context.Context, msgs <-chan jetstream.Msg) {
+	var pend []pending
+	for {
+		var msg jetstream.Msg
+		var ok bool
+		if len(pend) == 0 {
+			msg, ok = <-msgs
+		} else {
+			select {
+			case msg, ok = <-msgs:
+			default:
+				s.flush(pend)
+				pend = pend[:0]
+				continue
+			}
+		}
+		if !ok {
+			break
+		}
+		if ctx.Err() != nil {
+			// Stopping: hand the rest back for immediate redelivery.
+			_ = msg.Nak()
+			continue
+		}
+		if p, ok := s.decode(msg); ok {
+			pend = append(pend, p)
+		}
+		if len(pend) >= s.cfg.Fetch {
+			s.flush(pend)
+			pend = pend[:0]
+		}
+	}
+	s.flush(pend)
+}
+
+type pending struct {
+	msg   jetstream.Msg
+	batch provenance.Batch
+}
+
+// decode decodes msg, terminating it if it is bad.
+func (s *Service) decode(msg jetstream.Msg) (pending, bool) {
 	subj := msg.Subject()
 	kind := subj[strings.LastIndexByte(subj, '.')+1:]
 	b, err := provenance.DecodeBatch(kind, msg.Data())
@@ -205,26 +253,58 @@ func (s *Service) handle(msg jetstream.Msg) {
 		s.bad.Add(1)
 		s.logBad(kind, err)
 		_ = msg.TermWithReason("undecodable provenance batch")
-		return
+		return pending{}, false
 	}
-	wctx, cancel := context.WithTimeout(context.Background(), s.cfg.AckWait)
-	err = s.store.Write(wctx, b)
-	cancel()
-	if err != nil {
-		if s.writeErrors.Add(1) == 1 || s.writeErrors.Load()%100 == 0 {
-			s.log.Error().Err(err).Int64("write_errors", s.writeErrors.Load()).Msg("store write failed; the batch will be redelivered")
+	return pending{msg: msg, batch: b}, true
+}
+
+// flush writes the pending batches, one write per kind, and acknowledges
+// each message once its kind's write succeeded (or asks for redelivery).
+func (s *Service) flush(pend []pending) {
+	for _, kind := range provenance.Kinds {
+		var merged provenance.Batch
+		var msgs []jetstream.Msg
+		for _, p := range pend {
+			if p.batch.Kind != kind {
+				continue
+			}
+			msgs = append(msgs, p.msg)
+			if merged.Kind == "" {
+				merged = p.batch
+				continue
+			}
+			merged.Execs = append(merged.Execs, p.batch.Execs...)
+			merged.Metadata = append(merged.Metadata, p.batch.Metadata...)
+			merged.FuncStats = append(merged.FuncStats, p.batch.FuncStats...)
+			merged.CounterStats = append(merged.CounterStats, p.batch.CounterStats...)
+			merged.Profiles = append(merged.Profiles, p.batch.Profiles...)
 		}
-		_ = msg.NakWithDelay(s.cfg.RetryDelay)
-		return
-	}
-	if err := msg.Ack(); err != nil {
-		// Not acknowledged: the batch comes again and is written again,
-		// which the store ignores.
-		s.log.Debug().Err(err).Msg("ack provenance batch")
-	}
-	s.batches.Add(1)
-	if c := s.written[kind]; c != nil {
-		c.Add(int64(b.Len()))
+		if len(msgs) == 0 {
+			continue
+		}
+		// Not cancelled with the service's context, so that a write under
+		// way when Shutdown is called completes and is acknowledged; bounded
+		// so that a stuck store cannot hold Shutdown for ever. A write
+		// slower than AckWait only causes a redelivery the store ignores.
+		wctx, cancel := context.WithTimeout(context.Background(), max(s.cfg.AckWait, 30*time.Second))
+		err := s.store.Write(wctx, merged)
+		cancel()
+		if err != nil {
+			if n := s.writeErrors.Add(1); n == 1 || n%100 == 0 {
+				s.log.Error().Err(err).Int64("write_errors", n).Msg("store write failed; the batches will be redelivered")
+			}
+			for _, m := range msgs {
+				_ = m.NakWithDelay(s.cfg.RetryDelay)
+			}
+			continue
+		}
+		for _, m := range msgs {
+			// An acknowledgement lost here only means the batch comes
+			// again and is written again, which the store ignores.
+			_ = m.Ack()
+		}
+		s.batches.Add(int64(len(msgs)))
+		s.written[kind].Add(int64(merged.Len()))
 	}
 }
 

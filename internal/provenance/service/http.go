@@ -1,0 +1,214 @@
+package service
+
+import (
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/kipimo-hpc/kipimo/internal/provenance"
+)
+
+// HTTPOption configures the query API.
+type HTTPOption func(*httpAPI)
+
+// WithAllowOrigin sets the Access-Control-Allow-Origin header of every
+// answer (e.g. the pserver dashboard's origin, or "*").
+func WithAllowOrigin(origin string) HTTPOption {
+	return func(h *httpAPI) { h.origin = origin }
+}
+
+// WithStats adds the consumer's counters to /api/v1/health.
+func WithStats(stats func() Stats) HTTPOption {
+	return func(h *httpAPI) { h.stats = stats }
+}
+
+type httpAPI struct {
+	store  provenance.Store
+	token  string
+	origin string
+	stats  func() Stats
+}
+
+// NewHTTPHandler returns the read-only JSON query API on store. When token
+// is not empty every request must carry "Authorization: Bearer <token>".
+//
+//	GET /api/v1/health                          {"status":"ok", ...}
+//	GET /api/v1/records?<filters>               {"records":[...]}
+//	GET /api/v1/records/<kind>/<pid>/<event_id> one record whole
+//	GET /api/v1/count?<filters>                 {"count":n}
+//	GET /api/v1/aggregate?by=rank|func|step|rank,func&<filters> {"groups":[...]}
+//
+// Filters are those of provenance.ParseQuery; unknown or malformed ones get
+// 400 with a message naming them.
+func NewHTTPHandler(store provenance.Store, token string, opts ...HTTPOption) http.Handler {
+	h := &httpAPI{store: store, token: token}
+	for _, o := range opts {
+		o(h)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /api/v1/health", h.health)
+	mux.HandleFunc("GET /api/v1/records", h.records)
+	mux.HandleFunc("GET /api/v1/records/{kind}/{pid}/{event_id}", h.record)
+	mux.HandleFunc("GET /api/v1/count", h.count)
+	mux.HandleFunc("GET /api/v1/aggregate", h.aggregate)
+	return h.wrap(mux)
+}
+
+func (h *httpAPI) wrap(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if h.origin != "" {
+			w.Header().Set("Access-Control-Allow-Origin", h.origin)
+			w.Header().Set("Access-Control-Allow-Headers", "Authorization")
+			w.Header().Set("Vary", "Origin")
+		}
+		if r.Method == http.MethodOptions {
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		if h.token != "" {
+			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+			if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(h.token)) != 1 {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="provdb"`)
+				writeError(w, http.StatusUnauthorized, errors.New("missing or wrong bearer token"))
+				return
+			}
+		}
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			writeError(w, http.StatusMethodNotAllowed, fmt.Errorf("method %s not allowed: the API is read-only", r.Method))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, code int, err error) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(map[string]string{"error": err.Error()})
+}
+
+func (h *httpAPI) health(w http.ResponseWriter, r *http.Request) {
+	if len(r.URL.Query()) > 0 {
+		writeError(w, http.StatusBadRequest, errors.New("health takes no parameters"))
+		return
+	}
+	n, err := h.store.Count(r.Context(), provenance.Query{})
+	if err != nil {
+		writeError(w, http.StatusServiceUnavailable, err)
+		return
+	}
+	out := map[string]any{"status": "ok", "anomalies": n}
+	if h.stats != nil {
+		out["consumer"] = h.stats()
+	}
+	writeJSON(w, out)
+}
+
+func parse(w http.ResponseWriter, r *http.Request, allowBy bool) (provenance.Query, bool) {
+	v := r.URL.Query()
+	if !allowBy && v.Has("by") {
+		writeError(w, http.StatusBadRequest, errors.New(`parameter "by" belongs to /api/v1/aggregate`))
+		return provenance.Query{}, false
+	}
+	q, err := provenance.ParseQuery(v)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err)
+		return q, false
+	}
+	return q, true
+}
+
+func (h *httpAPI) records(w http.ResponseWriter, r *http.Request) {
+	q, ok := parse(w, r, false)
+	if !ok {
+		return
+	}
+	if !provenance.IsExecKind(q.Kind) {
+		writeError(w, http.StatusBadRequest, fmt.Errorf("kind %s cannot be listed: use anomalies or normalexecs", q.Kind))
+		return
+	}
+	recs, err := h.store.Query(r.Context(), q)
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, err)
+		return
+	}
+	if recs == nil {
+		recs = []provenance.Exec{}
+	}
+	writeJSON(w, map[string]any{"records": recs})
+}
+
+func (h *httpAPI) record(w http.ResponseWriter, r *http.Request) {
+	kind := r.PathValue("kind")
+	if !provenance.IsExecKind(kind) {
+		writeError(w, http.StatusBadRequest, fmt.Errorf("kind %q is not anomalies or normalexecs", kind))
+		return
+	}
+	pid, err := strconv.ParseUint(r.PathValue("pid"), 10, 32)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, fmt.Errorf("program %q is not a non-negative 32-bit integer", r.PathValue("pid")))
+		return
+	}
+	id := r.PathValue("event_id")
+	if _, _, _, err := provenance.ParseEventID(id); err != nil {
+		writeError(w, http.StatusBadRequest, err)
+		return
+	}
+	e, err := h.store.Get(r.Context(), kind, uint32(pid), id)
+	if errors.Is(err, provenance.ErrNotFound) {
+		writeError(w, http.StatusNotFound, err)
+		return
+	}
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, err)
+		return
+	}
+	writeJSON(w, e)
+}
+
+func (h *httpAPI) count(w http.ResponseWriter, r *http.Request) {
+	q, ok := parse(w, r, false)
+	if !ok {
+		return
+	}
+	n, err := h.store.Count(r.Context(), q)
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, err)
+		return
+	}
+	writeJSON(w, map[string]any{"kind": q.Kind, "count": n})
+}
+
+func (h *httpAPI) aggregate(w http.ResponseWriter, r *http.Request) {
+	q, ok := parse(w, r, true)
+	if !ok {
+		return
+	}
+	by, err := provenance.ParseGroupBy(r.URL.Query().Get("by"))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err)
+		return
+	}
+	if !provenance.IsExecKind(q.Kind) {
+		writeError(w, http.StatusBadRequest, fmt.Errorf("kind %s cannot be aggregated: use anomalies or normalexecs", q.Kind))
+		return
+	}
+	gs, err := h.store.Aggregate(r.Context(), q, by)
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, err)
+		return
+	}
+	if gs == nil {
+		gs = []provenance.Group{}
+	}
+	writeJSON(w, map[string]any{"by": by, "groups": gs})
+}

@@ -1,0 +1,182 @@
+package service
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/kipimo-hpc/kipimo/internal/natsx"
+	"github.com/kipimo-hpc/kipimo/internal/provenance"
+	"github.com/kipimo-hpc/kipimo/internal/provenance/sqlitestore"
+	"github.com/kipimo-hpc/kipimo/internal/provenance/storetest"
+)
+
+// TestMain lets the test binary run as provdb itself (a child process the
+// kill test can SIGKILL) when KIPIMO_PROVDB_CHILD_ARGS is set.
+func TestMain(m *testing.M) {
+	if args := os.Getenv("KIPIMO_PROVDB_CHILD_ARGS"); args != "" {
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+		err := Main(ctx, strings.Split(args, "\n"), os.Stderr)
+		stop()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "provdb child:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+func startChild(t *testing.T, args ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "KIPIMO_PROVDB_CHILD_ARGS="+strings.Join(args, "\n"))
+	cmd.Stderr = &testWriter{t: t}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return cmd
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w *testWriter) Write(p []byte) (int, error) {
+	if testing.Verbose() {
+		w.t.Logf("provdb: %s", strings.TrimSpace(string(p)))
+	}
+	return len(p), nil
+}
+
+// TestKillAndRestartLosesNothing publishes 100,000 records in 200 batches
+// (and 10 batches again under new message ids, as a restarted producer
+// would), SIGKILLs provdb twice while it ingests, restarts it each
+// time, and checks the store ends with exactly 100,000 records, 500 per
+// batch.
+func TestKillAndRestartLosesNothing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("kill test skipped in -short mode")
+	}
+	const batches, per = 200, 500
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	dir := t.TempDir()
+	srv, err := natsx.StartServer(natsx.DefaultServerConfig(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown()
+	nc, err := natsx.Connect(ctx, srv.ClientURL(), "producer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	const run = "killtest"
+	if _, err := provenance.EnsureStream(ctx, js, run); err != nil {
+		t.Fatal(err)
+	}
+	dbPath := filepath.Join(dir, "prov.db")
+	args := []string{"--nats", srv.ClientURL(), "--store", dbPath, "--run", run, "--http", "", "--ack-wait", "2s", "--log-level", "warn"}
+
+	produced := make(chan error, 1)
+	go func() {
+		subj := natsx.Subjects{Run: run}.Prov(natsx.ProvAnomalies)
+		for b := range batches {
+			execs := storetest.Generate(storetest.GenConfig{Seed: uint64(b), N: per, Window: 1, Anomaly: true})
+			for i := range execs {
+				execs[i].PID = uint32(b)
+			}
+			if err := provenance.PublishBatch(ctx, js, subj, fmt.Sprintf("b%d", b), execs); err != nil {
+				produced <- err
+				return
+			}
+			if b%20 == 0 {
+				// A producer restarted past the duplicate window sends
+				// the batch again under a new id: the store must dedupe.
+				if err := provenance.PublishBatch(ctx, js, subj, fmt.Sprintf("again-b%d", b), execs); err != nil {
+					produced <- err
+					return
+				}
+			}
+		}
+		produced <- nil
+	}()
+
+	count := func() int64 {
+		s, err := sqlitestore.Open(ctx, dbPath, sqlitestore.Options{ReadOnly: true})
+		if err != nil {
+			return 0 // not created yet
+		}
+		defer s.Close()
+		n, err := s.Count(ctx, provenance.Query{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	waitFor := func(what string, cond func() bool) {
+		for !cond() {
+			if ctx.Err() != nil {
+				t.Fatalf("timed out waiting for %s (store holds %d)", what, count())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	for _, at := range []int64{30000, 65000} {
+		child := startChild(t, args...)
+		waitFor(fmt.Sprintf("%d records", at), func() bool { return count() >= at })
+		if err := child.Process.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		_ = child.Wait()
+		t.Logf("%s: killed provdb with %d records stored", time.Since(start).Round(time.Millisecond), count())
+	}
+	child := startChild(t, args...)
+	if err := <-produced; err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s: producer done, %d records stored", time.Since(start).Round(time.Millisecond), count())
+	cons, err := js.Consumer(ctx, natsx.ProvStream(run), "provdb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor("the consumer to drain", func() bool {
+		info, err := cons.Info(ctx)
+		return err == nil && info.NumPending == 0 && info.NumAckPending == 0
+	})
+	t.Logf("%s: consumer drained", time.Since(start).Round(time.Millisecond))
+	if err := child.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := child.Wait(); err != nil {
+		t.Fatalf("provdb did not stop cleanly on SIGTERM: %v", err)
+	}
+
+	s, err := sqlitestore.Open(ctx, dbPath, sqlitestore.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if n, err := s.Count(ctx, provenance.Query{}); err != nil || n != batches*per {
+		t.Fatalf("store holds %d records (%v), want exactly %d", n, err, batches*per)
+	}
+	for b := range batches {
+		pid := uint32(b)
+		if n, err := s.Count(ctx, provenance.Query{PID: &pid}); err != nil || n != per {
+			t.Fatalf("batch %d: %d records stored (%v), want %d", b, n, err, per)
+		}
+	}
+}
