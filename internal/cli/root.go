@@ -35,6 +35,7 @@ and context, and keeps them for queries, dashboards and TAU profiles.`,
 		// subcommands, one file each
 		newFramesCmd(),
 		newGenCmd(),
+		newCallstackCmd(),
 	)
 	return root
 }
