@@ -65,9 +65,11 @@ func appendMetadataXML(b []byte, attrs []Attribute) []byte {
 }
 
 // appendXMLString is Tau_XML_writeString: CDATA when the text has '<' or '&'
-// and neither "]]>" nor a newline, otherwise entity escapes.
+// and neither "]]>" nor a newline, otherwise entity escapes. A carriage
+// return, which TAU does not expect in metadata, is written as "&#xd;" so
+// that XML line-end handling cannot turn it into a newline.
 func appendXMLString(b []byte, s string) []byte {
-	if strings.ContainsAny(s, "<&") && !strings.Contains(s, "]]>") && !strings.Contains(s, "\n") {
+	if strings.ContainsAny(s, "<&") && !strings.Contains(s, "]]>") && !strings.ContainsAny(s, "\n\r") {
 		b = append(b, "<![CDATA["...)
 		b = append(b, s...)
 		return append(b, "]]>"...)
@@ -82,6 +84,8 @@ func appendXMLString(b []byte, s string) []byte {
 			b = append(b, "&apos;"...)
 		case '\n':
 			b = append(b, "&#xa;"...)
+		case '\r':
+			b = append(b, "&#xd;"...)
 		case '<':
 			b = append(b, "&lt;"...)
 		case '>':

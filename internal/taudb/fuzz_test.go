@@ -1,0 +1,36 @@
+package taudb
+
+import (
+	"bytes"
+	"testing"
+)
+
+// FuzzParseProfile feeds arbitrary bytes to the profile parser. Bad input
+// must give an error, never a panic; good input, once written, must parse
+// again and write the same bytes (writing is a fixed point after one pass).
+func FuzzParseProfile(f *testing.F) {
+	f.Add([]byte(goodHead + "\"main\" 1 0 1 1 0 GROUP=\"X\" \n0 aggregates\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		p, err := ParseProfile(bytes.NewReader(data), "fuzz")
+		if err != nil {
+			return
+		}
+		first := writeOne(t, p)
+		p2, err := ParseProfile(bytes.NewReader(first), "written")
+		if err != nil {
+			t.Fatalf("written profile does not parse: %v\n%s", err, first)
+		}
+		if second := writeOne(t, p2); !bytes.Equal(first, second) {
+			t.Fatalf("writing is not stable:\nfirst  %q\nsecond %q", first, second)
+		}
+	})
+}
+
+func writeOne(t *testing.T, p *ProfileFile) []byte {
+	t.Helper()
+	tr, err := BuildTrial("fuzz", [][]*ProfileFile{{p}})
+	if err != nil {
+		t.Fatalf("BuildTrial: %v", err)
+	}
+	return AppendProfile(nil, tr, tr.RealThreads()[0], tr.Metrics[0])
+}
