@@ -52,10 +52,10 @@ type Config struct {
 	Token     string // optional bearer token for HTTP
 	ProvDBURL string // base URL of the provdb query API, proxied under /provdb/
 	// ProvDBList is the provdb path listing anomaly records (filters rank,
-	// pid, func, sort, order, limit are appended); default "/api/anomalies".
+	// pid, func, sort, order, limit are appended); default "/api/v1/records" (provdb's query API).
 	ProvDBList string
 	// ProvDBRecord is the provdb path of one record, with {pid} and
-	// {event_id} placeholders; default "/api/anomalies/{pid}/{event_id}".
+	// {event_id} placeholders; default "/api/v1/records/anomalies/{pid}/{event_id}".
 	ProvDBRecord  string
 	MaxRankSeries int           // per-rank Prometheus series limit; default 64
 	SSEBuffer     int           // per-client SSE queue length; default 16
@@ -108,10 +108,10 @@ func (c *Config) Validate() error {
 		c.MaxRankSeries = 64
 	}
 	if c.ProvDBList == "" {
-		c.ProvDBList = "/api/anomalies"
+		c.ProvDBList = "/api/v1/records"
 	}
 	if c.ProvDBRecord == "" {
-		c.ProvDBRecord = "/api/anomalies/{pid}/{event_id}"
+		c.ProvDBRecord = "/api/v1/records/anomalies/{pid}/{event_id}"
 	}
 	if c.SSEBuffer <= 0 {
 		c.SSEBuffer = 16
