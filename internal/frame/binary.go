@@ -484,6 +484,42 @@ func (d *decoder) funcEvents(f *Frame, th []threadState, shift uint, mask uint64
 	b, p := d.b, d.p
 	nt := uint64(len(th))
 	for i := range evs {
+		// Fast path: with 8 bytes at hand, read a head and a delta of up to
+		// 3 bytes each from one little-endian word.
+		if len(b)-p >= 8 {
+			w := binary.LittleEndian.Uint64(b[p:])
+			var head, z uint64
+			n := 0
+			switch {
+			case w&0x80 == 0:
+				head, n = w&0x7f, 1
+			case w&0x8000 == 0:
+				head, n = w&0x7f|(w>>1)&0x3f80, 2
+			case w&0x800000 == 0:
+				head, n = w&0x7f|(w>>1)&0x3f80|(w>>2)&0x1fc000, 3
+			}
+			if n > 0 {
+				v := w >> (8 * n)
+				m := 0
+				switch {
+				case v&0x80 == 0:
+					z, m = v&0x7f, 1
+				case v&0x8000 == 0:
+					z, m = v&0x7f|(v>>1)&0x3f80, 2
+				case v&0x800000 == 0:
+					z, m = v&0x7f|(v>>1)&0x3f80|(v>>2)&0x1fc000, 3
+				}
+				if t := head & mask; m > 0 && t < nt {
+					s := &th[t]
+					ts := s.prev + (z>>1 ^ -(z & 1))
+					s.prev = ts
+					fk := head >> shift
+					evs[i] = FuncEvent{Tid: s.tid, Kind: EventKind(fk & 1), FID: uint32(fk >> 1), TS: ts}
+					p += n + m
+					continue
+				}
+			}
+		}
 		at := p
 		var head uint64
 		if p < len(b) && b[p] < 0x80 {

@@ -81,10 +81,36 @@ func testFrames() []struct {
 			Comms:         []CommEvent{{0, Recv, 1, 2, 3, 100}, {0, Send, 1, 2, 3, 50}},
 		}},
 		{"many_threads", manyThreads()},
+		{"varint_widths", varintWidths()},
 		{"generated", genFrame(genConfig{Seed: 1, Threads: 4, Funcs: 50, MaxDepth: 6, Events: 400})},
 		{"empty slices not nil", &Frame{Funcs: []Name{}, Counters: []Name{}, Metadata: []Meta{},
 			Events: []FuncEvent{}, CounterEvents: []CounterEvent{}, Comms: []CommEvent{}}},
 	}
+}
+
+// varintWidths has event heads and timestamp deltas of 1 to 5 bytes, mixed,
+// so the decoder's word-at-a-time path and its byte-wise path both run and
+// hand over to each other at every width.
+func varintWidths() *Frame {
+	f := &Frame{PID: 4, Rank: 8, Step: 15, TStart: 1 << 40, TEnd: 1<<40 + 1<<30}
+	fids := []uint32{0, 3, 63, 64, 1000, 8191, 8192, 1 << 20, 1<<21 + 5, 1 << 30}
+	gaps := []uint64{0, 1, 63, 64, 8191, 8192, 1<<20 - 1, 1 << 20, 1 << 27, 1 << 33}
+	ts := make([]uint64, 16)
+	for i := range ts {
+		ts[i] = f.TStart
+	}
+	for i := range 200 {
+		tid := uint32(i*7) % 16
+		kind := EventKind(i % 2)
+		step := gaps[(i*3)%len(gaps)]
+		if i%5 == 4 {
+			ts[tid] -= step // backwards
+		} else {
+			ts[tid] += step
+		}
+		f.Events = append(f.Events, FuncEvent{tid, kind, fids[(i*7)%len(fids)], ts[tid]})
+	}
+	return f
 }
 
 // manyThreads has more threads than the codec tracks on the stack, with
