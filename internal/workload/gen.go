@@ -366,10 +366,10 @@ func (t *cpuThread) launch(ord uint32, ts uint64) {
 	if len(g.gpu) == 0 {
 		return
 	}
+	// Only thread 0 launches kernels (see threadProgram), so one sequence
+	// per thread numbers the launches of the rank 1, 2, 3, ... as CUPTI does.
 	t.corr++
-	// Only thread 0 launches kernels; mixing in the tid keeps ids unique
-	// should other threads ever launch.
-	corr := t.corr*uint64(len(g.threads)) + uint64(t.tid)
+	corr := t.corr
 	t.ce = append(t.ce, frame.CounterEvent{Tid: t.tid, CID: cCorrelation, Value: corr, TS: ts})
 	kfid := kernelOf[int(ord)%len(kernelOf)]
 	s := g.gpu[int(ord)%len(g.gpu)]

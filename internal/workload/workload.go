@@ -25,6 +25,16 @@
 // events of finalize that fall after the nominal end; its TEnd is extended to
 // cover them.
 //
+// Events inside executions: counter samples (PAPI_TOT_INS, PAPI_L2_TCM,
+// "Message size for all-reduce") and messages (halo exchange with rank±1 in
+// MPI_Isend/MPI_Waitall, migrations to random ranks in MPI_Send/MPI_Recv) lie
+// strictly inside the execution's own time, never at the timestamp of a
+// function event, so they belong to the innermost open execution without
+// ambiguity. The one exception is the "Correlation ID" counter on a GPU
+// thread, which has its kernel's entry timestamp. Within a frame, each
+// thread's events are contiguous and in timestamp order: CPU threads by tid,
+// then the GPU threads.
+//
 // Ground truth: one Truth per injected anomalous execution; its io_step is
 // the step that holds the execution's exit event, the step in which a
 // detector can first judge it.
