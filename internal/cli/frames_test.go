@@ -22,8 +22,8 @@ func runKipimo(t *testing.T, stdin []byte, args ...string) (string, string, erro
 	return out.String(), errOut.String(), err
 }
 
-// goldenFrames returns the binary golden frame files of internal/frame.
-func goldenFrames(t *testing.T) []string {
+// goldenFrameFiles returns the binary golden frame files of internal/frame.
+func goldenFrameFiles(t *testing.T) []string {
 	t.Helper()
 	files, err := filepath.Glob(filepath.Join("..", "frame", "testdata", "*.bin"))
 	if err != nil || len(files) == 0 {
@@ -33,7 +33,7 @@ func goldenFrames(t *testing.T) []string {
 }
 
 func TestFramesDumpEncodeRoundTrip(t *testing.T) {
-	files := goldenFrames(t)
+	files := goldenFrameFiles(t)
 	var all []byte
 	for _, path := range files {
 		raw, err := os.ReadFile(path)
@@ -103,7 +103,7 @@ func TestFramesDumpEncodeRoundTrip(t *testing.T) {
 }
 
 func TestFramesErrors(t *testing.T) {
-	files := goldenFrames(t)
+	files := goldenFrameFiles(t)
 	first, err := os.ReadFile(files[0])
 	if err != nil {
 		t.Fatal(err)
@@ -116,7 +116,7 @@ func TestFramesErrors(t *testing.T) {
 	if err := os.WriteFile(damaged, bad, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	good := strings.TrimSpace(mustRun(t, nil, "frames", "dump", files[0]))
+	good := strings.TrimSpace(mustRunFramesCmd(t, nil, "frames", "dump", files[0]))
 	cases := []struct {
 		name  string
 		stdin string
@@ -124,12 +124,12 @@ func TestFramesErrors(t *testing.T) {
 		want  []string // substrings of the error
 	}{
 		{"dump damaged file", "", []string{"frames", "dump", damaged},
-			[]string{damaged, "frame 3", "byte " + itoa(2*len(first)), "byte offset " + itoa(2*len(first)+4), "version"}},
+			[]string{damaged, "frame 3", "byte " + strconv.Itoa(2*len(first)), "byte offset " + strconv.Itoa(2*len(first)+4), "version"}},
 		{"dump missing file", "", []string{"frames", "dump", filepath.Join(dir, "nope")},
 			[]string{"nope", "no such file"}},
 		{"dump without file", "", []string{"frames", "dump"}, []string{"requires at least 1 arg"}},
 		{"encode bad line", good + "\n\n" + `{"pid":1,"rank":2,"io_step":3,"t_start":4,"t_end":x}` + "\n", []string{"frames", "encode"},
-			[]string{"stdin", "line 3", "frame 2", "byte " + itoa(len(good)+2+50), "t_end"}},
+			[]string{"stdin", "line 3", "frame 2", "byte " + strconv.Itoa(len(good)+2+50), "t_end"}},
 		{"encode unknown field", `{"pid":1,"rank":2,"io_step":3,"t_start":4,"t_end":5,"bogus":1}`, []string{"frames", "encode"},
 			[]string{"line 1", "unknown field \"bogus\""}},
 	}
@@ -157,15 +157,11 @@ func TestFramesErrors(t *testing.T) {
 	}
 }
 
-func mustRun(t *testing.T, stdin []byte, args ...string) string {
+func mustRunFramesCmd(t *testing.T, stdin []byte, args ...string) string {
 	t.Helper()
 	out, _, err := runKipimo(t, stdin, args...)
 	if err != nil {
 		t.Fatalf("kipimo %s: %v", strings.Join(args, " "), err)
 	}
 	return out
-}
-
-func itoa(i int) string {
-	return strconv.Itoa(i)
 }
