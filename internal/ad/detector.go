@@ -46,7 +46,7 @@ type Detector struct {
 
 	// call-path nodes; node 0 is the empty path
 	nodes   []pathNode
-	pathTab map[uint64]uint32
+	pathTab pathTable
 
 	models    []*model
 	keyByName map[string]int32
@@ -157,7 +157,6 @@ func New(cfg Config) (*Detector, error) {
 		metaSeen:    map[metaKey]struct{}{},
 		ignored:     map[string]bool{},
 		nodes:       []pathNode{{}},
-		pathTab:     map[uint64]uint32{},
 		keyByName:   map[string]int32{},
 		launches:    map[uint64]launch{},
 		counterStep: map[string]*stats.Moments{},
@@ -211,12 +210,12 @@ func (d *Detector) intern(parent, fid uint32) uint32 {
 		parent = d.suffix(parent)
 	}
 	k := uint64(parent)<<32 | uint64(fid)
-	if n, ok := d.pathTab[k]; ok {
+	if n, ok := d.pathTab.get(k); ok {
 		return n
 	}
 	n := uint32(len(d.nodes))
 	d.nodes = append(d.nodes, pathNode{parent: parent, fid: fid, depth: d.nodes[parent].depth + 1})
-	d.pathTab[k] = n
+	d.pathTab.put(k, n)
 	return n
 }
 

@@ -432,13 +432,35 @@ func (d *Detector) Profiles(final bool) []provenance.ThreadProfile {
 	for _, t := range d.threads {
 		p := provenance.ThreadProfile{PID: d.cfg.PID, Rank: d.cfg.Rank, TID: t.tid, Step: d.step, Final: final,
 			Timers: []provenance.TimerProfile{}, Counters: []provenance.CounterProfile{}}
-		for fid, a := range t.flat {
-			if a.seen {
-				p.Timers = append(p.Timers, timerProfile(d.funcName(uint32(fid)), &a))
+		// Every execution is counted in exactly one call-path node, so a
+		// function's flat timer is the sum of the nodes that end with it.
+		flat := map[uint32]*timerAcc{}
+		var fids []uint32
+		for n := range t.paths {
+			a := &t.paths[n]
+			if a.calls == 0 {
+				continue
 			}
+			fid := d.nodes[n].fid
+			f := flat[fid]
+			if f == nil {
+				f = &timerAcc{}
+				flat[fid] = f
+				fids = append(fids, fid)
+			}
+			f.calls += a.calls
+			f.subrs += a.subrs
+			f.incl += a.incl
+			f.excl += a.excl
+			f.sqIncl += a.sqIncl
+			f.sqExcl += a.sqExcl
+		}
+		sort.Slice(fids, func(i, j int) bool { return fids[i] < fids[j] })
+		for _, fid := range fids {
+			p.Timers = append(p.Timers, timerProfile(d.funcName(fid), flat[fid]))
 		}
 		for n, a := range t.paths {
-			if a.seen && d.nodes[n].depth > 1 {
+			if a.calls > 0 && d.nodes[n].depth > 1 {
 				p.Timers = append(p.Timers, timerProfile(d.pathName(uint32(n)), &a))
 			}
 		}
@@ -463,5 +485,5 @@ func (d *Detector) Profiles(final bool) []provenance.ThreadProfile {
 
 func timerProfile(name string, a *timerAcc) provenance.TimerProfile {
 	return provenance.TimerProfile{Name: name, Group: "TAU_DEFAULT", Calls: a.calls, Subrs: a.subrs,
-		Inclusive: a.incl, Exclusive: a.excl, SumSqInclusive: a.sqIncl, SumSqExclusive: a.sqExcl}
+		Inclusive: float64(a.incl), Exclusive: float64(a.excl), SumSqInclusive: a.sqIncl, SumSqExclusive: a.sqExcl}
 }

@@ -68,12 +68,11 @@ type attachedComm struct {
 	ev  frame.CommEvent
 }
 
-// timerAcc accumulates a profile timer.
+// timerAcc accumulates a profile timer (calls > 0 once seen).
 type timerAcc struct {
 	calls, subrs   uint64
-	incl, excl     float64
+	incl, excl     uint64
 	sqIncl, sqExcl float64
-	seen           bool
 }
 
 // counterAcc accumulates a profile counter.
@@ -100,8 +99,7 @@ type thread struct {
 	counters []attachedCounter
 	comms    []attachedComm
 
-	flat  []timerAcc // by fid
-	paths []timerAcc // by call-path node
+	paths []timerAcc // by call-path node; flat timers are their sums by function
 	ctrs  map[uint32]*counterAcc
 
 	// per-frame cursors into the frame's counter and comm events of this thread
@@ -175,29 +173,18 @@ func (t *thread) metaGPU(key, value string) {
 
 // profileAdd accumulates a completed execution into the thread's profile.
 func (t *thread) profileAdd(e *execRec) {
-	in, ex := float64(e.incl()), float64(e.excl())
-	if int(e.fid) >= len(t.flat) {
-		t.flat = growTimers(t.flat, int(e.fid)+1)
-	}
-	a := &t.flat[e.fid]
-	a.seen = true
-	a.calls++
-	a.subrs += uint64(e.nchild)
-	a.incl += in
-	a.excl += ex
-	a.sqIncl += in * in
-	a.sqExcl += ex * ex
+	in, ex := e.incl(), e.excl()
 	if int(e.path) >= len(t.paths) {
 		t.paths = growTimers(t.paths, int(e.path)+1)
 	}
 	p := &t.paths[e.path]
-	p.seen = true
 	p.calls++
 	p.subrs += uint64(e.nchild)
 	p.incl += in
 	p.excl += ex
-	p.sqIncl += in * in
-	p.sqExcl += ex * ex
+	fi, fe := float64(in), float64(ex)
+	p.sqIncl += fi * fi
+	p.sqExcl += fe * fe
 }
 
 func growTimers(s []timerAcc, n int) []timerAcc {

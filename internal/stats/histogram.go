@@ -37,7 +37,7 @@ var minThreshold = math.Log2(1.00001)
 // Semantics follow Chimbuko's (src/core/util/Histogram.cpp):
 //   - Build bins a sample into DefaultBins equal bins spanning [min, max], the
 //     first edge placed 1e-6 of a bin width below min so that min falls in
-//     bin 0; identical values give one bin of width 1e-12*|x|.
+//     bin 0; identical values give one bin of width 1e-12*|x| centred on them.
 //   - Merge re-bins both sides over the union of their ranges with
 //     DefaultBins bins, spreading each source bin's count uniformly over the
 //     target bins it overlaps; counts stay integers and the total is exact.
@@ -98,7 +98,7 @@ func layout(lo, hi float64, nbins int) (first, width float64) {
 		if w == 0 || math.IsInf(lo+w, 0) {
 			w = 1e-12
 		}
-		return lo - 1e-6*w, w
+		return lo - w/2, w
 	}
 	w0 := (hi - lo) / float64(nbins)
 	first = lo - 1e-6*w0
