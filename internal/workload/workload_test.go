@@ -275,7 +275,7 @@ func TestDistributions(t *testing.T) {
 // no normal execution.
 func TestSeparable(t *testing.T) {
 	cfg := DefaultConfig()
-	cfg.Steps = 12
+	cfg.Steps = 8
 	cfg.GPU = true
 	d := generate(t, cfg)
 	normal, anomalous := d.byFunction(t)
