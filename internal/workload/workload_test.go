@@ -6,7 +6,6 @@ import (
 	"io"
 	"math"
 	"reflect"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -269,51 +268,69 @@ func TestDistributions(t *testing.T) {
 	}
 }
 
-// TestSeparable checks, on the default run, that a plain six-sigma rule on
-// each function's whole sample (anomalies included, as a detector's running
-// statistics are) flags every injected anomaly of the unimodal functions and
-// no normal execution.
+// TestSeparable checks, on the default run, that a plain six-sigma rule
+// flags every injected anomaly and no normal execution when it judges each
+// step's executions (by exit) against per-function statistics accumulated
+// over all ranks up to and including that step, anomalies included, as a
+// streaming detector does.
 func TestSeparable(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Steps = 8
 	cfg.GPU = true
 	d := generate(t, cfg)
-	normal, anomalous := d.byFunction(t)
-	var tp, fn, fp int
-	for fid, spec := range d.w.Functions() {
-		if spec.Multimodal() {
-			continue
+	type key struct {
+		rank, tid, fid uint32
+		entry          uint64
+	}
+	injected := map[key]Kind{}
+	for _, tr := range d.truth {
+		injected[key{tr.Rank, tr.Tid, tr.FID, tr.Entry}] = tr.Kind
+	}
+	byStep := make([][]execRec, cfg.Steps)
+	for _, x := range d.execs {
+		if x.fid != fMain && x.fid != fWorkerMain { // own time is idle time
+			byStep[x.exitStep] = append(byStep[x.exitStep], x)
 		}
-		n, a := normal[uint32(fid)], anomalous[uint32(fid)]
-		all := append(slices.Clone(n), a...)
-		if len(all) < 100 {
-			continue
+	}
+	var n, mean, m2 [numFuncs]float64
+	tp, fn := map[Kind]int{}, map[Kind]int{}
+	var fp, normals int
+	for _, xs := range byStep {
+		for _, x := range xs {
+			v := float64(x.excl)
+			n[x.fid]++
+			delta := v - mean[x.fid]
+			mean[x.fid] += delta / n[x.fid]
+			m2[x.fid] += delta * (v - mean[x.fid])
 		}
-		var mean, m2 float64
-		for i, v := range all {
-			x := float64(v)
-			delta := x - mean
-			mean += delta / float64(i+1)
-			m2 += delta * (x - mean)
-		}
-		sd := math.Sqrt(m2 / float64(len(all)-1))
-		for _, v := range n {
-			if math.Abs(float64(v)-mean) > 6*sd {
+		for _, x := range xs {
+			f := x.fid
+			flagged := n[f] > 1 && math.Abs(float64(x.excl)-mean[f]) > 6*math.Sqrt(m2[f]/(n[f]-1))
+			kind, isAnomaly := injected[key{x.rank, x.tid, f, x.entry}]
+			switch {
+			case isAnomaly && flagged:
+				tp[kind]++
+			case isAnomaly:
+				fn[kind]++
+			case flagged:
 				fp++
-			}
-		}
-		for _, v := range a {
-			if math.Abs(float64(v)-mean) > 6*sd {
-				tp++
-			} else {
-				fn++
-				t.Logf("%s: anomaly %d µs within 6 sd (mean %.1f, sd %.1f)", spec.Name, v, mean, sd)
+			default:
+				normals++
 			}
 		}
 	}
-	recall := float64(tp) / float64(tp+fn)
-	t.Logf("six-sigma on unimodal functions: %d true positives, %d missed, %d false positives, recall %.4f (%v)", tp, fn, fp, recall, d)
-	if recall < 0.95 || fp > 0 || tp == 0 {
+	var tps, fns int
+	for _, k := range Kinds() {
+		t.Logf("%-12s %5d flagged, %3d missed", k, tp[k], fn[k])
+		tps += tp[k]
+		fns += fn[k]
+		if tp[k] == 0 {
+			t.Errorf("no %s anomaly in the default run with the GPU on", k)
+		}
+	}
+	recall := float64(tps) / float64(tps+fns)
+	t.Logf("six-sigma, streaming: recall %.4f, %d of %d normal executions flagged (%v)", recall, fp, normals+fp, d)
+	if recall < 0.95 || fp > 0 {
 		t.Errorf("recall %.4f with %d false positives, want >= 0.95 and none", recall, fp)
 	}
 	frac := float64(len(d.truth)) / float64(len(d.execs))
