@@ -252,7 +252,6 @@ func (d *jdec) kind(where fld, names string) (uint8, error) {
 		return 0, err
 	}
 	if x > 1 {
-		d.ws()
 		return 0, decErr(skipSpaceAt(d.b, at), where, fmtErr(ErrInvalid, "kind %d (want %s)", x, names))
 	}
 	return uint8(x), nil
@@ -369,7 +368,7 @@ func (d *jdec) unescape(dst, raw []byte, off int, where fld) ([]byte, error) {
 			}
 			if utf16.IsSurrogate(r) {
 				r2, ok2 := rune(0), false
-				if i+11 < len(raw)+0 && raw[i+6] == '\\' && raw[i+7] == 'u' {
+				if i+12 <= len(raw) && raw[i+6] == '\\' && raw[i+7] == 'u' {
 					r2, ok2 = hex4(raw, i+8)
 				}
 				dec := utf16.DecodeRune(r, r2)
