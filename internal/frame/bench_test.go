@@ -1,6 +1,7 @@
 package frame
 
 import (
+	"bytes"
 	"testing"
 	"time"
 )
@@ -82,4 +83,33 @@ func BenchmarkDecodeJSON(b *testing.B) {
 		}
 	}
 	reportEvents(b, f, len(buf), cpu0)
+}
+
+// BenchmarkReader decodes a stream of frames through a Reader, copying each
+// frame from the underlying reader into the Reader's buffer first.
+func BenchmarkReader(b *testing.B) {
+	f := benchFrame()
+	one := AppendBinary(nil, f)
+	const frames = 8
+	var stream []byte
+	for range frames {
+		stream = append(stream, one...)
+	}
+	var g Frame
+	b.SetBytes(int64(len(stream)))
+	b.ReportAllocs()
+	cpu0 := cpuTime()
+	for b.Loop() {
+		r := NewReader(bytes.NewReader(stream))
+		for range frames {
+			if err := r.Next(&g); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	n := float64(f.NumEvents()) * frames * float64(b.N)
+	b.ReportMetric(n/b.Elapsed().Seconds(), "events/s")
+	if cpu := cpuTime() - cpu0; cpu0 > 0 && cpu > 0 {
+		b.ReportMetric(n/cpu.Seconds(), "events/cpu-s")
+	}
 }
