@@ -78,10 +78,11 @@ type Detector struct {
 		comm []attachedComm
 	}
 
-	stats   counters
-	snap    atomic.Pointer[psync.CallstackReply]
-	closeMu sync.Mutex
-	closed  bool
+	stats           counters
+	requestProfiles atomic.Bool // set by Serve on a snapshot control message
+	snap            atomic.Pointer[psync.CallstackReply]
+	closeMu         sync.Mutex
+	closed          bool
 }
 
 type metaKey struct {

@@ -91,7 +91,7 @@ func (d *Detector) endStep(ctx context.Context, final bool) {
 	d.release()
 	// 6. snapshot, profiles, reset
 	d.snapshot()
-	if final || (d.cfg.ProfileEvery > 0 && (d.processed+1)%uint64(d.cfg.ProfileEvery) == 0) {
+	if final || (d.cfg.ProfileEvery > 0 && (d.processed+1)%uint64(d.cfg.ProfileEvery) == 0) || d.requestProfiles.Swap(false) {
 		d.batch.Profiles = append(d.batch.Profiles, d.Profiles(final)...)
 	}
 	for _, m := range d.models {

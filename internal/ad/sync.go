@@ -361,6 +361,7 @@ func (s *syncState) close(ctx context.Context) error {
 		}
 	}
 	s.collect(true, ctx)
+	s.updateLag()
 	for _, sh := range s.shards {
 		if sh.inflight != nil {
 			return errors.New("final sync with the pserver did not complete before the deadline")

@@ -1,0 +1,294 @@
+package ad
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"runtime/pprof"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+
+	"github.com/kipimo-hpc/kipimo/internal/frame"
+	"github.com/kipimo-hpc/kipimo/internal/natsx"
+	"github.com/kipimo-hpc/kipimo/internal/psync"
+)
+
+// EndOfStreamHeader, set (to any value) on a message of a rank's frame
+// subject, ends that rank's stream: its detector closes (flushing its
+// records and final profiles) and stops. A message with an empty body means
+// the same.
+const EndOfStreamHeader = "Kipimo-End-Of-Stream"
+
+// ControlMessage is a run-wide message on natsx.Subjects.Control().
+type ControlMessage struct {
+	// Kind is "end_of_run" (every detector closes as at the end of its
+	// stream) or "snapshot" (every detector publishes its profiles now).
+	Kind string `json:"kind"`
+}
+
+// Control message kinds.
+const (
+	ControlEndOfRun = "end_of_run"
+	ControlSnapshot = "snapshot"
+)
+
+// ServeConfig configures Serve: the detectors of one node.
+type ServeConfig struct {
+	Conn  *nats.Conn
+	Run   string
+	PID   uint32
+	Ranks []uint32
+	// Detector is the configuration of every detector (PID and Rank are set
+	// per rank; Sink and Syncer are shared).
+	Detector Config
+	// PendingFrames bounds the frames buffered per rank (default 256); more
+	// are dropped by NATS and counted as bad frames.
+	PendingFrames int
+	// CloseTimeout bounds the final flush after the stream ends or ctx is
+	// cancelled (default 10s).
+	CloseTimeout time.Duration
+	// Collector, when set, gets every detector.
+	Collector *Collector
+	Logger    zerolog.Logger
+}
+
+// Serve runs one detector per rank, each in its own goroutine, fed by the
+// rank's frame subject, and answers the live call-stack probes. It returns
+// when every rank's stream has ended (EndOfStreamHeader, or an end_of_run
+// control message) or ctx is cancelled; either way every detector is closed
+// (records and profiles flushed within CloseTimeout). It returns the
+// detectors' final counts.
+func Serve(ctx context.Context, cfg ServeConfig) ([]Stats, error) {
+	if cfg.Conn == nil {
+		return nil, errors.New("serve detectors: no NATS connection")
+	}
+	if err := natsx.ValidRun(cfg.Run); err != nil {
+		return nil, fmt.Errorf("serve detectors: %w", err)
+	}
+	if len(cfg.Ranks) == 0 {
+		return nil, errors.New("serve detectors: no ranks given")
+	}
+	if cfg.PendingFrames <= 0 {
+		cfg.PendingFrames = 256
+	}
+	if cfg.CloseTimeout <= 0 {
+		cfg.CloseTimeout = 10 * time.Second
+	}
+	subj := natsx.Subjects{Run: cfg.Run}
+	type rankState struct {
+		d   *Detector
+		sub *nats.Subscription
+	}
+	ranks := make([]*rankState, 0, len(cfg.Ranks))
+	seen := map[uint32]bool{}
+	for _, r := range cfg.Ranks {
+		if seen[r] {
+			return nil, fmt.Errorf("serve detectors: rank %d given twice", r)
+		}
+		seen[r] = true
+		dc := cfg.Detector
+		dc.PID, dc.Rank = cfg.PID, r
+		dc.Logger = cfg.Logger.With().Uint32("rank", r).Logger()
+		d, err := New(dc)
+		if err != nil {
+			return nil, fmt.Errorf("serve detectors: rank %d: %w", r, err)
+		}
+		if cfg.Collector != nil {
+			cfg.Collector.Add(d)
+		}
+		ranks = append(ranks, &rankState{d: d})
+	}
+	var subs []*nats.Subscription
+	defer func() {
+		for _, s := range subs {
+			_ = s.Unsubscribe()
+		}
+	}()
+	// Live call-stack probes: served from each detector's snapshot, never
+	// waiting for processing.
+	for _, rs := range ranks {
+		d := rs.d
+		s, err := cfg.Conn.Subscribe(subj.Callstack(cfg.PID, d.cfg.Rank), func(m *nats.Msg) {
+			respondCallstack(m, d)
+		})
+		if err != nil {
+			return nil, fmt.Errorf("subscribe to the call-stack probe of rank %d: %w", d.cfg.Rank, err)
+		}
+		subs = append(subs, s)
+	}
+	all, err := cfg.Conn.Subscribe(subj.AllCallstacks(), func(m *nats.Msg) {
+		var req psync.CallstackRequest
+		if len(m.Data) > 0 && json.Unmarshal(m.Data, &req) != nil {
+			return
+		}
+		for _, rs := range ranks {
+			if req.Rank == nil || *req.Rank == rs.d.cfg.Rank {
+				respondCallstack(m, rs.d)
+			}
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("subscribe to %s: %w", subj.AllCallstacks(), err)
+	}
+	subs = append(subs, all)
+	endAll := make(chan struct{})
+	var endOnce sync.Once
+	snapshot := make(chan struct{}, 1)
+	ctl, err := cfg.Conn.Subscribe(subj.Control(), func(m *nats.Msg) {
+		var c ControlMessage
+		if json.Unmarshal(m.Data, &c) != nil {
+			return
+		}
+		switch c.Kind {
+		case ControlEndOfRun:
+			endOnce.Do(func() { close(endAll) })
+		case ControlSnapshot:
+			select {
+			case snapshot <- struct{}{}:
+			default:
+			}
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("subscribe to %s: %w", subj.Control(), err)
+	}
+	subs = append(subs, ctl)
+	for _, rs := range ranks {
+		s, err := cfg.Conn.SubscribeSync(subj.Frames(cfg.PID, rs.d.cfg.Rank))
+		if err != nil {
+			return nil, fmt.Errorf("subscribe to the frames of rank %d: %w", rs.d.cfg.Rank, err)
+		}
+		if err := s.SetPendingLimits(cfg.PendingFrames, -1); err != nil {
+			return nil, fmt.Errorf("frame subscription limits: %w", err)
+		}
+		rs.sub = s
+		subs = append(subs, s)
+	}
+	if err := cfg.Conn.FlushWithContext(ctx); err != nil {
+		return nil, fmt.Errorf("subscribe to frames: %w", err)
+	}
+	cfg.Logger.Info().Str("run", cfg.Run).Uint32("pid", cfg.PID).Int("ranks", len(ranks)).Str("algorithm", cfg.Detector.Algorithm).Msg("detectors started")
+
+	var wg sync.WaitGroup
+	errs := make([]error, len(ranks))
+	for i, rs := range ranks {
+		wg.Add(1)
+		labels := pprof.Labels("component", "ad", "rank", strconv.FormatUint(uint64(rs.d.cfg.Rank), 10))
+		go pprof.Do(ctx, labels, func(ctx context.Context) {
+			defer wg.Done()
+			errs[i] = serveRank(ctx, rs.d, rs.sub, endAll, cfg.CloseTimeout)
+		})
+	}
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+wait:
+	for {
+		select {
+		case <-snapshot:
+			// Each detector's goroutine adds its profiles at its next step.
+			for _, rs := range ranks {
+				rs.d.requestProfiles.Store(true)
+			}
+		case <-done:
+			break wait
+		}
+	}
+	out := make([]Stats, len(ranks))
+	for i, rs := range ranks {
+		out[i] = rs.d.Stats()
+	}
+	cfg.Logger.Info().Int("ranks", len(ranks)).Msg("detectors stopped")
+	return out, errors.Join(errs...)
+}
+
+func respondCallstack(m *nats.Msg, d *Detector) {
+	if m.Reply == "" {
+		return
+	}
+	b, err := json.Marshal(d.Callstacks())
+	if err != nil {
+		return
+	}
+	_ = m.Respond(b)
+}
+
+// serveRank feeds one detector until its stream ends or ctx is done, then
+// closes it. After an end_of_run control message the frames already queued
+// are processed first.
+func serveRank(ctx context.Context, d *Detector, sub *nats.Subscription, endAll <-chan struct{}, closeTimeout time.Duration) error {
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-endAll:
+		case <-rctx.Done():
+		}
+		cancel()
+	}()
+	var f frame.Frame
+	dropped := 0
+	for {
+		msg, err := sub.NextMsgWithContext(rctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			if n, _, _ := sub.Pending(); n == 0 {
+				break
+			}
+			if msg, err = sub.NextMsg(time.Second); err != nil {
+				break
+			}
+		}
+		if n, _ := sub.Dropped(); n > dropped {
+			d.stats.badFrames.Add(uint64(n - dropped))
+			d.cfg.Logger.Warn().Int("dropped", n-dropped).Msg("frames dropped: the detector is slower than its input")
+			dropped = n
+		}
+		if msg.Header.Get(EndOfStreamHeader) != "" || len(msg.Data) == 0 {
+			break
+		}
+		if err := decodeFrame(msg.Data, &f); err != nil {
+			d.stats.badFrames.Add(1)
+			d.stepBad++
+			d.cfg.Logger.Warn().Err(err).Msg("bad frame rejected")
+			continue
+		}
+		if err := d.Process(ctx, &f); err != nil {
+			if errors.Is(err, ErrClosed) {
+				break
+			}
+			d.cfg.Logger.Warn().Err(err).Uint64("io_step", f.Step).Msg("frame rejected")
+		}
+	}
+	cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
+	defer ccancel()
+	if err := d.Close(cctx); err != nil {
+		return fmt.Errorf("close detector of rank %d: %w", d.cfg.Rank, err)
+	}
+	return nil
+}
+
+// decodeFrame decodes a binary frame, or a JSON one when the body starts with
+// '{'.
+func decodeFrame(b []byte, f *frame.Frame) error {
+	if len(b) > 0 && b[0] == '{' {
+		return frame.DecodeJSON(b, f)
+	}
+	n, err := frame.DecodeBinary(b, f)
+	if err != nil {
+		return err
+	}
+	if n != len(b) {
+		return fmt.Errorf("frame message has %d bytes after the frame", len(b)-n)
+	}
+	return nil
+}
