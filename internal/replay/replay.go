@@ -1,0 +1,284 @@
+// Package replay turns traces made by other tools (TAU .trc/.edf, Caliper .cali
+// event traces, Chrome/Perfetto JSON) and Kipimo's own frame files into the
+// frame stream the detector consumes, and writes them as frame files.
+//
+// A Source yields frames, each rank's in step order; Open picks the reader for
+// a format. Convert writes a Source to DIR/rank-<r>.frames, the layout
+// `kipimo gen` writes. Package publish sends a Source to NATS.
+package replay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/kipimo-hpc/kipimo/internal/frame"
+	"github.com/kipimo-hpc/kipimo/internal/replay/caliper"
+	"github.com/kipimo-hpc/kipimo/internal/replay/chrome"
+	"github.com/kipimo-hpc/kipimo/internal/replay/steps"
+	"github.com/kipimo-hpc/kipimo/internal/replay/tautrace"
+)
+
+// Formats a Source can read.
+const (
+	FormatTAU     = "tau"
+	FormatCaliper = "caliper"
+	FormatChrome  = "chrome"
+	FormatFrames  = "frames"
+)
+
+// Formats lists the formats Open accepts.
+var Formats = []string{FormatTAU, FormatCaliper, FormatChrome, FormatFrames}
+
+// Stats counts what a Source produced; see steps.Stats.
+type Stats = steps.Stats
+
+// Source yields frames. Frames calls emit with each frame, every rank's frames
+// in step order (ranks may interleave); the frame is owned by the Source and
+// reused after emit returns. An error from emit stops the source and is
+// returned. A Source may be read once.
+type Source interface {
+	Frames(ctx context.Context, emit func(*frame.Frame) error) (Stats, error)
+}
+
+// Sizer is implemented by Sources that know their input size in bytes and how
+// much of it they have read, for progress reports.
+type Sizer interface {
+	// Progress returns the bytes read so far and the total.
+	Progress() (done, total int64)
+}
+
+// Open returns the Source of files in format. cfg says how to cut io_steps (it
+// is not used for frame files, which are already cut).
+func Open(format string, files []string, cfg steps.Config) (Source, error) {
+	if len(files) == 0 {
+		return nil, errors.New("no input files given")
+	}
+	for _, f := range files {
+		if _, err := os.Stat(f); err != nil {
+			return nil, fmt.Errorf("input %w", err)
+		}
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	var read func(context.Context, []string, *steps.Builder) error
+	switch format {
+	case FormatTAU:
+		read = tautrace.Read
+	case FormatCaliper:
+		read = caliper.Read
+	case FormatChrome:
+		read = chrome.Read
+	case FormatFrames:
+		return OpenFrames(files)
+	default:
+		return nil, fmt.Errorf("unknown format %q (want one of %s)", format, strings.Join(Formats, ", "))
+	}
+	return &traceSource{files: files, cfg: cfg, read: read}, nil
+}
+
+type traceSource struct {
+	files []string
+	cfg   steps.Config
+	read  func(context.Context, []string, *steps.Builder) error
+}
+
+func (s *traceSource) Frames(ctx context.Context, emit func(*frame.Frame) error) (Stats, error) {
+	b := steps.New(s.cfg, emit)
+	err := s.read(ctx, s.files, b)
+	return b.Stats(), err
+}
+
+// FrameFiles is a Source of Kipimo binary frame files (any number per rank).
+// Frames are yielded in order of step start time across files, so a paced
+// replay sends every rank's step s before any rank's step s+1.
+type FrameFiles struct {
+	paths []string
+	total int64
+	done  int64
+}
+
+// OpenFrames returns the Source of frame files; a directory stands for its
+// *.frames files.
+func OpenFrames(paths []string) (*FrameFiles, error) {
+	var files []string
+	var total int64
+	for _, p := range paths {
+		st, err := os.Stat(p)
+		if err != nil {
+			return nil, fmt.Errorf("frames: %w", err)
+		}
+		if st.IsDir() {
+			m, _ := filepath.Glob(filepath.Join(p, "*.frames"))
+			if len(m) == 0 {
+				return nil, fmt.Errorf("frames: no *.frames files in directory %s", p)
+			}
+			sort.Strings(m)
+			for _, f := range m {
+				if fs, err := os.Stat(f); err == nil {
+					total += fs.Size()
+				}
+			}
+			files = append(files, m...)
+			continue
+		}
+		total += st.Size()
+		files = append(files, p)
+	}
+	return &FrameFiles{paths: files, total: total}, nil
+}
+
+// Progress implements Sizer.
+func (s *FrameFiles) Progress() (done, total int64) { return s.done, s.total }
+
+type frameCursor struct {
+	name string
+	fh   *os.File
+	r    *frame.Reader
+	f    frame.Frame
+	off  int64
+}
+
+// Frames implements Source.
+func (s *FrameFiles) Frames(ctx context.Context, emit func(*frame.Frame) error) (Stats, error) {
+	var st Stats
+	threads := map[[2]uint32]bool{}
+	gpu := map[[2]uint32]bool{}
+	var cs []*frameCursor
+	defer func() {
+		for _, c := range cs {
+			c.fh.Close()
+		}
+	}()
+	next := func(c *frameCursor) (bool, error) {
+		err := c.r.Next(&c.f)
+		if err == io.EOF {
+			return false, nil
+		}
+		if err != nil {
+			return false, fmt.Errorf("%s: frame %d: %w (%w; the frames before it were read)", c.name, c.r.Frames(), err, steps.ErrStopped)
+		}
+		return true, nil
+	}
+	for _, p := range s.paths {
+		fh, err := os.Open(p)
+		if err != nil {
+			return st, fmt.Errorf("frames: %w", err)
+		}
+		c := &frameCursor{name: p, fh: fh, r: frame.NewReader(fh)}
+		ok, err := next(c)
+		if err != nil {
+			fh.Close()
+			return st, err
+		}
+		if !ok {
+			fh.Close()
+			continue
+		}
+		cs = append(cs, c)
+	}
+	for len(cs) > 0 {
+		if err := ctx.Err(); err != nil {
+			return st, err
+		}
+		best := 0
+		for i, c := range cs[1:] {
+			b := cs[best]
+			if c.f.Step < b.f.Step || (c.f.Step == b.f.Step && c.f.TStart < b.f.TStart) {
+				best = i + 1
+			}
+		}
+		c := cs[best]
+		f := &c.f
+		st.Frames++
+		st.Events += f.NumEvents()
+		for _, e := range f.Events {
+			threads[[2]uint32{f.Rank, e.Tid}] = true
+			if e.Kind == frame.Exit {
+				st.Executions++
+			}
+		}
+		for _, m := range f.Metadata {
+			if isStreamKey(m.Key) {
+				gpu[[2]uint32{f.Rank, m.Tid}] = true
+			}
+		}
+		if err := emit(f); err != nil {
+			return st, err
+		}
+		s.done += c.r.Offset() - c.off
+		c.off = c.r.Offset()
+		ok, err := next(c)
+		if err != nil {
+			return st, err
+		}
+		if !ok {
+			c.fh.Close()
+			cs = append(cs[:best], cs[best+1:]...)
+		}
+	}
+	st.Threads, st.GPUThreads = len(threads), len(gpu)
+	return st, nil
+}
+
+func isStreamKey(k string) bool {
+	for _, api := range []string{"CUDA", "ROCm", "OpenCL", "SYCL"} {
+		if k == api+steps.KeyStream {
+			return true
+		}
+	}
+	return false
+}
+
+// RankFile is the frame file of rank r in dir, as `kipimo gen` names it.
+func RankFile(dir string, rank uint32) string {
+	return filepath.Join(dir, fmt.Sprintf("rank-%d.frames", rank))
+}
+
+// Convert writes the frames of src to dir, one file per rank (see RankFile),
+// and returns the source's stats. Files are complete up to the last frame
+// written even when src fails.
+func Convert(ctx context.Context, src Source, dir string) (Stats, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return Stats{}, fmt.Errorf("output directory: %w", err)
+	}
+	type out struct {
+		fh *os.File
+		w  *frame.Writer
+	}
+	outs := map[uint32]*out{}
+	closeAll := func() error {
+		var first error
+		for _, o := range outs {
+			if err := o.w.Flush(); err != nil && first == nil {
+				first = err
+			}
+			if err := o.fh.Close(); err != nil && first == nil {
+				first = fmt.Errorf("close frame file: %w", err)
+			}
+		}
+		return first
+	}
+	st, err := src.Frames(ctx, func(f *frame.Frame) error {
+		o, ok := outs[f.Rank]
+		if !ok {
+			fh, err := os.Create(RankFile(dir, f.Rank))
+			if err != nil {
+				return fmt.Errorf("create frame file: %w", err)
+			}
+			o = &out{fh: fh, w: frame.NewWriter(fh)}
+			outs[f.Rank] = o
+		}
+		return o.w.Write(f)
+	})
+	if cerr := closeAll(); err == nil {
+		err = cerr
+	}
+	return st, err
+}
