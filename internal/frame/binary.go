@@ -35,7 +35,8 @@ type threadState struct {
 // AppendBinary appends the binary encoding of f (header and body) to dst and
 // returns the extended slice. f must be valid (see Validate): an event kind
 // other than 0 or 1 is encoded by its low bit only, and strings must be UTF-8
-// for the frame to decode again. Writer.Write validates before encoding.
+// for the frame to decode again, and a body above MaxFrameSize bytes is not
+// decodable. Writer.Write checks both.
 //
 // The encoding is deterministic: equal frames give identical bytes.
 func AppendBinary(dst []byte, f *Frame) []byte {

@@ -21,12 +21,16 @@ func NewWriter(w io.Writer) *Writer {
 	return &Writer{w: bufio.NewWriterSize(w, 256<<10)}
 }
 
-// Write validates f and writes its binary encoding.
+// Write validates f and writes its binary encoding. A frame whose body would
+// exceed MaxFrameSize is refused: readers could not take it.
 func (w *Writer) Write(f *Frame) error {
 	if err := f.Validate(); err != nil {
 		return fmt.Errorf("write frame: %w", err)
 	}
 	w.buf = AppendBinary(w.buf[:0], f)
+	if body := len(w.buf) - HeaderSize; body > MaxFrameSize {
+		return fmt.Errorf("write frame: %w: body of %d bytes exceeds the %d byte limit", ErrLength, body, MaxFrameSize)
+	}
 	if _, err := w.w.Write(w.buf); err != nil {
 		return fmt.Errorf("write frame: %w", err)
 	}
