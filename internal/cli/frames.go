@@ -28,6 +28,7 @@ reproduces F byte for byte.`,
 	cmd.AddCommand(
 		newFramesDumpCmd(),
 		newFramesEncodeCmd(),
+		newFramesConvertCmd(),
 	)
 	return cmd
 }

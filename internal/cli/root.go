@@ -36,6 +36,8 @@ and context, and keeps them for queries, dashboards and TAU profiles.`,
 		newFramesCmd(),
 		newGenCmd(),
 		newCallstackCmd(),
+		newReplayCmd(),
+		newQueryCmd(),
 	)
 	return root
 }

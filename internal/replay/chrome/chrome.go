@@ -595,6 +595,10 @@ func Read(ctx context.Context, paths []string, b *steps.Builder) error {
 	return Feed(files, b, damaged)
 }
 
+// clockSpread is how far apart (µs) the first events of two files may be and
+// still share one step origin: an hour.
+const clockSpread = 3600e6
+
 // Feed gives parsed files to b (one rank each) and finishes b, or, when
 // damaged is set, emits the steps before the damage and returns it.
 func Feed(files []*File, b *steps.Builder, damaged error) error {
@@ -620,6 +624,21 @@ func Feed(files []*File, b *steps.Builder, damaged error) error {
 	}
 	if !first {
 		b.SetOrigin(us(origin))
+	}
+	// Files whose clocks are far apart (different machines or runs) each
+	// count steps from their own start.
+	var hi float64
+	for _, f := range files {
+		if f.hasTS {
+			hi = max(hi, f.minTS)
+		}
+	}
+	if !first && hi-origin > clockSpread {
+		for i, f := range files {
+			if f.hasTS {
+				b.SetRankOrigin(ranks[i], us(f.minTS))
+			}
+		}
 	}
 	var cutoff uint64
 	if damaged != nil {

@@ -143,6 +143,9 @@ type rankState struct {
 	meta     map[metaKey]struct{}
 	marker   uint32
 	hasMark  bool
+	maxTS    uint64 // latest event time of the rank
+	origin   uint64 // start of the rank's step 0
+	ownOrig  bool   // origin set by SetRankOrigin
 }
 
 // Builder turns events into frames. See the package doc.
@@ -157,6 +160,7 @@ type Builder struct {
 	last     *rankState
 	gstep    uint64 // highest step any event reached (fixed mode)
 	advanced uint64 // highest step Advance has emitted up to
+	custom   bool   // some rank has its own origin
 	maxTS    uint64
 	stats    Stats
 	err      error
@@ -176,6 +180,15 @@ func New(cfg Config, emit func(*frame.Frame) error) *Builder {
 // is the origin. Events before the origin count in step 0.
 func (b *Builder) SetOrigin(ts uint64) {
 	b.origin, b.hasOrig = ts, true
+}
+
+// SetRankOrigin gives rank its own start of step 0, for ranks whose clock is
+// not comparable with the others' (traces from different machines or runs).
+// It must be called before the rank's first event.
+func (b *Builder) SetRankOrigin(rank uint32, ts uint64) {
+	r := b.rank(rank)
+	r.origin, r.ownOrig = ts, true
+	b.custom = true
 }
 
 // Stats returns the counts so far.
@@ -272,16 +285,22 @@ func (b *Builder) at(r *rankState, t *thread, ts uint64) (uint64, error) {
 	if ts > b.maxTS {
 		b.maxTS = ts
 	}
+	if ts > r.maxTS {
+		r.maxTS = ts
+	}
 	if !r.begun {
+		if !r.ownOrig {
+			r.origin = b.origin
+		}
 		r.begun = true
 		r.step = 0
-		r.tStart = b.origin
-		r.f.Step, r.f.TStart = 0, b.origin
+		r.tStart = r.origin
+		r.f.Step, r.f.TStart = 0, r.origin
 	}
 	if b.cfg.Marker != "" {
 		return ts, nil
 	}
-	s := b.stepOf(ts)
+	s := b.stepOf(r, ts)
 	if s > r.step {
 		if err := b.advance(r, s); err != nil {
 			return ts, err
@@ -293,11 +312,11 @@ func (b *Builder) at(r *rankState, t *thread, ts uint64) (uint64, error) {
 	return ts, nil
 }
 
-func (b *Builder) stepOf(ts uint64) uint64 {
-	if ts <= b.origin {
+func (b *Builder) stepOf(r *rankState, ts uint64) uint64 {
+	if ts <= r.origin {
 		return 0
 	}
-	return (ts - b.origin) / b.stepUS
+	return (ts - r.origin) / b.stepUS
 }
 
 // advance emits r's frames up to step s-1 and starts step s.
@@ -306,13 +325,13 @@ func (b *Builder) advance(r *rankState, s uint64) error {
 		return fmt.Errorf("rank %d: time jumps %d steps ahead (from step %d to %d): corrupt timestamp?", r.rank, s-r.step, r.step, s)
 	}
 	for r.step < s {
-		r.f.TEnd = b.origin + (r.step+1)*b.stepUS
+		r.f.TEnd = r.origin + (r.step+1)*b.stepUS
 		if err := b.flush(r); err != nil {
 			return err
 		}
 		r.step++
 		r.f.Step = r.step
-		r.f.TStart = b.origin + r.step*b.stepUS
+		r.f.TStart = r.origin + r.step*b.stepUS
 	}
 	return nil
 }
@@ -336,16 +355,22 @@ func (b *Builder) Advance(ts uint64) error {
 	if b.cfg.Marker != "" || !b.hasOrig {
 		return nil
 	}
-	s := b.stepOf(ts)
-	if s <= b.advanced {
-		return nil
-	}
-	b.advanced = s
-	if s > b.gstep {
-		b.gstep = s
+	if !b.custom {
+		s := (ts - min(ts, b.origin)) / b.stepUS
+		if s <= b.advanced {
+			return nil
+		}
+		b.advanced = s
 	}
 	for _, r := range b.order {
-		if r.begun && r.step < s {
+		if !r.begun {
+			continue
+		}
+		s := b.stepOf(r, ts)
+		if s > b.gstep && !r.ownOrig {
+			b.gstep = s
+		}
+		if r.step < s {
 			if err := b.advance(r, s); err != nil {
 				return err
 			}
@@ -544,14 +569,17 @@ func (b *Builder) Finish() error {
 		if !r.begun {
 			continue
 		}
-		if b.cfg.Marker == "" && r.step < last {
+		if b.cfg.Marker == "" && r.step < last && !b.custom {
 			if err := b.advance(r, last); err != nil {
 				return err
 			}
 		}
 		r.f.TEnd = max(b.maxTS, r.f.TStart)
+		if b.custom {
+			r.f.TEnd = max(r.maxTS, r.f.TStart)
+		}
 		if b.cfg.Marker == "" {
-			r.f.TEnd = min(r.f.TEnd, b.origin+(r.step+1)*b.stepUS)
+			r.f.TEnd = min(r.f.TEnd, r.origin+(r.step+1)*b.stepUS)
 		}
 		if err := b.flush(r); err != nil {
 			return err

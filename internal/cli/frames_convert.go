@@ -1,0 +1,110 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kipimo-hpc/kipimo/internal/replay"
+	"github.com/kipimo-hpc/kipimo/internal/replay/steps"
+)
+
+// traceFlags are the flags shared by the commands that read traces.
+type traceFlags struct {
+	format string
+	step   time.Duration
+	marker string
+}
+
+func (o *traceFlags) register(cmd *cobra.Command, formats []string) {
+	f := cmd.Flags()
+	f.StringVar(&o.format, "format", "", "input format: "+strings.Join(formats, ", ")+" (required)")
+	f.DurationVar(&o.step, "step", steps.DefaultStep, "io_step length in trace time (e.g. 1s, 100ms)")
+	f.StringVar(&o.marker, "step-marker", "", "start a new io_step at each entry of this function instead of every --step")
+	_ = cmd.MarkFlagRequired("format")
+}
+
+func (o *traceFlags) open(files []string) (replay.Source, error) {
+	if o.step <= 0 {
+		return nil, fmt.Errorf("--step must be positive, got %s", o.step)
+	}
+	return replay.Open(o.format, files, steps.Config{Step: o.step, Marker: o.marker})
+}
+
+func newFramesConvertCmd() *cobra.Command {
+	var (
+		tf     traceFlags
+		out    string
+		asJSON bool
+	)
+	cmd := &cobra.Command{
+		Use:   "convert --format tau|caliper|chrome --out DIR [flags] FILE...",
+		Short: "Convert TAU, Caliper or Chrome traces into frame files",
+		Long: `Convert reads traces made by other tools and writes their events as frames,
+one binary frame file per rank, DIR/rank-<r>.frames (the layout of "kipimo gen"),
+cut into io_steps of --step trace time or at each entry of --step-marker.
+
+Formats:
+  tau      tautrace.<node>.<ctx>.<thread>.trc with events.<node>.edf next to it,
+           or TAU's merged tau.trc with tau.edf; a directory stands for its traces.
+           Nodes become ranks; user events become counters, messages comm events.
+  caliper  .cali event traces (event, recorder, timestamp and trace services);
+           one rank per file (mpi.rank when recorded).
+  chrome   Chrome trace event / Perfetto JSON, plain or gzipped (PyTorch profiler
+           traces); one rank per file, GPU kernels and copies on GPU threads.
+
+It prints a one-line summary: frames, events, executions (completed calls read
+from the input), threads and gpu_threads (GPU streams or queues found).`,
+		Example: `  kipimo frames convert --format tau --out run trace_dir/
+  kipimo frames convert --format chrome --out run --step 10ms --json trace.json.gz`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, files []string) error {
+			if out == "" {
+				return fmt.Errorf("--out DIR is required: the directory to write rank-<r>.frames files to")
+			}
+			if tf.format == replay.FormatFrames {
+				return fmt.Errorf("--format frames: the input is already frames (use tau, caliper or chrome)")
+			}
+			src, err := tf.open(files)
+			if err != nil {
+				return fmt.Errorf("convert: %w", err)
+			}
+			st, err := replay.Convert(cmd.Context(), src, out)
+			if err != nil {
+				return fmt.Errorf("convert: %w", err)
+			}
+			if asJSON {
+				b, err := json.Marshal(summaryOf(st))
+				if err != nil {
+					return err
+				}
+				_, err = fmt.Fprintln(cmd.OutOrStdout(), string(b))
+				return err
+			}
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "wrote %d frames (%d events, %d executions, %d threads, %d GPU threads) to %s\n",
+				st.Frames, st.Events, st.Executions, st.Threads, st.GPUThreads, out)
+			return err
+		},
+	}
+	tf.register(cmd, []string{replay.FormatTAU, replay.FormatCaliper, replay.FormatChrome})
+	f := cmd.Flags()
+	f.StringVar(&out, "out", "", "directory for the frame files (created if missing; required)")
+	f.BoolVar(&asJSON, "json", false, "print the summary as one JSON line")
+	return cmd
+}
+
+// convertSummary is the one-line summary of convert and replay.
+type convertSummary struct {
+	Frames     int `json:"frames"`
+	Events     int `json:"events"`
+	Executions int `json:"executions"`
+	Threads    int `json:"threads"`
+	GPUThreads int `json:"gpu_threads"`
+}
+
+func summaryOf(st replay.Stats) convertSummary {
+	return convertSummary{st.Frames, st.Events, st.Executions, st.Threads, st.GPUThreads}
+}
