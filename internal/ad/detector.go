@@ -301,7 +301,6 @@ func (d *Detector) Process(ctx context.Context, f *frame.Frame) error {
 		d.stepBad++
 		return err
 	}
-	d.stats.frames.Add(1)
 	d.step, d.tstart, d.tend = f.Step, f.TStart, f.TEnd
 	d.stepEvents = uint64(f.NumEvents())
 	for _, n := range f.Funcs {
@@ -333,6 +332,7 @@ func (d *Detector) Process(ctx context.Context, f *frame.Frame) error {
 	d.build(f)
 	d.endStep(ctx, false)
 	d.processed++
+	d.stats.frames.Add(1) // last: a reader seeing the count sees the step done
 	return nil
 }
 

@@ -54,6 +54,8 @@ type ServeConfig struct {
 	CloseTimeout time.Duration
 	// Collector, when set, gets every detector.
 	Collector *Collector
+	// Ready, when set, is called once every subscription is in place.
+	Ready func()
 	Logger    zerolog.Logger
 }
 
@@ -171,6 +173,9 @@ func Serve(ctx context.Context, cfg ServeConfig) ([]Stats, error) {
 	}
 	if err := cfg.Conn.FlushWithContext(ctx); err != nil {
 		return nil, fmt.Errorf("subscribe to frames: %w", err)
+	}
+	if cfg.Ready != nil {
+		cfg.Ready()
 	}
 	cfg.Logger.Info().Str("run", cfg.Run).Uint32("pid", cfg.PID).Int("ranks", len(ranks)).Str("algorithm", cfg.Detector.Algorithm).Msg("detectors started")
 
