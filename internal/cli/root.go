@@ -37,7 +37,6 @@ and context, and keeps them for queries, dashboards and TAU profiles.`,
 		newGenCmd(),
 		newCallstackCmd(),
 		newReplayCmd(),
-		newQueryCmd(),
 	)
 	return root
 }
