@@ -7,7 +7,11 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"encoding/binary"
+	"io"
+	"os"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -26,6 +30,12 @@ const SchemaVersion = 2
 // when done.
 type Store struct {
 	pool *pgxpool.Pool
+
+	// ForeignKeyChecks keeps PostgreSQL's per-row foreign-key checks on
+	// while SaveTrial copies rows. By default a superuser connection skips
+	// them for the save's transaction (see SaveTrial); set this before
+	// the first save to keep them.
+	ForeignKeyChecks bool
 }
 
 // Open connects to the PostgreSQL database at dsn (a postgres:// URL or a
@@ -136,6 +146,7 @@ func copyRows(ctx context.Context, tx pgx.Tx, table string, cols []string, n int
 	if n == 0 {
 		return 0, nil
 	}
+	defer func(start time.Time) { debugf("copy %s %d rows %v", table, n, time.Since(start)) }(time.Now())
 	c, err := tx.CopyFrom(ctx, pgx.Identifier{table}, cols, &rowSource{n: n, row: make([]any, len(cols)), fill: fill})
 	if err != nil {
 		return c, fmt.Errorf("copy %s: %w", table, err)
@@ -143,17 +154,120 @@ func copyRows(ctx context.Context, tx pgx.Tx, table string, cols []string, n int
 	return c, nil
 }
 
-// reserveIDs takes n values from a table's id sequence.
+// binaryRows is an io.Reader producing PostgreSQL binary COPY data on
+// demand (header, one tuple per row, trailer), so the large numeric tables
+// go to the server without per-value encoding on either side.
+type binaryRows struct {
+	n, i int
+	done bool
+	buf  []byte
+	row  func(i int, b []byte) []byte
+}
+
+var copyHeader = []byte("PGCOPY\n\xff\r\n\x00\x00\x00\x00\x00\x00\x00\x00\x00")
+
+func (r *binaryRows) Read(p []byte) (int, error) {
+	for len(r.buf) == 0 {
+		if r.done {
+			return 0, io.EOF
+		}
+		r.buf = r.buf[:0]
+		if r.i == 0 {
+			r.buf = append(r.buf, copyHeader...)
+		}
+		for r.i < r.n && len(r.buf) < 64<<10 {
+			r.buf = r.row(r.i, r.buf)
+			r.i++
+		}
+		if r.i >= r.n {
+			r.buf = append(r.buf, 0xff, 0xff) // trailer: field count -1
+			r.done = true
+		}
+	}
+	k := copy(p, r.buf)
+	r.buf = r.buf[k:]
+	return k, nil
+}
+
+// copyNumeric streams n rows of numbers (no text values) into table with
+// COPY ... FROM STDIN (FORMAT binary); row appends zero or more tuples.
+func copyNumeric(ctx context.Context, tx pgx.Tx, table string, cols []string, n int, row func(i int, b []byte) []byte) (int64, error) {
+	if n == 0 {
+		return 0, nil
+	}
+	defer func(start time.Time) { debugf("copy %s %d rows %v", table, n, time.Since(start)) }(time.Now())
+	quoted := make([]string, len(cols))
+	for i, c := range cols {
+		quoted[i] = pgx.Identifier{c}.Sanitize()
+	}
+	sql := "COPY " + pgx.Identifier{table}.Sanitize() + " (" + strings.Join(quoted, ", ") + ") FROM STDIN WITH (FORMAT binary)"
+	tag, err := tx.Conn().PgConn().CopyFrom(ctx, &binaryRows{n: n, buf: make([]byte, 0, 80<<10), row: row}, sql)
+	if err != nil {
+		return 0, fmt.Errorf("copy %s: %w", table, err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+func appendTuple(b []byte, fields int) []byte { return binary.BigEndian.AppendUint16(b, uint16(fields)) }
+
+func appendI4(b []byte, v int32) []byte {
+	b = binary.BigEndian.AppendUint32(b, 4)
+	return binary.BigEndian.AppendUint32(b, uint32(v))
+}
+
+func appendF8(b []byte, v float64) []byte {
+	b = binary.BigEndian.AppendUint32(b, 8)
+	return binary.BigEndian.AppendUint64(b, math.Float64bits(v))
+}
+
+func appendNull(b []byte) []byte { return binary.BigEndian.AppendUint32(b, 0xffffffff) }
+
+// reserveIDs takes n consecutive values from a table's id sequence. It
+// locks the table against other writers (until the transaction ends) so
+// that no row can take a value from the sequence between the two calls;
+// tables are always locked in the same order, so concurrent saves queue
+// rather than deadlock.
 func reserveIDs(ctx context.Context, tx pgx.Tx, table string, n int) ([]int32, error) {
 	if n == 0 {
 		return nil, nil
 	}
-	var ids []int32
-	err := tx.QueryRow(ctx, `SELECT array_agg(nextval(pg_get_serial_sequence($1, 'id'))::int4 ORDER BY g) FROM generate_series(1, $2) g`, table, n).Scan(&ids)
+	if _, err := tx.Exec(ctx, "LOCK TABLE "+pgx.Identifier{table}.Sanitize()+" IN SHARE ROW EXCLUSIVE MODE"); err != nil {
+		return nil, fmt.Errorf("lock %s: %w", table, err)
+	}
+	var first int64
+	err := tx.QueryRow(ctx, `WITH s AS (SELECT pg_get_serial_sequence($1, 'id') AS seq), f AS (SELECT nextval(seq) AS v FROM s)
+		SELECT f.v FROM f, s WHERE setval(s.seq, f.v + $2 - 1) > 0`, table, n).Scan(&first)
 	if err != nil {
 		return nil, fmt.Errorf("reserve %d %s ids: %w", n, table, err)
 	}
+	if first+int64(n)-1 > math.MaxInt32 {
+		return nil, fmt.Errorf("reserve %d %s ids: the INT id column would overflow", n, table)
+	}
+	ids := make([]int32, n)
+	for i := range ids {
+		ids[i] = int32(first) + int32(i)
+	}
 	return ids, nil
+}
+
+// trustIDs turns off the foreign-key triggers for the rest of the
+// transaction when the role may (a superuser, as pg_restore
+// --disable-triggers does): SaveTrial writes ids it has just reserved and
+// rows that refer only to rows written before them, so the per-row checks,
+// which cost more than the COPY itself, cannot fail. Other roles keep the
+// checks.
+func trustIDs(ctx context.Context, tx pgx.Tx) (bool, error) {
+	var super bool
+	if err := tx.QueryRow(ctx, `SELECT rolsuper FROM pg_roles WHERE rolname = current_user`).Scan(&super); err != nil {
+		return false, fmt.Errorf("check role: %w", err)
+	}
+	if !super {
+		return false, nil
+	}
+	if _, err := tx.Exec(ctx, `SET LOCAL session_replication_role = replica`); err != nil {
+		return false, fmt.Errorf("disable foreign-key triggers: %w", err)
+	}
+	return true, nil
 }
 
 // SaveStats counts the rows one SaveTrial wrote.
@@ -172,11 +286,17 @@ func (s SaveStats) Rows() int64 {
 // path, call data and values for real threads with calls > 0 and for the
 // derived threads, counter values for real threads, primary and secondary
 // metadata. It sets the ids of tr's rows and returns the row counts.
+//
+// Ids are reserved from the tables' sequences up front (the tables are
+// locked against other writers until the save commits). When the role is a
+// superuser and ForeignKeyChecks is false, the transaction runs with
+// session_replication_role = replica, which skips the foreign-key triggers
+// for rows whose references are consistent by construction.
 func (s *Store) SaveTrial(ctx context.Context, tr *Trial) (SaveStats, error) {
 	var st SaveStats
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		var err error
-		st, err = saveTrial(ctx, tx, tr)
+		st, err = saveTrial(ctx, tx, tr, s.ForeignKeyChecks)
 		return err
 	})
 	if err != nil {
@@ -185,8 +305,13 @@ func (s *Store) SaveTrial(ctx context.Context, tr *Trial) (SaveStats, error) {
 	return st, nil
 }
 
-func saveTrial(ctx context.Context, tx pgx.Tx, tr *Trial) (SaveStats, error) {
+func saveTrial(ctx context.Context, tx pgx.Tx, tr *Trial, checks bool) (SaveStats, error) {
 	var st SaveStats
+	if !checks {
+		if _, err := trustIDs(ctx, tx); err != nil {
+			return st, err
+		}
+	}
 	err := tx.QueryRow(ctx, `INSERT INTO trial (name, data_source, node_count, contexts_per_node, threads_per_context, total_threads)
 		VALUES ($1, $2, $3, $4, $5, $6) RETURNING id`,
 		tr.Name, tr.DataSource, tr.NodeCount, tr.ContextsPerNode, tr.ThreadsPerContext, tr.TotalThreads).Scan(&tr.ID)
@@ -310,45 +435,45 @@ func saveTrial(ctx context.Context, tx pgx.Tx, tr *Trial) (SaveStats, error) {
 	if ids, err = reserveIDs(ctx, tx, "timer_call_data", len(data)); err != nil {
 		return st, err
 	}
-	nv := 0
 	for i, d := range data {
 		d.ID = int(ids[i])
-		for _, v := range d.Values {
-			if v != nil {
-				nv++
-			}
-		}
 	}
-	st.CallData, err = copyRows(ctx, tx, "timer_call_data", []string{"id", "timer_callpath", "thread", "calls", "subroutines", "time_range"}, len(data), func(i int, r []any) {
+	st.CallData, err = copyNumeric(ctx, tx, "timer_call_data", []string{"id", "timer_callpath", "thread", "calls", "subroutines", "time_range"}, len(data), func(i int, b []byte) []byte {
 		d := data[i]
-		r[0], r[1], r[2], r[3], r[4], r[5] = int32(d.ID), int32(d.Callpath.ID), int32(d.Thread.ID), javaInt(d.Calls), javaInt(d.Subroutines), nil
+		b = appendTuple(b, 6)
+		b = appendI4(b, int32(d.ID))
+		b = appendI4(b, int32(d.Callpath.ID))
+		b = appendI4(b, int32(d.Thread.ID))
+		b = appendI4(b, javaInt(d.Calls))
+		b = appendI4(b, javaInt(d.Subroutines))
 		if d.TimeRange != nil {
-			r[5] = int32(d.TimeRange.ID)
+			return appendI4(b, int32(d.TimeRange.ID))
 		}
+		return appendNull(b)
 	})
 	if err != nil {
 		return st, err
 	}
-	di, vi := 0, 0
-	st.TimerValues, err = copyRows(ctx, tx, "timer_value", []string{"timer_call_data", "metric", "inclusive_value", "exclusive_value", "inclusive_percent", "exclusive_percent", "sum_exclusive_squared"}, nv, func(_ int, r []any) {
-		for {
-			d := data[di]
-			for vi < len(d.Values) && d.Values[vi] == nil {
-				vi++
+	st.TimerValues, err = copyNumeric(ctx, tx, "timer_value", []string{"timer_call_data", "metric", "inclusive_value", "exclusive_value", "inclusive_percent", "exclusive_percent", "sum_exclusive_squared"}, len(data), func(i int, b []byte) []byte {
+		d := data[i]
+		for _, v := range d.Values {
+			if v == nil {
+				continue
 			}
-			if vi < len(d.Values) {
-				v := d.Values[vi]
-				vi++
-				r[0], r[1] = int32(d.ID), int32(v.Metric.ID)
-				r[2], r[3], r[4], r[5] = checkDouble(v.Inclusive), checkDouble(v.Exclusive), checkDouble(v.InclusivePercent), checkDouble(v.ExclusivePercent)
-				r[6] = nil
-				if v.SumExclusiveSquared != nil {
-					r[6] = checkDouble(*v.SumExclusiveSquared)
-				}
-				return
+			b = appendTuple(b, 7)
+			b = appendI4(b, int32(d.ID))
+			b = appendI4(b, int32(v.Metric.ID))
+			b = appendF8(b, checkDouble(v.Inclusive))
+			b = appendF8(b, checkDouble(v.Exclusive))
+			b = appendF8(b, checkDouble(v.InclusivePercent))
+			b = appendF8(b, checkDouble(v.ExclusivePercent))
+			if v.SumExclusiveSquared != nil {
+				b = appendF8(b, checkDouble(*v.SumExclusiveSquared))
+			} else {
+				b = appendNull(b)
 			}
-			di, vi = di+1, 0
 		}
+		return b
 	})
 	if err != nil {
 		return st, err
@@ -384,7 +509,10 @@ func saveTrial(ctx context.Context, tx pgx.Tx, tr *Trial) (SaveStats, error) {
 		return st, err
 	}
 
-	// Metadata.
+	// Metadata. Every save is a new trial, so its rows get new ids.
+	for _, m := range tr.SecondaryMetadata {
+		m.ID = NewUUID()
+	}
 	n1, err := copyRows(ctx, tx, "primary_metadata", []string{"trial", "name", "value"}, len(tr.PrimaryMetadata), func(i int, r []any) {
 		r[0], r[1], r[2] = int32(tr.ID), tr.PrimaryMetadata[i].Name, tr.PrimaryMetadata[i].Value
 	})
@@ -393,9 +521,6 @@ func saveTrial(ctx context.Context, tx pgx.Tx, tr *Trial) (SaveStats, error) {
 	}
 	n2, err := copyRows(ctx, tx, "secondary_metadata", []string{"id", "trial", "thread", "timer_callpath", "time_range", "parent", "name", "value", "is_array"}, len(tr.SecondaryMetadata), func(i int, r []any) {
 		m := tr.SecondaryMetadata[i]
-		if m.ID == "" {
-			m.ID = NewUUID()
-		}
 		r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8] = m.ID, int32(tr.ID), nil, nil, nil, nil, m.Name, m.Value, m.IsArray
 		if m.Thread != nil {
 			r[2] = int32(m.Thread.ID)
@@ -831,4 +956,10 @@ func deref[T any](p *T) T {
 		return z
 	}
 	return *p
+}
+
+func debugf(format string, args ...any) {
+	if os.Getenv("TAUDB_DEBUG") != "" {
+		fmt.Fprintf(os.Stderr, format+"\n", args...)
+	}
 }

@@ -1,0 +1,69 @@
+package taudb
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+)
+
+// generatedTrial builds a trial of threads threads (ranks of one thread) and
+// timers flat timers under one root, with every timer on every thread.
+func generatedTrial(threads, timers int) *Trial {
+	tr := NewTrial(fmt.Sprintf("generated %dx%d", threads, timers))
+	m := tr.AddMetric("TIME")
+	names := make([]*TimerCallpath, timers)
+	for i := range names {
+		t := tr.AddTimer(fmt.Sprintf("void kernel_%d(double *) C [{kernels.c} {%d,1}-{%d,1}]", i, 10*i+1, 10*i+9))
+		t.Groups = []string{"TAU_USER"}
+		names[i] = t.Root()
+	}
+	for r := 0; r < threads; r++ {
+		th := tr.AddThread(r, 0, 0, r)
+		th.Metadata = []Attribute{{Name: "pid", Value: fmt.Sprint(1000 + r)}, {Name: "Hostname", Value: "node"}}
+		for i, c := range names {
+			d := tr.AddCallData(th, c)
+			d.Calls, d.Subroutines = float64(1+i%7), 0
+			v := float64((r*7919+i*104729)%100000) + 0.25
+			d.SetValue(m, v, v)
+		}
+	}
+	tr.UpdateShape()
+	tr.ComputeDerived()
+	tr.SplitMetadata(LoaderMetadata()...)
+	return tr
+}
+
+// BenchmarkSaveTrial stores a generated 1,024-thread, 500-timer trial (about
+// 515,500 timer_value rows with the derived threads) per iteration and
+// reports timer_value rows per second.
+func BenchmarkSaveTrial(b *testing.B) {
+	tr := generatedTrial(1024, 500)
+	for _, mode := range []struct {
+		name   string
+		checks bool
+	}{{"trusted-ids", false}, {"fk-checks", true}} {
+		b.Run(mode.name, func(b *testing.B) {
+			s := openStore(b)
+			s.ForeignKeyChecks = mode.checks
+			benchSave(b, s, tr)
+		})
+	}
+}
+
+func benchSave(b *testing.B, s *Store, tr *Trial) {
+	ctx := context.Background()
+	var values int64
+	var elapsed time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		start := time.Now()
+		st, err := s.SaveTrial(ctx, tr)
+		elapsed += time.Since(start)
+		if err != nil {
+			b.Fatal(err)
+		}
+		values += st.TimerValues
+	}
+	b.ReportMetric(float64(values)/elapsed.Seconds(), "rows/s")
+}
