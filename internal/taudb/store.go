@@ -3,13 +3,13 @@ package taudb
 import (
 	"context"
 	_ "embed"
+	"encoding/binary"
 	"errors"
 	"fmt"
-	"math"
-	"sort"
-	"encoding/binary"
 	"io"
+	"math"
 	"os"
+	"sort"
 	"strings"
 	"time"
 
@@ -208,7 +208,9 @@ func copyNumeric(ctx context.Context, tx pgx.Tx, table string, cols []string, n 
 	return tag.RowsAffected(), nil
 }
 
-func appendTuple(b []byte, fields int) []byte { return binary.BigEndian.AppendUint16(b, uint16(fields)) }
+func appendTuple(b []byte, fields int) []byte {
+	return binary.BigEndian.AppendUint16(b, uint16(fields))
+}
 
 func appendI4(b []byte, v int32) []byte {
 	b = binary.BigEndian.AppendUint32(b, 4)
