@@ -30,7 +30,8 @@ var funcNames = []string{
 }
 
 // Generate builds cfg.N executions deterministically from cfg.Seed. Event
-// ids are unique per program; about one in ten is a GPU execution.
+// ids are unique per program (and distinct within a record: call stack
+// parents, window neighbours and the execution itself); about one in ten is a GPU execution.
 func Generate(cfg GenConfig) []provenance.Exec {
 	if cfg.Programs <= 0 {
 		cfg.Programs = 1
@@ -47,6 +48,7 @@ func Generate(cfg GenConfig) []provenance.Exec {
 	if cfg.Window <= 0 {
 		cfg.Window = 5
 	}
+	cfg.Window = min(cfg.Window, 10) // event ids of a window stay below the execution's own
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0x6b6970696d6f))
 	const base = uint64(1_700_000_000_000_000)
 	next := map[[3]uint64]uint64{}
@@ -59,7 +61,7 @@ func Generate(cfg GenConfig) []provenance.Exec {
 		k := [3]uint64{uint64(pid), uint64(rank), step}
 		idx := next[k]
 		next[k] = idx + 1
-		id := fmt.Sprintf("%d:%d:%d", rank, step, idx*50+uint64(rng.IntN(50)))
+		id := fmt.Sprintf("%d:%d:%d", rank, step, idx*50+25+uint64(rng.IntN(25)))
 		fid := uint32(rng.IntN(len(funcNames)))
 		tstart := base + step*1_000_000
 		entry := tstart + uint64(rng.IntN(900_000))
@@ -104,7 +106,7 @@ func Generate(cfg GenConfig) []provenance.Exec {
 		t := entry - uint64(cfg.Window)*300
 		for w := -cfg.Window; w <= cfg.Window; w++ {
 			wf := uint32(rng.IntN(len(funcNames)))
-			wid := fmt.Sprintf("%d:%d:%d", rank, step, idx*50+uint64(10+w+cfg.Window))
+			wid := fmt.Sprintf("%d:%d:%d", rank, step, idx*50+uint64(4+w+cfg.Window))
 			we := provenance.WindowExec{Entry: t, Exit: t + 150, FID: wf, Func: funcNames[wf], EventID: wid, ParentEventID: e.CallStack[len(e.CallStack)-1].EventID}
 			if w == 0 {
 				we = provenance.WindowExec{Entry: entry, Exit: e.Exit, FID: fid, Func: e.Func, EventID: id, ParentEventID: we.ParentEventID, IsAnomaly: cfg.Anomaly}
