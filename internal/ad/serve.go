@@ -55,8 +55,8 @@ type ServeConfig struct {
 	// Collector, when set, gets every detector.
 	Collector *Collector
 	// Ready, when set, is called once every subscription is in place.
-	Ready func()
-	Logger    zerolog.Logger
+	Ready  func()
+	Logger zerolog.Logger
 }
 
 // Serve runs one detector per rank, each in its own goroutine, fed by the
@@ -111,6 +111,18 @@ func Serve(ctx context.Context, cfg ServeConfig) ([]Stats, error) {
 			_ = s.Unsubscribe()
 		}
 	}()
+	// Frames first: a detector answering its probe is receiving frames.
+	for _, rs := range ranks {
+		s, err := cfg.Conn.SubscribeSync(subj.Frames(cfg.PID, rs.d.cfg.Rank))
+		if err != nil {
+			return nil, fmt.Errorf("subscribe to the frames of rank %d: %w", rs.d.cfg.Rank, err)
+		}
+		if err := s.SetPendingLimits(cfg.PendingFrames, -1); err != nil {
+			return nil, fmt.Errorf("frame subscription limits: %w", err)
+		}
+		rs.sub = s
+		subs = append(subs, s)
+	}
 	// Live call-stack probes: served from each detector's snapshot, never
 	// waiting for processing.
 	for _, rs := range ranks {
@@ -160,17 +172,6 @@ func Serve(ctx context.Context, cfg ServeConfig) ([]Stats, error) {
 		return nil, fmt.Errorf("subscribe to %s: %w", subj.Control(), err)
 	}
 	subs = append(subs, ctl)
-	for _, rs := range ranks {
-		s, err := cfg.Conn.SubscribeSync(subj.Frames(cfg.PID, rs.d.cfg.Rank))
-		if err != nil {
-			return nil, fmt.Errorf("subscribe to the frames of rank %d: %w", rs.d.cfg.Rank, err)
-		}
-		if err := s.SetPendingLimits(cfg.PendingFrames, -1); err != nil {
-			return nil, fmt.Errorf("frame subscription limits: %w", err)
-		}
-		rs.sub = s
-		subs = append(subs, s)
-	}
 	if err := cfg.Conn.FlushWithContext(ctx); err != nil {
 		return nil, fmt.Errorf("subscribe to frames: %w", err)
 	}
