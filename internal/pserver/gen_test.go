@@ -34,8 +34,15 @@ func newGenRun(ranks, steps, funcs int, slow uint32, seed uint64) *genRun {
 				var m stats.Moments
 				n := 1 + rng.IntN(20)
 				base := 10 * float64(f+1)
-				for range n {
-					m.Push(base + rng.NormFloat64()*base/10)
+				vals := make([]float64, n)
+				for i := range n {
+					vals[i] = base + rng.NormFloat64()*base/10
+					m.Push(vals[i])
+				}
+				var hist *stats.Histogram
+				if f%4 == 0 { // an HBOS-keyed function: the delta carries a histogram
+					h := stats.BuildHistogram(vals, stats.DefaultBins)
+					hist = &h
 				}
 				var anom uint64
 				if rng.Float64() < 0.05 {
@@ -44,7 +51,7 @@ func newGenRun(ranks, steps, funcs int, slow uint32, seed uint64) *genRun {
 				if uint32(r) == slow && f%3 == 0 {
 					anom += 3 + uint64(rng.IntN(5))
 				}
-				req.Models = append(req.Models, psync.ModelDelta{Key: funcName(f), Moments: m, Anomalies: anom})
+				req.Models = append(req.Models, psync.ModelDelta{Key: funcName(f), Moments: m, Histogram: hist, Anomalies: anom})
 				sum.Executions += uint64(n)
 				sum.Events += 2 * uint64(n)
 				if anom > 0 {
@@ -145,6 +152,15 @@ func compareModels(t *testing.T, what string, want, got *State) {
 			t.Errorf("%s: model %q moments %+v, want %+v", what, k, g.Moments, w.Moments)
 		case w.Anomalies != g.Anomalies:
 			t.Errorf("%s: model %q anomalies %d, want %d", what, k, g.Anomalies, w.Anomalies)
+		case (w.Histogram == nil) != (g.Histogram == nil):
+			t.Errorf("%s: model %q histogram %v, want %v", what, k, g.Histogram, w.Histogram)
+		case w.Histogram != nil && (w.Histogram.Total() != g.Histogram.Total() || w.Histogram.Min != g.Histogram.Min ||
+			w.Histogram.Max != g.Histogram.Max || len(w.Histogram.Counts) != len(g.Histogram.Counts)):
+			// Bin contents depend on the merge order (re-binning rounds);
+			// the total, range and bin count do not.
+			t.Errorf("%s: model %q histogram total %d range [%v, %v] %d bins, want %d [%v, %v] %d", what, k,
+				g.Histogram.Total(), g.Histogram.Min, g.Histogram.Max, len(g.Histogram.Counts),
+				w.Histogram.Total(), w.Histogram.Min, w.Histogram.Max, len(w.Histogram.Counts))
 		}
 	}
 	compareCounters(t, what, want, got)

@@ -1,16 +1,35 @@
 package pserver
 
 import (
+	"fmt"
+
+	"github.com/kipimo-hpc/kipimo/internal/psync"
 	"github.com/kipimo-hpc/kipimo/internal/stats"
 )
 
-// mergeHistogram returns the merge of the global histogram g (nil when the key
-// has none yet) and a detector's delta d. The result never aliases d.
+// mergeHistogram merges a detector's delta d into the global histogram g (nil
+// when the key has none yet) with stats.Histogram.Merge, the detector's own
+// merge, and returns the result. The result never aliases d.
 func mergeHistogram(g, d *stats.Histogram) (*stats.Histogram, error) {
 	if g == nil {
-		h := *d
-		h.Counts = append([]uint64(nil), d.Counts...)
-		return &h, nil
+		g = &stats.Histogram{}
 	}
-	return histogramMerge(g, d)
+	if err := g.Merge(*d); err != nil {
+		return g, err
+	}
+	return g, nil
+}
+
+// checkHistograms validates every histogram of a request before anything is
+// merged, so that a bad delta rejects the whole request instead of leaving it
+// half applied.
+func checkHistograms(deltas []psync.ModelDelta) error {
+	for i := range deltas {
+		if h := deltas[i].Histogram; h != nil {
+			if err := h.Validate(); err != nil {
+				return fmt.Errorf("model %q: %w", deltas[i].Key, err)
+			}
+		}
+	}
+	return nil
 }

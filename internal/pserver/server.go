@@ -301,19 +301,19 @@ func (s *Server) onSyncDirect(m *nats.Msg) {
 
 // applyRaw decodes and applies one request and returns its answer.
 func (s *Server) applyRaw(data []byte, walSeq uint64) *psync.SyncReply {
-	var req psync.SyncRequest
-	if err := json.Unmarshal(data, &req); err != nil {
+	req, err := decodeRequest(data)
+	if err != nil {
 		s.metrics.syncRequests.WithLabelValues("bad").Inc()
 		if walSeq > 0 {
 			s.mu.Lock()
 			s.st.WALSeq = walSeq
 			s.mu.Unlock()
 		}
-		return &psync.SyncReply{Error: fmt.Sprintf("decode sync request: %v", err)}
+		return &psync.SyncReply{Error: err.Error()}
 	}
 	s.mu.Lock()
-	applied, err := s.st.Apply(&req)
-	rep := s.st.Reply(&req, applied)
+	applied, err := s.st.Apply(req)
+	rep := s.st.Reply(req, applied)
 	if walSeq > 0 {
 		s.st.WALSeq = walSeq
 	}
@@ -329,7 +329,7 @@ func (s *Server) applyRaw(data []byte, walSeq uint64) *psync.SyncReply {
 		return rep
 	}
 	s.metrics.syncRequests.WithLabelValues("applied").Inc()
-	s.metrics.observeRequest(&req, merges)
+	s.metrics.observeRequest(req, merges)
 	if s.sinceSnap.Add(1) >= int64(s.cfg.SnapshotEvery) {
 		select {
 		case s.snapKick <- struct{}{}:
@@ -523,4 +523,13 @@ func flush(ctx context.Context, nc *nats.Conn) error {
 		return nc.FlushWithContext(ctx)
 	}
 	return nc.FlushTimeout(10 * time.Second)
+}
+
+// decodeRequest decodes a sync request (JSON, schemas/sync.schema.json).
+func decodeRequest(data []byte) (*psync.SyncRequest, error) {
+	var req psync.SyncRequest
+	if err := json.Unmarshal(data, &req); err != nil {
+		return nil, fmt.Errorf("decode sync request: %w", err)
+	}
+	return &req, nil
 }

@@ -2,6 +2,7 @@ package pserver
 
 import (
 	"context"
+	"slices"
 	"encoding/json"
 	"testing"
 	"time"
@@ -226,6 +227,18 @@ func TestShardsAgreeWithOneInstance(t *testing.T) {
 	}
 	merged.Counters = a.Counters
 	compareModels(t, "two shards", whole, merged)
+	hists := 0
+	for k, w := range whole.Models {
+		if w.Histogram != nil {
+			hists++
+			if !slices.Equal(w.Histogram.Counts, merged.Models[k].Histogram.Counts) || w.Histogram.FirstEdge != merged.Models[k].Histogram.FirstEdge {
+				t.Errorf("histogram of %q differs between one instance and the shards", k)
+			}
+		}
+	}
+	if hists == 0 {
+		t.Error("no histograms in the run")
+	}
 	compareAggregates(t, "shard 0 aggregates", whole, a)
 	if len(b.Counters) != 0 || len(b.Agg.Ranks) != 0 {
 		t.Errorf("shard 1 holds %d counters and %d ranks; they belong to shard 0", len(b.Counters), len(b.Agg.Ranks))

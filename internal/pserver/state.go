@@ -1,6 +1,7 @@
 package pserver
 
 import (
+	"fmt"
 	"sort"
 
 	"github.com/kipimo-hpc/kipimo/internal/psync"
@@ -58,6 +59,9 @@ func (s *State) Apply(req *psync.SyncRequest) (bool, error) {
 	if req.Seq == 0 || req.Seq <= s.LastSeq[id] {
 		s.Duplicates++
 		return false, nil
+	}
+	if err := checkHistograms(req.Models); err != nil {
+		return false, fmt.Errorf("sync request of %d/%d seq %d: %w", req.PID, req.Rank, req.Seq, err)
 	}
 	for i := range req.Models {
 		d := &req.Models[i]

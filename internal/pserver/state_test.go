@@ -169,3 +169,20 @@ func TestSnapshotRoundTrip(t *testing.T) {
 		t.Error("decoding garbage did not fail")
 	}
 }
+
+func TestBadHistogramRejectsWholeRequest(t *testing.T) {
+	g := newGenRun(2, 1, 8, 0, 8)
+	st := NewState(10)
+	req := g.reqs[0][0]
+	req.Models = slices.Clone(req.Models)
+	bad := *req.Models[0].Histogram
+	bad.BinWidth = -1
+	req.Models[len(req.Models)-1].Histogram = &bad
+	ok, err := st.Apply(&req)
+	if ok || err == nil {
+		t.Fatalf("Apply = %v, %v; want an error", ok, err)
+	}
+	if len(st.Models) != 0 || st.LastSeq[DetectorID{0, 0}] != 0 || len(st.Agg.Ranks) != 0 {
+		t.Errorf("a rejected request changed the state: %d models", len(st.Models))
+	}
+}
