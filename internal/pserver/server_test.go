@@ -2,8 +2,8 @@ package pserver
 
 import (
 	"context"
-	"slices"
 	"encoding/json"
+	"slices"
 	"testing"
 	"time"
 
