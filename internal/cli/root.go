@@ -37,6 +37,7 @@ and context, and keeps them for queries, dashboards and TAU profiles.`,
 		newGenCmd(),
 		newCallstackCmd(),
 		newReplayCmd(),
+		newQueryCmd(),
 	)
 	return root
 }

@@ -1,0 +1,160 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/kipimo-hpc/kipimo/internal/natsx"
+	"github.com/kipimo-hpc/kipimo/internal/provenance"
+	"github.com/kipimo-hpc/kipimo/internal/provenance/service"
+	"github.com/kipimo-hpc/kipimo/internal/provenance/sqlitestore"
+	"github.com/kipimo-hpc/kipimo/internal/provenance/storetest"
+)
+
+var updateQueryGolden = flag.Bool("update", false, "rewrite the golden files of kipimo query")
+
+// queryStore fills a SQLite store with a fixed-seed set of anomalies and
+// normal executions from two programs.
+func queryStore(t *testing.T) string {
+	t.Helper()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "prov.db")
+	s, err := sqlitestore.Open(ctx, path, sqlitestore.Options{Synchronous: "OFF"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	an := storetest.Generate(storetest.GenConfig{Seed: 2026, N: 300, Programs: 2, Ranks: 4, Steps: 6, Anomaly: true})
+	ne := storetest.Generate(storetest.GenConfig{Seed: 2027, N: 60, Programs: 2, Ranks: 4, Steps: 6})
+	for _, b := range []provenance.Batch{{Kind: natsx.ProvAnomalies, Execs: an}, {Kind: natsx.ProvNormalExecs, Execs: ne}} {
+		if err := s.Write(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	meta, _, _, _ := storetest.GenerateOthers(0, 4)
+	if err := s.Write(ctx, provenance.Batch{Kind: natsx.ProvMetadata, Metadata: meta}); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func runQuery(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	root := NewRoot(&out, &errb)
+	root.SetArgs(args)
+	err := root.ExecuteContext(context.Background())
+	return out.String(), err
+}
+
+// TestQueryGolden pins each kind of query's output, as a table and as JSON
+// lines, read from the store directly and through provdb's HTTP API (both
+// must print the same). Refresh with -update.
+func TestQueryGolden(t *testing.T) {
+	path := queryStore(t)
+	st, err := sqlitestore.Open(context.Background(), path, sqlitestore.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	srv := httptest.NewServer(service.NewHTTPHandler(st, "tok"))
+	defer srv.Close()
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte("tok\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Pick a GPU anomaly to show.
+	gpu, err := st.Query(context.Background(), provenance.Query{GPUOnly: true, PID: new(uint32), Limit: 1})
+	if err != nil || len(gpu) == 0 {
+		t.Fatalf("no GPU anomaly in the fixed set (%v)", err)
+	}
+	cases := []struct {
+		name string
+		args []string
+	}{
+		{"list_default", []string{"query", "list", "--limit", "12"}},
+		{"list_rank_func_re_sorted", []string{"query", "list", "--rank", "2", "--func-re", "^MPI_", "--sort", "runtime_total", "--desc"}},
+		{"list_filters", []string{"query", "list", "--pid", "1", "--tid", "0", "--step-min", "2", "--step-max", "3", "--min-runtime", "5000", "--min-score", "20", "--sort", "outlier_score", "--desc"}},
+		{"list_time_gpu", []string{"query", "list", "--gpu", "--from", "1700000001000000", "--to", "1700000004000000", "--sort", "runtime_exclusive"}},
+		{"list_func_exact_json", []string{"query", "list", "--func", "halo_exchange", "--limit", "3", "--json"}},
+		{"list_normalexecs", []string{"query", "list", "--kind", "normalexecs", "--sort", "entry", "--limit", "8"}},
+		{"show_gpu", []string{"query", "show", gpu[0].EventID}},
+		{"show_json", []string{"query", "show", gpu[0].EventID, "--json"}},
+		{"count_all", []string{"query", "count"}},
+		{"count_filtered", []string{"query", "count", "--rank", "1", "--min-score", "50"}},
+		{"count_metadata_json", []string{"query", "count", "--kind", "metadata", "--json"}},
+		{"agg_rank", []string{"query", "agg", "--by", "rank"}},
+		{"agg_func", []string{"query", "agg", "--by", "func"}},
+		{"agg_step", []string{"query", "agg", "--by", "step", "--pid", "0"}},
+		{"agg_rank_func", []string{"query", "agg", "--by", "rank,func", "--limit", "10"}},
+		{"agg_rank_func_json", []string{"query", "agg", "--by", "rank,func", "--limit", "5", "--json"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := runQuery(t, append(tc.args, "--store", path)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			golden := filepath.Join("testdata", "query", tc.name+".golden")
+			if *updateQueryGolden {
+				if err := os.MkdirAll(filepath.Dir(golden), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatalf("%v (run with -update to create it)", err)
+			}
+			if got != string(want) {
+				t.Fatalf("output differs from %s:\n%s", golden, got)
+			}
+			viaHTTP, err := runQuery(t, append(tc.args, "--url", srv.URL, "--token-file", tokenFile)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if viaHTTP != got {
+				t.Fatalf("output through the HTTP API differs:\n%s", viaHTTP)
+			}
+		})
+	}
+}
+
+func TestQueryErrors(t *testing.T) {
+	path := queryStore(t)
+	cases := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"bad sort", []string{"query", "list", "--sort", "doc"}, `cannot sort by "doc"`},
+		{"bad regexp", []string{"query", "list", "--func-re", "(x"}, "--func-re"},
+		{"empty step range", []string{"query", "count", "--step-min", "4", "--step-max", "1"}, "io_step range 4..1 is empty"},
+		{"bad grouping", []string{"query", "agg", "--by", "host"}, `cannot group by "host"`},
+		{"list metadata", []string{"query", "list", "--kind", "metadata"}, "cannot be listed"},
+		{"bad event id", []string{"query", "show", "12"}, `event_id "12"`},
+		{"missing record", []string{"query", "show", "99:0:0"}, "not found"},
+		{"both sources", []string{"query", "count", "--url", "http://127.0.0.1:1"}, "not both"},
+		{"missing store", []string{"query", "count", "--store", filepath.Join(t.TempDir(), "none.db")}, "no such file"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			args := tc.args
+			if tc.name != "missing store" {
+				args = append(args, "--store", path)
+			}
+			_, err := runQuery(t, args...)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want one containing %q", err, tc.want)
+			}
+		})
+	}
+}
