@@ -1,0 +1,245 @@
+// Package summary turns the per-thread profiles Kipimo's detectors publish
+// at the end of a run into a TAU trial, and writes it as TAU profile files
+// (the default, a directory on disk) and, when a DSN is given, into a TAUdb
+// in PostgreSQL, so ParaProf, pprof-style tools, hatchet and PerfExplorer read
+// a Kipimo run as they read a TAU run.
+package summary
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/kipimo-hpc/kipimo/internal/provenance"
+	"github.com/kipimo-hpc/kipimo/internal/taudb"
+)
+
+// MetricName is the metric of detector profiles: wall-clock time in
+// microseconds, as TAU names it.
+const MetricName = "TIME"
+
+// DefaultGroup is given to timers whose profile names no group; ParaProf does
+// not show a timer without one.
+const DefaultGroup = "TAU_USER"
+
+// BuildTrial builds a trial named name from the detectors' thread profiles
+// and the run's metadata. A thread (rank, tid) published several times is
+// taken from its final profile, or else its latest step. Timers named
+// "a => b" become call-graph children of "a" (flat timers are created for
+// every node); counters become TAU user events. Each thread's metadata is its
+// profile's map plus the run metadata of its rank and thread (entries for a
+// rank with no such thread apply to all the rank's threads, entries for an
+// unknown rank to every thread), plus "pid". The root timer's values are
+// rounded to whole microseconds, since hatchet's TAU reader reads them as
+// integers. Derived threads, percents and the trial-level metadata are
+// computed as TAU's loader does.
+func BuildTrial(name string, profiles []provenance.ThreadProfile, meta []provenance.Metadata) (*taudb.Trial, error) {
+	latest := map[[2]uint32]*provenance.ThreadProfile{}
+	for i := range profiles {
+		p := &profiles[i]
+		k := [2]uint32{p.Rank, p.TID}
+		if q := latest[k]; q == nil || (p.Final && !q.Final) || (p.Final == q.Final && p.Step >= q.Step) {
+			latest[k] = p
+		}
+	}
+	if len(latest) == 0 {
+		return nil, errors.New("summary: no thread profiles")
+	}
+	keys := make([][2]uint32, 0, len(latest))
+	for k := range latest {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if keys[i][0] != keys[j][0] {
+			return keys[i][0] < keys[j][0]
+		}
+		return keys[i][1] < keys[j][1]
+	})
+
+	tr := taudb.NewTrial(name)
+	m := tr.AddMetric(MetricName)
+	for i, k := range keys {
+		p := latest[k]
+		th := tr.AddThread(int(p.Rank), 0, int(p.TID), i)
+		if err := addTimers(tr, th, m, p); err != nil {
+			return nil, fmt.Errorf("summary: rank %d thread %d: %w", p.Rank, p.TID, err)
+		}
+		for _, c := range p.Counters {
+			v := tr.AddCounterValue(th, tr.AddCounter(taudb.NormalizeName(c.Name)))
+			if v.SampleCount > 0 {
+				return nil, fmt.Errorf("summary: rank %d thread %d: counter %q listed twice", p.Rank, p.TID, c.Name)
+			}
+			v.SampleCount, v.Maximum, v.Minimum, v.Mean, v.SumSquares = float64(c.Count), c.Max, c.Min, c.Mean, c.SumSqr
+		}
+		th.Metadata = threadMetadata(p, meta, latest)
+	}
+	tr.UpdateShape()
+	tr.ComputeDerived()
+	tr.SplitMetadata(taudb.LoaderMetadata()...)
+	return tr, nil
+}
+
+func addTimers(tr *taudb.Trial, th *taudb.Thread, m *taudb.Metric, p *provenance.ThreadProfile) error {
+	// The root goes first (hatchet reads line 3 as the root): the first node
+	// of any call path, or else the flat timer with the largest inclusive
+	// time.
+	timers := append([]provenance.TimerProfile(nil), p.Timers...)
+	root := ""
+	for _, t := range timers {
+		if nodes := taudb.SplitCallpath(taudb.NormalizeName(t.Name)); len(nodes) > 1 {
+			root = nodes[0]
+			break
+		}
+	}
+	if root == "" {
+		best := -1.0
+		for _, t := range timers {
+			if n := taudb.NormalizeName(t.Name); !strings.Contains(n, "=>") && t.Inclusive > best {
+				root, best = n, t.Inclusive
+			}
+		}
+	}
+	sort.SliceStable(timers, func(i, j int) bool {
+		return taudb.NormalizeName(timers[i].Name) == root && taudb.NormalizeName(timers[j].Name) != root
+	})
+	for _, t := range timers {
+		if t.Calls == 0 {
+			continue // TAU writes no line for a timer that was never called
+		}
+		if math.IsNaN(t.Inclusive) || math.IsNaN(t.Exclusive) {
+			return fmt.Errorf("timer %q has a NaN time", t.Name)
+		}
+		name := taudb.NormalizeName(t.Name)
+		if name == "" {
+			return errors.New("a timer has an empty name")
+		}
+		groups := taudb.SplitGroups(t.Group)
+		var flat []string
+		for _, g := range groups {
+			if g != "TAU_CALLPATH" {
+				flat = append(flat, g)
+			}
+		}
+		if len(flat) == 0 {
+			flat = []string{DefaultGroup}
+		}
+		nodes := taudb.SplitCallpath(name)
+		c := tr.AddCallpath(nodes)
+		for _, n := range nodes {
+			if tm := tr.Timer(n); len(tm.Groups) == 0 {
+				tm.Groups = flat
+			}
+		}
+		if len(nodes) > 1 {
+			c.GroupSpelling = "TAU_CALLPATH|" + strings.Join(flat, "|")
+		}
+		incl, excl := t.Inclusive, t.Exclusive
+		if name == root {
+			incl, excl = math.Round(incl), math.Round(excl)
+		}
+		d := tr.AddCallData(th, c)
+		d.Calls += float64(t.Calls)
+		d.Subroutines += float64(t.Subrs)
+		v := d.Value(m)
+		if v != nil {
+			incl += v.Inclusive
+			excl += v.Exclusive
+		}
+		v = d.SetValue(m, incl, excl)
+		if t.SumSqExclusive > 0 {
+			sq := t.SumSqExclusive
+			if v.SumExclusiveSquared != nil {
+				sq += *v.SumExclusiveSquared
+			}
+			v.SumExclusiveSquared = &sq
+		}
+	}
+	return nil
+}
+
+func threadMetadata(p *provenance.ThreadProfile, meta []provenance.Metadata, threads map[[2]uint32]*provenance.ThreadProfile) []taudb.Attribute {
+	kv := map[string]string{}
+	for _, e := range meta {
+		_, exact := threads[[2]uint32{e.RID, e.TID}]
+		rankKnown := false
+		for k := range threads {
+			if k[0] == e.RID {
+				rankKnown = true
+				break
+			}
+		}
+		switch {
+		case exact && (e.RID != p.Rank || e.TID != p.TID):
+			continue
+		case !exact && rankKnown && e.RID != p.Rank:
+			continue
+		}
+		kv[e.Descr] = e.Value
+	}
+	for k, v := range p.Metadata {
+		kv[k] = v
+	}
+	if _, ok := kv["pid"]; !ok && p.PID != 0 {
+		kv["pid"] = strconv.FormatUint(uint64(p.PID), 10)
+	}
+	delete(kv, taudb.MetricNameKey)
+	names := make([]string, 0, len(kv))
+	for k := range kv {
+		names = append(names, k)
+	}
+	sort.Strings(names) // TAU writes metadata sorted by name
+	out := make([]taudb.Attribute, 0, len(names))
+	for _, k := range names {
+		out = append(out, taudb.Attribute{Name: k, Value: kv[k]})
+	}
+	return out
+}
+
+// WriteProfiles writes t as TAU profile files into dir (created if needed).
+func WriteProfiles(dir string, t *taudb.Trial) error {
+	if err := taudb.WriteDir(dir, t); err != nil {
+		return fmt.Errorf("summary: %w", err)
+	}
+	return nil
+}
+
+// Options says where Write puts a trial.
+type Options struct {
+	// Dir receives TAU profile files; empty skips them.
+	Dir string
+	// DSN is a PostgreSQL URL; when set, the trial is also saved to TAUdb
+	// there (the schema is created if absent).
+	DSN string
+}
+
+// Write writes t to the places opts names and returns the TAUdb trial id
+// (0 without a DSN).
+func Write(ctx context.Context, t *taudb.Trial, opts Options) (int, error) {
+	if opts.Dir == "" && opts.DSN == "" {
+		return 0, errors.New("summary: neither a profile directory nor a TAUdb DSN given")
+	}
+	if opts.Dir != "" {
+		if err := WriteProfiles(opts.Dir, t); err != nil {
+			return 0, err
+		}
+	}
+	if opts.DSN == "" {
+		return 0, nil
+	}
+	s, err := taudb.Open(ctx, opts.DSN)
+	if err != nil {
+		return 0, fmt.Errorf("summary: %w", err)
+	}
+	defer s.Close()
+	if _, _, err := s.Configure(ctx); err != nil {
+		return 0, fmt.Errorf("summary: %w", err)
+	}
+	if _, err := s.SaveTrial(ctx, t); err != nil {
+		return 0, fmt.Errorf("summary: %w", err)
+	}
+	return t.ID, nil
+}
