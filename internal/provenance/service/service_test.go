@@ -1,0 +1,173 @@
+package service
+
+import (
+	"bytes"
+	"context"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/kipimo-hpc/kipimo/internal/natsx"
+	"github.com/kipimo-hpc/kipimo/internal/provenance"
+	"github.com/kipimo-hpc/kipimo/internal/provenance/sqlitestore"
+	"github.com/kipimo-hpc/kipimo/internal/provenance/storetest"
+)
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestServiceCountsAndTerminatesBadBatches publishes good batches of every
+// kind mixed with undecodable ones: the good are stored and acknowledged,
+// the bad counted, terminated (never redelivered) and logged once per kind.
+func TestServiceCountsAndTerminatesBadBatches(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv, err := natsx.StartServer(natsx.DefaultServerConfig(t.TempDir()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown()
+	nc, err := natsx.Connect(ctx, srv.ClientURL(), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := sqlitestore.Open(ctx, filepath.Join(t.TempDir(), "p.db"), sqlitestore.Options{Synchronous: "OFF"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	var logs syncBuffer
+	log := zerolog.New(&logs)
+	svc := New(Config{Run: "r", Fetch: 4, FetchWait: 200 * time.Millisecond, Logger: &log}, store, js)
+	if err := svc.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	subj := natsx.Subjects{Run: "r"}
+	execs := storetest.Generate(storetest.GenConfig{Seed: 8, N: 90, Anomaly: true})
+	meta, fs, cs, prof := storetest.GenerateOthers(0, 3)
+	bad := 0
+	pubBad := func(kind, data string) {
+		t.Helper()
+		bad++
+		m := &nats.Msg{Subject: subj.Prov(kind), Data: []byte(data), Header: nats.Header{}}
+		m.Header.Set(jetstream.MsgIDHeader, "bad"+string(rune('a'+bad)))
+		if _, err := js.PublishMsg(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 3 {
+		if err := provenance.PublishBatch(ctx, js, subj.Prov(natsx.ProvAnomalies), "a"+string(rune('0'+i)), execs[i*30:(i+1)*30]); err != nil {
+			t.Fatal(err)
+		}
+		pubBad(natsx.ProvAnomalies, `{"not":"an array"}`)
+	}
+	pubBad(natsx.ProvAnomalies, `[{"event_id":"no colons"}]`)
+	pubBad(natsx.ProvMetadata, `[{"descr":""}]`)
+	for kind, recs := range map[string]any{natsx.ProvMetadata: meta, natsx.ProvFuncStats: fs, natsx.ProvCounterStats: cs, natsx.ProvProfiles: prof} {
+		if err := provenance.PublishBatch(ctx, js, subj.Prov(kind), kind, recs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for svc.Stats().Batches < 7 || svc.Stats().Bad < int64(bad) {
+		if ctx.Err() != nil {
+			t.Fatalf("stats %+v, want 7 batches and %d bad", svc.Stats(), bad)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cons, err := js.Consumer(ctx, natsx.ProvStream("r"), "provdb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.NumAckPending != 0 || info.NumPending != 0 || info.NumRedelivered != 0 {
+		t.Fatalf("consumer: %d pending acks, %d pending, %d redelivered; bad batches must be terminated", info.NumAckPending, info.NumPending, info.NumRedelivered)
+	}
+	if err := svc.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st := svc.Stats()
+	want := map[string]int64{natsx.ProvAnomalies: 90, natsx.ProvMetadata: int64(len(meta)), natsx.ProvFuncStats: int64(len(fs)), natsx.ProvCounterStats: int64(len(cs)), natsx.ProvProfiles: int64(len(prof)), natsx.ProvNormalExecs: 0}
+	for k, n := range want {
+		if st.Written[k] != n {
+			t.Errorf("written %s = %d, want %d", k, st.Written[k], n)
+		}
+		c, err := store.Count(ctx, provenance.Query{Kind: k})
+		if err != nil || c != n {
+			t.Errorf("store holds %d %s (%v), want %d", c, k, err, n)
+		}
+	}
+	if st.Bad != int64(bad) {
+		t.Errorf("bad = %d, want %d", st.Bad, bad)
+	}
+	if n := strings.Count(logs.String(), "bad provenance batch"); n != 2 {
+		t.Errorf("%d log lines about bad batches, want 2 (one per kind):\n%s", n, logs.String())
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	for name, c := range map[string]Config{
+		"no run":      {},
+		"dotted run":  {Run: "a.b"},
+		"bad durable": {Run: "r", Durable: "a.b"},
+	} {
+		if err := c.Validate(); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	c := Config{Run: "r"}
+	if err := c.Validate(); err != nil || c.Durable != "provdb" || c.Fetch <= 0 || c.AckWait <= 0 || c.Logger == nil {
+		t.Fatalf("defaults not filled: %+v, %v", c, err)
+	}
+}
+
+func TestMainFlagErrors(t *testing.T) {
+	ctx := context.Background()
+	cases := map[string]struct {
+		args []string
+		want string
+	}{
+		"no run":        {[]string{"--store", filepath.Join(t.TempDir(), "p.db")}, "--run is required"},
+		"bad run":       {[]string{"--run", "a.b"}, "--run"},
+		"stray arg":     {[]string{"--run", "r", "extra"}, "no arguments"},
+		"bad log level": {[]string{"--run", "r", "--log-level", "loud"}, "--log-level"},
+		"no token file": {[]string{"--run", "r", "--token-file", filepath.Join(t.TempDir(), "none")}, "--token-file"},
+		"bad nats url":  {[]string{"--run", "r", "--store", filepath.Join(t.TempDir(), "p.db"), "--nats", "http://x"}, "scheme"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			var stderr bytes.Buffer
+			err := Main(ctx, tc.args, &stderr)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want one containing %q", err, tc.want)
+			}
+		})
+	}
+}
