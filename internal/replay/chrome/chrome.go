@@ -23,6 +23,7 @@ package chrome
 
 import (
 	"bufio"
+	"cmp"
 	"bytes"
 	"compress/gzip"
 	"context"
@@ -32,6 +33,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -464,18 +466,16 @@ func (f *File) Feed(b *steps.Builder, rank uint32, cutoff uint64) (int, error) {
 	}
 
 	// Spans per thread, sorted so parents come before children.
-	sort.SliceStable(f.spans, func(a, c int) bool {
-		x, y := &f.spans[a], &f.spans[c]
-		if x.thread != y.thread {
-			return x.thread < y.thread
+	slices.SortFunc(f.spans, func(x, y span) int {
+		switch {
+		case x.thread != y.thread:
+			return cmp.Compare(x.thread, y.thread)
+		case x.start != y.start:
+			return cmp.Compare(x.start, y.start)
+		case x.end != y.end:
+			return cmp.Compare(y.end, x.end)
 		}
-		if x.start != y.start {
-			return x.start < y.start
-		}
-		if x.end != y.end {
-			return x.end > y.end
-		}
-		return x.order < y.order
+		return cmp.Compare(x.order, y.order)
 	})
 	pts := make([]point, 0, 2*len(f.spans))
 	type open struct {
@@ -521,11 +521,11 @@ func (f *File) Feed(b *steps.Builder, rank uint32, cutoff uint64) (int, error) {
 			stack = stack[:len(stack)-1]
 		}
 	}
-	sort.SliceStable(pts, func(a, c int) bool {
-		if pts[a].ts != pts[c].ts {
-			return pts[a].ts < pts[c].ts
+	slices.SortFunc(pts, func(x, y point) int {
+		if x.ts != y.ts {
+			return cmp.Compare(x.ts, y.ts)
 		}
-		return pts[a].seq < pts[c].seq
+		return cmp.Compare(x.seq, y.seq)
 	})
 	n := 0
 	for _, p := range pts {

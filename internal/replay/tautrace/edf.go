@@ -41,6 +41,7 @@ type Def struct {
 type EDF struct {
 	Name  string // file name, for messages
 	small []int32
+	kinds []Kind // kind by id, for ids below smallMax
 	defs  []Def
 	big   map[int32]int32
 	// API is the GPU programming interface the definitions suggest
@@ -66,6 +67,15 @@ func (e *EDF) Lookup(id int32) *Def {
 	return nil
 }
 
+// KindOf returns the kind of id cheaply when id is small, else KindUnknown
+// (then use Lookup).
+func (e *EDF) KindOf(id int32) Kind {
+	if uint32(id) < uint32(len(e.kinds)) {
+		return e.kinds[id]
+	}
+	return KindUnknown
+}
+
 // Defs returns every definition, in file order.
 func (e *EDF) Defs() []Def { return e.defs }
 
@@ -80,6 +90,10 @@ func (e *EDF) add(d Def) {
 			e.small = append(e.small, make([]int32, int(d.ID)+1-len(e.small))...)
 		}
 		e.small[d.ID] = i
+		for int(d.ID) >= len(e.kinds) {
+			e.kinds = append(e.kinds, KindUnknown)
+		}
+		e.kinds[d.ID] = d.Kind
 		return
 	}
 	if e.big == nil {

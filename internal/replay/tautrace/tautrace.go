@@ -120,6 +120,10 @@ type cursor struct {
 	par  int64
 	ts   uint64
 	regd map[uint16]bool // ranks whose names were given to the builder
+	// the last rank registered, to skip the map on the common path
+	hasLast bool
+	lastNid uint16
+	little  bool
 }
 
 const bufSize = 256 << 10
@@ -164,13 +168,14 @@ func (c *cursor) next() error {
 		switch {
 		case int64(binary.LittleEndian.Uint64(b[8:])) == 3:
 			c.order = binary.LittleEndian
+			c.little = true
 		case int64(binary.BigEndian.Uint64(b[8:])) == 3:
 			c.order = binary.BigEndian
 		default:
 			return &Error{c.in.Name, c.base + int64(c.pos), c.rec, errors.New("first record is not EV_INIT (parameter 3 in either byte order): cannot tell the byte order")}
 		}
 	}
-	if c.order == binary.LittleEndian {
+	if c.little {
 		c.ev = int32(binary.LittleEndian.Uint32(b))
 		c.nid = binary.LittleEndian.Uint16(b[4:])
 		c.tid = binary.LittleEndian.Uint16(b[6:])
@@ -219,6 +224,10 @@ func (r *reader) state(nid, tid uint16) *thState {
 }
 
 func (r *reader) register(c *cursor) {
+	if c.hasLast && c.lastNid == c.nid {
+		return
+	}
+	c.hasLast, c.lastNid = true, c.nid
 	if c.regd[c.nid] {
 		return
 	}
@@ -236,6 +245,15 @@ func (r *reader) register(c *cursor) {
 
 // record handles the current record of c.
 func (r *reader) record(c *cursor) error {
+	if c.in.EDF.KindOf(c.ev) == KindEntryExit {
+		r.register(c)
+		switch {
+		case c.par > 0:
+			return r.b.Enter(uint32(c.nid), uint32(c.tid), uint32(c.ev), c.ts)
+		case c.par < 0:
+			return r.b.Exit(uint32(c.nid), uint32(c.tid), uint32(c.ev), c.ts)
+		}
+	}
 	d := c.in.EDF.Lookup(c.ev)
 	if d == nil {
 		return fmt.Errorf("event id %d is not defined in %s", c.ev, c.in.EDF.Name)
