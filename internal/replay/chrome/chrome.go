@@ -23,8 +23,8 @@ package chrome
 
 import (
 	"bufio"
-	"cmp"
 	"bytes"
+	"cmp"
 	"compress/gzip"
 	"context"
 	"encoding/json"
