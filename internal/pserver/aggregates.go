@@ -126,15 +126,24 @@ func (a *Aggregates) AddStep(id DetectorID, s *psync.StepSummary) {
 		r = &RankTotals{FirstStep: s.Step, LastStep: s.Step}
 		a.Ranks[id] = r
 	}
+	// A frame is a (rank, io_step): a second summary of the rank's latest
+	// step (the detector's final flush at close) adds to it without counting
+	// another frame or step.
+	var frames uint64
+	if r.Frames == 0 || s.Step > r.LastStep {
+		frames = 1
+	}
 	r.Anomalies += s.Anomalies
 	r.Executions += s.Executions
 	r.Events += s.Events
 	r.BadFrames += s.BadFrames
-	r.Frames++
-	r.Steps++
+	r.Frames += frames
+	r.Steps += frames
 	r.FirstStep = min(r.FirstStep, s.Step)
 	r.LastStep = max(r.LastStep, s.Step)
-	r.PerStep.Push(float64(s.Anomalies))
+	if frames == 1 {
+		r.PerStep.Push(float64(s.Anomalies))
+	}
 	r.Scores.Merge(s.Scores)
 	r.Severity.Merge(s.Severity)
 
@@ -172,7 +181,7 @@ func (a *Aggregates) AddStep(id DetectorID, s *psync.StepSummary) {
 		a.Folded.Executions += s.Executions
 		a.Folded.Events += s.Events
 		a.Folded.BadFrames += s.BadFrames
-		a.Folded.Frames++
+		a.Folded.Frames += frames
 		return
 	}
 	st := a.Steps[s.Step]
@@ -184,7 +193,7 @@ func (a *Aggregates) AddStep(id DetectorID, s *psync.StepSummary) {
 	st.Executions += s.Executions
 	st.Events += s.Events
 	st.BadFrames += s.BadFrames
-	st.Frames++
+	st.Frames += frames
 	if s.MinTS != 0 && (st.MinTS == 0 || s.MinTS < st.MinTS) {
 		st.MinTS = s.MinTS
 	}

@@ -19,7 +19,6 @@ type metrics struct {
 	syncRequests *prometheus.CounterVec
 	syncLatency  prometheus.Histogram
 	merges       prometheus.Counter
-	frames       prometheus.Counter
 	events       prometheus.Counter
 	executions   prometheus.Counter
 	anomalies    prometheus.Counter
@@ -73,7 +72,6 @@ func newMetrics(s *Server) *metrics {
 	}, []string{"pid", "rank"})
 	reg.MustRegister(m.syncRequests, m.syncLatency, m.rankAnom, m.rankExec)
 	m.merges = f("kipimo_ps_merges_total", "Model and counter deltas merged into the global model.")
-	m.frames = f("kipimo_frames_total", "Frames (rank step summaries) received from detectors.")
 	m.events = f("kipimo_events_total", "Function events the detectors processed, as reported in step summaries.")
 	m.executions = f("kipimo_executions_total", "Executions the detectors labelled, as reported in step summaries.")
 	m.anomalies = f("kipimo_anomalies_total", "Anomalies the detectors found, as reported in step summaries.")
@@ -97,6 +95,13 @@ func newMetrics(s *Server) *metrics {
 			return x
 		}))
 	}
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "kipimo_frames_total", Help: "Frames (rank, io_step) the detectors reported processing in their step summaries.",
+	}, func() float64 {
+		var x float64
+		s.View(func(st *State) { x = float64(st.Agg.Total().Frames) })
+		return x
+	}))
 	gauge("kipimo_ps_detectors", "Detectors that have synced with this shard.", func(st *State) float64 { return float64(len(st.LastSeq)) })
 	gauge("kipimo_ps_models", "Model keys held by this shard.", func(st *State) float64 { return float64(len(st.Models)) })
 	gauge("kipimo_ps_io_step", "Highest io_step reported in a step summary.", func(st *State) float64 { return float64(st.Agg.MaxStep) })
@@ -126,7 +131,6 @@ func (m *metrics) observeRequest(req *psync.SyncRequest, merges uint64) {
 	var anom, exec uint64
 	for i := range req.Steps {
 		st := &req.Steps[i]
-		m.frames.Inc()
 		m.events.Add(float64(st.Events))
 		m.executions.Add(float64(st.Executions))
 		m.badFrames.Add(float64(st.BadFrames))
