@@ -15,7 +15,7 @@ import (
 
 // BenchmarkSQLiteIngest measures what provdb does per message: decode a JSON
 // batch of 500 anomaly records with a 5+5 window and write it in one
-// transaction (synchronous FULL). It reports records/s and the bytes the
+// transaction (synchronous FULL; KIPIMO_BENCH_SYNC=NORMAL to compare). It reports records/s and the bytes the
 // database file takes per record.
 func BenchmarkSQLiteIngest(b *testing.B) {
 	const batch = 500
@@ -30,7 +30,7 @@ func BenchmarkSQLiteIngest(b *testing.B) {
 		msgs = append(msgs, data)
 	}
 	path := filepath.Join(b.TempDir(), "prov.db")
-	s, err := Open(ctx, path, Options{})
+	s, err := Open(ctx, path, Options{Synchronous: os.Getenv("KIPIMO_BENCH_SYNC")})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -100,4 +100,35 @@ func BenchmarkAnomalyJSONSize(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(sizes[len(sizes)/2]), "B/record")
+}
+
+// BenchmarkSQLiteWrite measures the store alone: batches of 500 decoded
+// anomaly records (5+5 window) written in one transaction each.
+func BenchmarkSQLiteWrite(b *testing.B) {
+	const batch = 500
+	ctx := context.Background()
+	execs := storetest.Generate(storetest.GenConfig{Seed: 42, N: 20000, Ranks: 64, Steps: 400, Window: 5, Anomaly: true})
+	s, err := Open(ctx, filepath.Join(b.TempDir(), "prov.db"), Options{Synchronous: os.Getenv("KIPIMO_BENCH_SYNC")})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	records := 0
+	for i := 0; b.Loop(); i++ {
+		lo := (i * batch) % len(execs)
+		bt := provenance.Batch{Kind: natsx.ProvAnomalies, Execs: execs[lo : lo+batch]}
+		if i >= len(execs)/batch {
+			b.StopTimer()
+			bt.Execs = append([]provenance.Exec(nil), bt.Execs...)
+			for j := range bt.Execs {
+				bt.Execs[j].PID = uint32(1 + i/(len(execs)/batch))
+			}
+			b.StartTimer()
+		}
+		if err := s.Write(ctx, bt); err != nil {
+			b.Fatal(err)
+		}
+		records += batch
+	}
+	b.ReportMetric(float64(records)/b.Elapsed().Seconds(), "records/s")
 }
