@@ -38,6 +38,7 @@ and context, and keeps them for queries, dashboards and TAU profiles.`,
 		newCallstackCmd(),
 		newReplayCmd(),
 		newQueryCmd(),
+		newTaudbCmd(),
 	)
 	return root
 }

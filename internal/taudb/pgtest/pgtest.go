@@ -5,8 +5,9 @@
 // Without PostgreSQL the tests skip with a clear message, unless
 // KIPIMO_REQUIRE_PG=1, when they fail.
 //
-// A package using it calls Main from its TestMain, which stops the server
-// (and removes its files) after the package's tests.
+// A package using NewDatabase calls Main from its TestMain, which stops the
+// shared server (and removes its files) after the package's tests; Isolated
+// gives a test a server of its own instead, stopped when the test ends.
 package pgtest
 
 import (
@@ -85,6 +86,27 @@ func NewDatabase(t testing.TB) string {
 	if err != nil {
 		unavailable(t, err)
 	}
+	return createDatabase(t, s)
+}
+
+// Isolated is NewDatabase on a server of the test's own, stopped when t
+// ends; for packages that do not call Main from their TestMain.
+func Isolated(t testing.TB) string {
+	t.Helper()
+	s, err := start()
+	if err != nil {
+		unavailable(t, err)
+	}
+	t.Cleanup(func() {
+		if s.owned {
+			s.stop()
+		}
+	})
+	return createDatabase(t, s)
+}
+
+func createDatabase(t testing.TB, s *server) string {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, s.dsn)

@@ -1,0 +1,150 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/kipimo-hpc/kipimo/internal/taudb"
+	"github.com/kipimo-hpc/kipimo/internal/taudb/pgtest"
+)
+
+// cpiDir is TAU's hatchet cpi-mpi profile directory (4 ranks, call paths,
+// user events), kept with the taudb package's fixtures.
+var cpiDir = filepath.Join("..", "taudb", "testdata", "profiles", "hatchet-tau-cpi-mpi")
+
+func runKipimo(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	root := NewRoot(&out, &errOut)
+	root.SetArgs(args)
+	err := root.ExecuteContext(context.Background())
+	return out.String(), err
+}
+
+func TestTaudbCommands(t *testing.T) {
+	dsn := pgtest.Isolated(t)
+	if _, err := runKipimo(t, "taudb", "list", "--dsn", dsn); err == nil || !strings.Contains(err.Error(), "taudb configure") {
+		t.Fatalf("list before configure: err = %v, want one pointing at configure", err)
+	}
+	out, err := runKipimo(t, "taudb", "configure", "--dsn", dsn)
+	if err != nil || !strings.Contains(out, "created TAUdb schema version 2") {
+		t.Fatalf("configure: %q, %v", out, err)
+	}
+	out, err = runKipimo(t, "taudb", "configure", "--dsn", dsn)
+	if err != nil || !strings.Contains(out, "already present") {
+		t.Fatalf("configure again: %q, %v", out, err)
+	}
+
+	meta := filepath.Join(t.TempDir(), "meta.json")
+	if err := os.WriteFile(meta, []byte(`{"Machine": "perlmutter", "nodes": [1, 2]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Flags after the positional argument, DSN from the environment.
+	t.Setenv(taudbDSNEnv, dsn)
+	out, err = runKipimo(t, "taudb", "load", cpiDir, "--name", "cpi", "--metadata", meta, "--application", "cpi", "--experiment", "scaling")
+	if err != nil {
+		t.Fatalf("load: %v", err)
+	}
+	m := regexp.MustCompile(`loaded trial (\d+) "cpi": 4 threads`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("load output %q", out)
+	}
+	id := m[1]
+
+	out, err = runKipimo(t, "taudb", "list", "--json", "--metadata", "Machine=perlmutter")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var list []taudb.TrialInfo
+	if err := json.Unmarshal([]byte(out), &list); err != nil || len(list) != 1 || list[0].Name != "cpi" || list[0].TotalThreads != 4 {
+		t.Fatalf("list --json = %q (%v)", out, err)
+	}
+	if out, _ := runKipimo(t, "taudb", "list", "--metadata", "Machine=other"); strings.Contains(out, "cpi") {
+		t.Errorf("list with a non-matching filter shows the trial:\n%s", out)
+	}
+
+	out, err = runKipimo(t, "taudb", "show", id, "--top", "3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"4 threads", "Metrics: TIME", "Threads: 0,0,0 1,0,0 2,0,0 3,0,0", "MPI_File_open()", "flat%"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("show output lacks %q:\n%s", want, out)
+		}
+	}
+	if lines := strings.Count(out, "\n"); lines != 8 {
+		t.Errorf("show --top 3 printed %d lines, want 8:\n%s", lines, out)
+	}
+
+	// The seed's views give the derived numbers computed in Go.
+	tr, err := taudb.ReadDir(cpiDir, "cpi")
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(context.Background(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	var mean, total float64
+	err = conn.QueryRow(context.Background(), `SELECT m.inclusive, s.exclusive FROM interval_mean_summary m
+		JOIN interval_total_summary s ON s.interval_event = m.interval_event AND s.metric = m.metric
+		JOIN timer_callpath c ON c.id = m.interval_event JOIN timer t ON t.id = c.timer
+		WHERE t.name = 'MPI_Finalize()' AND c.parent IS NULL`).Scan(&mean, &total)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time := tr.Metric("TIME")
+	root := tr.Timer("MPI_Finalize()").Root()
+	if want := tr.Thread(taudb.MeanWithoutNulls).CallDataFor(root).Value(time).Inclusive; mean != want {
+		t.Errorf("interval_mean_summary inclusive = %v, Go mean %v", mean, want)
+	}
+	if want := tr.Thread(taudb.Total).CallDataFor(root).Value(time).Exclusive; total != want {
+		t.Errorf("interval_total_summary exclusive = %v, Go total %v", total, want)
+	}
+
+	dir := t.TempDir()
+	if out, err = runKipimo(t, "taudb", "export", id, "--out", dir); err != nil {
+		t.Fatalf("export: %v", err)
+	}
+	back, err := taudb.ReadDir(dir, "cpi")
+	if err != nil {
+		t.Fatalf("exported profiles do not parse: %v", err)
+	}
+	if len(back.Callpaths) != len(tr.Callpaths) || back.TotalThreads != 4 {
+		t.Errorf("exported trial has %d call paths and %d threads, want %d and 4", len(back.Callpaths), back.TotalThreads, len(tr.Callpaths))
+	}
+}
+
+func TestTaudbErrors(t *testing.T) {
+	t.Setenv(taudbDSNEnv, "")
+	cases := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no dsn", []string{"taudb", "list"}, "KIPIMO_TAUDB_DSN"},
+		{"no name", []string{"taudb", "load", "--dsn", "postgres://127.0.0.1:1/x", cpiDir}, "--name is required"},
+		{"bad dir", []string{"taudb", "load", "--dsn", "postgres://127.0.0.1:1/x", "--name", "x", "/nonexistent"}, "profile directory"},
+		{"bad id", []string{"taudb", "show", "--dsn", "postgres://127.0.0.1:1/x", "abc"}, "positive number"},
+		{"no out", []string{"taudb", "export", "--dsn", "postgres://127.0.0.1:1/x", "1"}, "--out is required"},
+		{"bad filter", []string{"taudb", "list", "--dsn", "postgres://127.0.0.1:1/x", "--metadata", "novalue"}, "KEY=VALUE"},
+		{"unreachable", []string{"taudb", "configure", "--dsn", "postgres://postgres@127.0.0.1:1/x?connect_timeout=2"}, "connect"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := runKipimo(t, tc.args...)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("err = %v, want one mentioning %q", err, tc.want)
+			}
+		})
+	}
+}
