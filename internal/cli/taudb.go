@@ -264,7 +264,7 @@ type taudbShowResult struct {
 	Threads  []string          `json:"threads"`
 	Metric   string            `json:"metric"`
 	Total    float64           `json:"total_exclusive"`
-	Timers   []taudbTimerRow        `json:"timers"`
+	Timers   []taudbTimerRow   `json:"timers"`
 	Metadata map[string]string `json:"metadata"`
 }
 
