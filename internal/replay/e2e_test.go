@@ -137,4 +137,3 @@ func TestChromeGPUThroughDetector(t *testing.T) {
 		}
 	}
 }
-
