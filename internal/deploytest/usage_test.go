@@ -23,7 +23,7 @@ type usage struct {
 }
 
 // kipimoGroups are kipimo subcommands that only hold further subcommands.
-var kipimoGroups = map[string]bool{"frames": true, "taudb": true}
+var kipimoGroups = map[string]bool{"frames": true, "taudb": true, "query": true}
 
 // shellStops end a command inside a shell line.
 var shellStops = map[string]bool{"&&": true, "||": true, ";": true, "|": true, "&": true, ">": true, ">>": true, "2>&1": true, ")": true}
