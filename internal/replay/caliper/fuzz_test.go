@@ -25,7 +25,7 @@ func FuzzCaliper(f *testing.F) {
 	}
 	f.Add("__rec=node,id=20,attr=8,data=event.begin#function,parent=3\n__rec=node,id=21,attr=8,data=time.offset,parent=2\n__rec=node,id=22,attr=20,data=main\n__rec=ctx,ref=22,attr=21,data=5\n")
 	f.Fuzz(func(t *testing.T, s string) {
-		cfg := steps.Config{}
+		cfg := steps.Config{MaxGap: 1000}
 		if err := cfg.Validate(); err != nil {
 			t.Fatal(err)
 		}

@@ -25,7 +25,7 @@ func FuzzChrome(f *testing.F) {
 			}
 			return
 		}
-		cfg := steps.Config{}
+		cfg := steps.Config{MaxGap: 1000}
 		if err := cfg.Validate(); err != nil {
 			t.Fatal(err)
 		}

@@ -22,10 +22,10 @@ import (
 // trace time.
 const DefaultStep = time.Second
 
-// MaxGap is the largest number of empty steps a Builder fills in one jump; a
-// larger jump in trace time is reported as an error (it usually means a
-// corrupt timestamp).
-const MaxGap = 1 << 20
+// DefaultMaxGap is the largest number of empty steps a Builder fills in one
+// jump; a larger jump in trace time is reported as an error (it usually means
+// a corrupt timestamp).
+const DefaultMaxGap = 1 << 20
 
 // Keys of the metadata that marks a GPU virtual thread. API is "CUDA", "ROCm",
 // "OpenCL" or "SYCL"; the detector reads "<API> Context", "<API> Device" and
@@ -51,12 +51,18 @@ type Config struct {
 	// Marker, when set, starts a new step at each entry of the function of
 	// that name (per rank) instead of cutting at fixed durations.
 	Marker string
+	// MaxGap is the largest number of steps one rank may jump at once (the
+	// empty steps between are emitted); 0 means DefaultMaxGap.
+	MaxGap uint64
 }
 
 // Validate fills defaults and checks c.
 func (c *Config) Validate() error {
 	if c.Step == 0 {
 		c.Step = DefaultStep
+	}
+	if c.MaxGap == 0 {
+		c.MaxGap = DefaultMaxGap
 	}
 	if c.Step < time.Microsecond {
 		return fmt.Errorf("step %s is shorter than the trace clock's microsecond", c.Step)
@@ -169,6 +175,9 @@ type Builder struct {
 // New returns a Builder that calls emit with each complete frame. cfg must
 // have been validated.
 func New(cfg Config, emit func(*frame.Frame) error) *Builder {
+	if cfg.MaxGap == 0 {
+		cfg.MaxGap = DefaultMaxGap
+	}
 	step := uint64(cfg.Step / time.Microsecond)
 	if step == 0 {
 		step = uint64(DefaultStep / time.Microsecond)
@@ -321,7 +330,7 @@ func (b *Builder) stepOf(r *rankState, ts uint64) uint64 {
 
 // advance emits r's frames up to step s-1 and starts step s.
 func (b *Builder) advance(r *rankState, s uint64) error {
-	if s-r.step > MaxGap {
+	if s-r.step > b.cfg.MaxGap {
 		return fmt.Errorf("rank %d: time jumps %d steps ahead (from step %d to %d): corrupt timestamp?", r.rank, s-r.step, r.step, s)
 	}
 	for r.step < s {

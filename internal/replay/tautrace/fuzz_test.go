@@ -33,7 +33,7 @@ func FuzzTAUTrace(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		cfg := steps.Config{Step: time.Millisecond}
+		cfg := steps.Config{Step: time.Millisecond, MaxGap: 1000}
 		if err := cfg.Validate(); err != nil {
 			t.Fatal(err)
 		}
