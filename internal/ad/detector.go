@@ -251,6 +251,15 @@ func (d *Detector) pathName(n uint32) string {
 
 // keyOf returns the model key of a completed execution, creating it.
 func (d *Detector) keyOf(e *execRec) int32 {
+	if !d.cfg.ByCallPath && int(e.fid) < len(d.fidKey) {
+		if k := d.fidKey[e.fid]; k >= 0 {
+			return k
+		}
+	}
+	return d.newKey(e)
+}
+
+func (d *Detector) newKey(e *execRec) int32 {
 	if d.cfg.ByCallPath {
 		if int(e.path) < len(d.pathKey) && d.pathKey[e.path] >= 0 {
 			return d.pathKey[e.path]
@@ -389,7 +398,7 @@ func (d *Detector) build(f *frame.Frame) {
 				d.drain(f, t, ev.TS, false)
 			}
 			seq := t.next()
-			r := execRec{entry: ev.TS, step: step, idx: uint32(i), fid: ev.FID, key: -1}
+			r := execRec{entry: ev.TS, step: step, idx: uint32(i), fid: ev.FID}
 			var parentPath uint32
 			if n := len(t.stack); n > 0 {
 				ps := t.stack[n-1]
@@ -460,12 +469,7 @@ func (d *Detector) complete(t *thread, ts uint64, flags uint8) {
 		}
 	}
 	t.profileAdd(e)
-	k := e.key
-	if k < 0 {
-		k = d.keyOf(e)
-		e.key = k
-	}
-	m := d.models[k]
+	m := d.models[d.keyOf(e)]
 	x := d.value(e)
 	m.step.Push(x)
 	if d.cfg.Algorithm != SSTD {

@@ -129,6 +129,27 @@ func (c *Collector) Add(d *Detector) {
 	c.mu.Unlock()
 }
 
+// Stats returns a snapshot of every registered detector's counts.
+func (c *Collector) Stats() []Stats {
+	c.mu.Lock()
+	ds := append([]*Detector(nil), c.detectors...)
+	c.mu.Unlock()
+	out := make([]Stats, len(ds))
+	for i, d := range ds {
+		out[i] = d.Stats()
+	}
+	return out
+}
+
+// Total is the sum of every registered detector's counts.
+func (c *Collector) Total() Stats {
+	var t Stats
+	for _, s := range c.Stats() {
+		t.Add(s)
+	}
+	return t
+}
+
 type metricDef struct {
 	name, help string
 	gauge      bool

@@ -172,7 +172,10 @@ func Serve(ctx context.Context, cfg ServeConfig) ([]Stats, error) {
 		return nil, fmt.Errorf("subscribe to %s: %w", subj.Control(), err)
 	}
 	subs = append(subs, ctl)
-	if err := cfg.Conn.FlushWithContext(ctx); err != nil {
+	fctx, fcancel := context.WithTimeout(ctx, 10*time.Second)
+	err = cfg.Conn.FlushWithContext(fctx)
+	fcancel()
+	if err != nil {
 		return nil, fmt.Errorf("subscribe to frames: %w", err)
 	}
 	if cfg.Ready != nil {

@@ -132,7 +132,8 @@ func (d *Detector) prepare(m *model) {
 
 // label scores one completed execution against its model.
 func (d *Detector) label(t *thread, seq uint64, e *execRec, final bool, sum *psync.StepSummary, funcs map[int32]*psync.FuncAnomalyMetrics) {
-	m := d.models[e.key]
+	key := d.keyOf(e)
+	m := d.models[key]
 	x := d.value(e)
 	sum.Executions++
 	sum.MinTS = min(sum.MinTS, e.entry)
@@ -187,10 +188,10 @@ func (d *Detector) label(t *thread, seq uint64, e *execRec, final bool, sum *psy
 	sev := float64(e.excl())
 	sum.Scores.Push(score)
 	sum.Severity.Push(sev)
-	fm := funcs[e.key]
+	fm := funcs[key]
 	if fm == nil {
 		fm = &psync.FuncAnomalyMetrics{Func: m.name, FirstTS: e.entry}
-		funcs[e.key] = fm
+		funcs[key] = fm
 	}
 	fm.Count++
 	fm.Score.Push(score)
@@ -212,7 +213,7 @@ func sample(tid uint32, seq uint64) float64 {
 // addRecord creates the provenance record of an execution labelled in this
 // step; its "after" window is filled in by finishPending.
 func (d *Detector) addRecord(t *thread, seq uint64, e *execRec, anomaly bool) {
-	m := d.models[e.key]
+	m := d.models[d.keyOf(e)]
 	r := &provenance.Exec{
 		Entry:            e.entry,
 		Exit:             e.exit,

@@ -36,7 +36,6 @@ type execRec struct {
 	fid       uint32
 	path      uint32 // call-path node
 	nchild    uint32
-	key       int32 // model key
 	score     float32
 	label     int8
 	flags     uint8
