@@ -39,6 +39,7 @@ and context, and keeps them for queries, dashboards and TAU profiles.`,
 		newReplayCmd(),
 		newQueryCmd(),
 		newTaudbCmd(),
+		newRunCmd(),
 	)
 	return root
 }

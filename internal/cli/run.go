@@ -1,0 +1,151 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/spf13/cobra"
+
+	"github.com/kipimo-hpc/kipimo/internal/ad"
+	"github.com/kipimo-hpc/kipimo/internal/config"
+	"github.com/kipimo-hpc/kipimo/internal/replay"
+	"github.com/kipimo-hpc/kipimo/internal/run"
+	"github.com/kipimo-hpc/kipimo/internal/workload"
+)
+
+func newRunCmd() *cobra.Command {
+	var (
+		cfg         run.Config
+		wl          = workload.DefaultConfig()
+		scale       float64
+		jsonOut     bool
+		keepServing bool
+		ignore      []string
+	)
+	cmd := &cobra.Command{
+		Use:   "run [flags] [--input FILES --format FORMAT]",
+		Short: "Run the whole pipeline in one process, on a synthetic run or on traces",
+		Long: `Run starts everything Kipimo needs in one process, with nothing installed: an
+embedded NATS server with JetStream (data under --out), the parameter server and
+its dashboard, the provenance service on a SQLite store, one detector per rank,
+and the summary writer. The input is a synthetic MPI application with injected
+anomalies (the default; --ranks, --steps, --seed, --gpu) or traces made by other
+tools (--input with --format tau|caliper|chrome|frames).
+
+At the end it prints what was found (with precision and recall against the
+injected anomalies for synthetic runs), how fast, how much data was kept, where
+the results are, and the commands to explore them.`,
+		Example: `  kipimo run
+  kipimo run --ranks 16 --steps 100 --gpu --algo hbos
+  kipimo run --input trace.json.gz --format chrome --step 100ms
+  kipimo run --keep-serving --http 127.0.0.1:8080`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := config.Apply(cmd.Flags(), nil); err != nil {
+				return err
+			}
+			if scale != 1 {
+				wl.Rates = wl.Rates.Scale(scale)
+			}
+			cfg.Workload = wl
+			cfg.Detector.Ignore = ignore
+			if len(cfg.Inputs) > 0 && cfg.InputFormat == "" {
+				return fmt.Errorf("--input needs --format (one of %v)", replay.Formats)
+			}
+			return runPipeline(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), cfg, jsonOut, keepServing)
+		},
+	}
+	f := cmd.Flags()
+	config.AddConfigFlag(f)
+	f.StringVar(&cfg.Out, "out", "kipimo-out", "directory for the run's data, provenance store and TAU profiles")
+	f.StringVar(&cfg.RunID, "run-id", "", "run id on the NATS subjects (default run-<UTC time>)")
+	f.IntVar(&wl.Ranks, "ranks", wl.Ranks, "synthetic run: MPI ranks")
+	f.IntVar(&wl.Steps, "steps", wl.Steps, "synthetic run: io_steps")
+	f.Uint64Var(&wl.Seed, "seed", wl.Seed, "synthetic run: seed (same seed, same run)")
+	f.IntVar(&wl.EventsPerStep, "events-per-step", wl.EventsPerStep, "synthetic run: events per rank per step")
+	f.IntVar(&wl.ThreadsPerRank, "threads", wl.ThreadsPerRank, "synthetic run: CPU threads per rank")
+	f.BoolVar(&wl.GPU, "gpu", wl.GPU, "synthetic run: offload kernels to GPU streams")
+	f.Float64Var(&scale, "anomaly-scale", 1, "synthetic run: multiply every anomaly injection rate")
+	f.StringSliceVar(&cfg.Inputs, "input", nil, "trace files to run on instead of a synthetic run")
+	f.StringVar(&cfg.InputFormat, "format", "", "format of --input: tau, caliper, chrome or frames")
+	f.DurationVar(&cfg.Step, "step", 0, "traces: io_step length in trace time (default 1s)")
+	f.StringVar(&cfg.StepMarker, "step-marker", "", "traces: start a new io_step at each entry of this function")
+	f.StringVar(&cfg.Detector.Algorithm, "algo", ad.SSTD, "outlier algorithm: sstd, hbos or copod")
+	f.Float64Var(&cfg.Detector.Sigma, "sigma", 6, "SSTD threshold in standard deviations")
+	f.Float64Var(&cfg.Detector.Threshold, "threshold", 0.99, "HBOS/COPOD threshold as a fraction of the score range")
+	f.IntVar(&cfg.Detector.Window, "window", 5, "executions kept before and after each anomaly (exec_window)")
+	f.BoolVar(&cfg.Detector.SlowOnly, "slow-only", false, "flag only executions slower than normal")
+	f.BoolVar(&cfg.Detector.ByCallPath, "by-callpath", false, "key models by call path instead of by function")
+	f.Float64Var(&cfg.Detector.MinRuntime, "min-runtime", 0, "never flag executions shorter than this (µs)")
+	f.StringSliceVar(&ignore, "ignore", nil, "functions never flagged (repeat or comma-separate)")
+	f.Float64Var(&cfg.Detector.NormalRate, "normal-rate", 0, "fraction of normal executions also stored")
+	f.StringVar(&cfg.HTTP, "http", "127.0.0.1:0", "dashboard address (port 0 picks a free port)")
+	f.BoolVar(&keepServing, "keep-serving", false, "keep the dashboard up after the run until interrupted")
+	f.StringVar(&cfg.TaudbDSN, "taudb", "", "PostgreSQL DSN: also store the run as a TAUdb trial (env KIPIMO_TAUDB)")
+	f.StringVar(&cfg.NATSURL, "nats", "", "use this NATS server instead of an embedded one")
+	f.BoolVar(&jsonOut, "json", false, "print the summary as JSON")
+	return cmd
+}
+
+func runPipeline(ctx context.Context, stdout, stderr io.Writer, cfg run.Config, jsonOut, keepServing bool) error {
+	log := zerolog.New(zerolog.ConsoleWriter{Out: stderr, TimeFormat: time.TimeOnly}).With().Timestamp().Logger().Level(zerolog.GlobalLevel())
+	if zerolog.GlobalLevel() == zerolog.InfoLevel {
+		// Lifecycle messages of every component would drown the progress line.
+		log = log.Level(zerolog.WarnLevel)
+	}
+	p, err := run.Start(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer p.Close(context.WithoutCancel(ctx))
+	fmt.Fprintf(stderr, "dashboard: %s\n", p.DashboardURL())
+	tty := isTerminal(stderr)
+	var progress func(run.Progress)
+	if tty {
+		progress = func(pr run.Progress) {
+			rate := 0.0
+			if pr.Elapsed > 0 {
+				rate = float64(pr.Events) / pr.Elapsed.Seconds()
+			}
+			steps := fmt.Sprintf("%d", pr.Step)
+			if pr.Steps > 0 {
+				steps = fmt.Sprintf("%d/%d", pr.Step, pr.Steps)
+			}
+			fmt.Fprintf(stderr, "\rstep %s  %d frames  %.2fM events/s  %d anomalies   ", steps, pr.Frames, rate/1e6, pr.Anomalies)
+		}
+	}
+	sum, err := p.Execute(ctx, progress)
+	if tty {
+		fmt.Fprint(stderr, "\r\033[K")
+	}
+	if err != nil {
+		return err
+	}
+	if jsonOut {
+		err = sum.WriteJSON(stdout)
+	} else {
+		err = sum.WriteText(stdout)
+	}
+	if err != nil {
+		return err
+	}
+	if keepServing {
+		fmt.Fprintf(stderr, "serving the dashboard at %s until interrupted\n", p.DashboardURL())
+		p.Wait(ctx)
+	}
+	return nil
+}
+
+// isTerminal reports whether w is a character device (a terminal).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}

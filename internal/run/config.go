@@ -1,0 +1,101 @@
+// Package run wires Kipimo's whole pipeline into one process: an embedded NATS
+// server with JetStream, the parameter server with its dashboard, the
+// provenance service on the SQLite store, one detector per rank, the input
+// (a synthetic workload with ground truth, or traces made by other tools)
+// published on the frame subjects, and the summary writer. It is what
+// `kipimo run` and `kipimo bench` execute.
+package run
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"github.com/kipimo-hpc/kipimo/internal/ad"
+	"github.com/kipimo-hpc/kipimo/internal/natsx"
+	"github.com/kipimo-hpc/kipimo/internal/replay"
+	"github.com/kipimo-hpc/kipimo/internal/workload"
+)
+
+// Config configures a run. The zero value plus Validate gives the default
+// run: the synthetic workload's defaults, detected with SSTD.
+type Config struct {
+	// Out is the directory that receives everything the run keeps: NATS
+	// data, the provenance store, TAU profiles, the ground truth.
+	Out string
+	// RunID names the run on the NATS subjects; default from the time.
+	RunID string
+
+	// Workload is the synthetic run, used when Inputs is empty.
+	Workload workload.Config
+	// Inputs are trace files of InputFormat (replay.Formats) to run instead.
+	Inputs      []string
+	InputFormat string
+	// Step cuts traces into io_steps of this much trace time (default 1s);
+	// StepMarker cuts at each entry of that function instead.
+	Step       time.Duration
+	StepMarker string
+
+	// Detector configures every detector (algorithm, thresholds, window).
+	// PID, Rank, Syncer and Sink are set by the run.
+	Detector ad.Config
+
+	// HTTP is the dashboard's address; default 127.0.0.1 and a free port.
+	HTTP string
+	// TaudbDSN, when set, also stores the run's profile as a TAUdb trial.
+	TaudbDSN string
+	// MaxLag is how many frames a rank's input may run ahead of its
+	// detector before the input waits (back-pressure); default 16.
+	MaxLag int
+	// NATSURL, when set, uses that NATS server instead of an embedded one.
+	NATSURL string
+}
+
+// Validate checks c and fills its defaults.
+func (c *Config) Validate() error {
+	if c.Out == "" {
+		c.Out = "kipimo-out"
+	}
+	if c.RunID == "" {
+		c.RunID = "run-" + time.Now().UTC().Format("20060102-150405")
+	}
+	if err := natsx.ValidRun(c.RunID); err != nil {
+		return err
+	}
+	if len(c.Inputs) == 0 {
+		if c.Workload.Ranks == 0 {
+			c.Workload = workload.DefaultConfig()
+		}
+		if err := c.Workload.Validate(); err != nil {
+			return fmt.Errorf("workload: %w", err)
+		}
+	} else {
+		ok := false
+		for _, f := range replay.Formats {
+			ok = ok || f == c.InputFormat
+		}
+		if !ok {
+			return fmt.Errorf("input format %q is not one of %v", c.InputFormat, replay.Formats)
+		}
+	}
+	if c.Detector.Algorithm == "" {
+		c.Detector.Algorithm = ad.SSTD
+	}
+	probe := c.Detector
+	if err := probe.Validate(); err != nil {
+		return fmt.Errorf("detector: %w", err)
+	}
+	if c.HTTP == "" {
+		c.HTTP = "127.0.0.1:0"
+	}
+	if c.MaxLag <= 0 {
+		c.MaxLag = 16
+	}
+	if c.Step < 0 {
+		return errors.New("step duration must not be negative")
+	}
+	return nil
+}
+
+func (c *Config) path(name string) string { return filepath.Join(c.Out, name) }

@@ -1,0 +1,300 @@
+package run
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"runtime/pprof"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/kipimo-hpc/kipimo/internal/ad"
+	"github.com/kipimo-hpc/kipimo/internal/natsx"
+	"github.com/kipimo-hpc/kipimo/internal/provenance"
+	"github.com/kipimo-hpc/kipimo/internal/provenance/service"
+	"github.com/kipimo-hpc/kipimo/internal/provenance/sqlitestore"
+	"github.com/kipimo-hpc/kipimo/internal/pserver"
+	"github.com/kipimo-hpc/kipimo/internal/replay/publish"
+)
+
+// Pipeline is a running pipeline. Start it with Start; it owns every server
+// and goroutine it starts, and Close stops them all.
+type Pipeline struct {
+	cfg Config
+	log zerolog.Logger
+
+	ns    *natsx.Server
+	nc    *nats.Conn
+	js    jetstream.JetStream
+	store *sqlitestore.Store
+	prov  *service.Service
+	ps    *pserver.Server
+	sink  *ad.NATSSink
+
+	provHTTP *http.Server
+	provURL  string
+	wg       sync.WaitGroup
+}
+
+// Start brings up NATS, the provenance service, the parameter server and
+// the detectors' record sink. The detectors and the input start with Execute.
+func Start(ctx context.Context, cfg Config, log zerolog.Logger) (*Pipeline, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	p := &Pipeline{cfg: cfg, log: log}
+	if err := p.start(ctx); err != nil {
+		p.Close(context.Background())
+		return nil, err
+	}
+	return p, nil
+}
+
+func (p *Pipeline) start(ctx context.Context) error {
+	cfg := p.cfg
+	if err := os.MkdirAll(cfg.Out, 0o755); err != nil {
+		return fmt.Errorf("create output directory: %w", err)
+	}
+	url := cfg.NATSURL
+	if url == "" {
+		ns, err := natsx.StartServer(natsx.DefaultServerConfig(cfg.path("nats")))
+		if err != nil {
+			return err
+		}
+		p.ns = ns
+		url = ns.ClientURL()
+	}
+	nc, err := natsx.Connect(ctx, url, "kipimo-run")
+	if err != nil {
+		return err
+	}
+	p.nc = nc
+	if p.js, err = jetstream.New(nc); err != nil {
+		return fmt.Errorf("JetStream: %w", err)
+	}
+	if _, err := provenance.EnsureStream(ctx, p.js, cfg.RunID); err != nil {
+		return err
+	}
+
+	store, err := sqlitestore.Open(ctx, cfg.path("provenance.db"), sqlitestore.Options{Synchronous: "NORMAL"})
+	if err != nil {
+		return err
+	}
+	p.store = store
+	plog := p.log.With().Str("component", "provdb").Logger()
+	p.prov = service.New(service.Config{Run: cfg.RunID, Logger: &plog}, store, p.js)
+	if err := p.prov.Start(ctx); err != nil {
+		return fmt.Errorf("start provenance service: %w", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return fmt.Errorf("provenance query API: %w", err)
+	}
+	p.provURL = "http://" + ln.Addr().String()
+	p.provHTTP = &http.Server{
+		Handler:           service.NewHTTPHandler(store, "", service.WithStats(p.prov.Stats)),
+		ReadHeaderTimeout: 5 * time.Second,
+	}
+	p.wg.Add(1)
+	go pprof.Do(ctx, pprof.Labels("component", "provdb-http"), func(context.Context) {
+		defer p.wg.Done()
+		if err := p.provHTTP.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			p.log.Error().Err(err).Msg("provenance query API stopped")
+		}
+	})
+
+	ps, err := pserver.New(pserver.Config{Run: cfg.RunID, HTTPAddr: cfg.HTTP, ProvDBURL: p.provURL})
+	if err != nil {
+		return err
+	}
+	if err := ps.Start(ctx, nc); err != nil {
+		return fmt.Errorf("start parameter server: %w", err)
+	}
+	p.ps = ps
+
+	sink, err := ad.NewNATSSink(p.js, cfg.RunID, 0, ad.Block, p.log.With().Str("component", "ad-sink").Logger())
+	if err != nil {
+		return err
+	}
+	if err := sink.Start(ctx); err != nil {
+		return fmt.Errorf("start record sink: %w", err)
+	}
+	p.sink = sink
+	return nil
+}
+
+// DashboardURL is the parameter server's web page.
+func (p *Pipeline) DashboardURL() string { return "http://" + p.ps.HTTPAddr() + "/" }
+
+// ProvenanceURL is the provenance query API.
+func (p *Pipeline) ProvenanceURL() string { return p.provURL }
+
+// NATSURL is the URL of the NATS server the pipeline uses.
+func (p *Pipeline) NATSURL() string { return p.nc.ConnectedUrlRedacted() }
+
+// Close stops everything Start started, in reverse order.
+func (p *Pipeline) Close(ctx context.Context) {
+	if p.sink != nil {
+		_ = p.sink.Shutdown(ctx)
+	}
+	if p.ps != nil {
+		_ = p.ps.Shutdown(ctx)
+	}
+	if p.provHTTP != nil {
+		_ = p.provHTTP.Shutdown(ctx)
+	}
+	if p.prov != nil {
+		_ = p.prov.Shutdown(ctx)
+	}
+	p.wg.Wait()
+	if p.store != nil {
+		_ = p.store.Close()
+	}
+	if p.nc != nil {
+		p.nc.Close()
+	}
+	if p.ns != nil {
+		p.ns.Shutdown()
+	}
+}
+
+// Progress is the running state of a run, reported while it executes.
+type Progress struct {
+	Step, Steps int
+	Frames      int
+	Events      int64
+	Anomalies   uint64
+	Elapsed     time.Duration
+}
+
+// Execute runs the detectors and publishes the input, then finishes the run:
+// final statistics, provenance drained into the store, the summary written.
+// progress, when set, is called about four times a second.
+func (p *Pipeline) Execute(ctx context.Context, progress func(Progress)) (*Summary, error) {
+	cfg := p.cfg
+	start := time.Now()
+	src, truth, ranks, err := p.source()
+	if err != nil {
+		return nil, err
+	}
+	dc := cfg.Detector
+	dc.Syncer = &ad.NATSSyncer{Conn: p.nc, Subjects: natsx.Subjects{Run: cfg.RunID}}
+	dc.Sink = p.sink
+	collector := ad.NewCollector(64, p.sink.Dropped)
+
+	sctx, cancelServe := context.WithCancel(ctx)
+	defer cancelServe()
+	type served struct {
+		stats []ad.Stats
+		err   error
+	}
+	serveDone := make(chan served, 1)
+	ready := make(chan struct{})
+	go pprof.Do(sctx, pprof.Labels("component", "ad"), func(ctx context.Context) {
+		st, err := ad.Serve(ctx, ad.ServeConfig{
+			Conn: p.nc, Run: cfg.RunID, PID: p.pid(), Ranks: ranks, Detector: dc,
+			Collector: collector, Logger: p.log.With().Str("component", "ad").Logger(),
+			PendingFrames: cfg.MaxLag * 4, Ready: func() { close(ready) },
+		})
+		serveDone <- served{st, err}
+	})
+	select {
+	case <-ready:
+	case s := <-serveDone:
+		return nil, fmt.Errorf("start detectors: %w", s.err)
+	}
+
+	flow := newFlowControl(collector, cfg.MaxLag)
+	pace := publish.Pace{
+		ProgressEvery: 250 * time.Millisecond,
+		Progress: func(c publish.Counts) {
+			if progress == nil {
+				return
+			}
+			st := collector.Total()
+			progress(Progress{Step: flow.minStep(), Steps: p.steps(), Frames: c.Frames, Events: int64(c.Events), Anomalies: st.Anomalies, Elapsed: time.Since(start)})
+		},
+	}
+	counts, inStats, err := publish.Frames(ctx, p.nc, natsx.Subjects{Run: cfg.RunID}, flow.wrap(src), pace)
+	if err != nil {
+		cancelServe()
+		<-serveDone
+		return nil, fmt.Errorf("publish input: %w", err)
+	}
+	for _, r := range ranks {
+		if err := p.endOfStream(r); err != nil {
+			return nil, err
+		}
+	}
+	s := <-serveDone
+	if s.err != nil {
+		return nil, fmt.Errorf("detectors: %w", s.err)
+	}
+	detectTime := time.Since(start)
+	if err := p.sink.Flush(ctx); err != nil {
+		return nil, fmt.Errorf("flush provenance records: %w", err)
+	}
+	if err := p.ps.Finish(ctx); err != nil {
+		return nil, fmt.Errorf("final statistics: %w", err)
+	}
+	if err := p.drain(ctx); err != nil {
+		return nil, err
+	}
+	sum, err := p.summarize(ctx, s.stats, truth, counts, inStats.Executions, detectTime, time.Since(start))
+	if err != nil {
+		return nil, err
+	}
+	return sum, nil
+}
+
+// endOfStream tells rank r's detector its input has ended.
+func (p *Pipeline) endOfStream(r uint32) error {
+	m := nats.NewMsg(natsx.Subjects{Run: p.cfg.RunID}.Frames(p.pid(), r))
+	m.Header.Set(ad.EndOfStreamHeader, "1")
+	if err := p.nc.PublishMsg(m); err != nil {
+		return fmt.Errorf("end the stream of rank %d: %w", r, err)
+	}
+	return p.nc.Flush()
+}
+
+// drain waits until the provenance service has written everything in the
+// stream.
+func (p *Pipeline) drain(ctx context.Context) error {
+	stream, err := p.js.Stream(ctx, natsx.ProvStream(p.cfg.RunID))
+	if err != nil {
+		return fmt.Errorf("provenance stream: %w", err)
+	}
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		info, err := stream.Info(ctx)
+		if err != nil {
+			return fmt.Errorf("provenance stream: %w", err)
+		}
+		cons, err := stream.Consumer(ctx, "provdb")
+		if err == nil {
+			ci, err := cons.Info(ctx)
+			if err == nil && ci.NumPending == 0 && ci.NumAckPending == 0 && ci.AckFloor.Stream >= info.State.LastSeq {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("wait for the provenance store: %w", ctx.Err())
+		case <-tick.C:
+		}
+	}
+}
+
+// Wait blocks until ctx is done (for --keep-serving).
+func (p *Pipeline) Wait(ctx context.Context) { <-ctx.Done() }
+
+var _ io.Closer = (*sqlitestore.Store)(nil)

@@ -1,0 +1,362 @@
+package run
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/kipimo-hpc/kipimo/internal/ad"
+	"github.com/kipimo-hpc/kipimo/internal/natsx"
+	"github.com/kipimo-hpc/kipimo/internal/provenance"
+	"github.com/kipimo-hpc/kipimo/internal/replay/publish"
+	"github.com/kipimo-hpc/kipimo/internal/summary"
+	"github.com/kipimo-hpc/kipimo/internal/workload"
+)
+
+// Summary is what a run reports at its end (`kipimo run --json` prints it).
+type Summary struct {
+	RunID     string `json:"run_id"`
+	Algorithm string `json:"algorithm"`
+	Ranks     int    `json:"ranks"`
+
+	Frames     int    `json:"frames"`
+	Events     int64  `json:"events"`
+	Executions uint64 `json:"executions"`
+	Anomalies  uint64 `json:"anomalies"`
+	// Stored counts the records in the provenance store per collection.
+	Stored map[string]int64 `json:"stored"`
+	// Score compares the anomalies with the injected ground truth
+	// (synthetic runs only).
+	Score *Score `json:"score,omitempty"`
+	// TopFunctions are the functions with the most anomalies.
+	TopFunctions []provenance.Group `json:"top_functions"`
+
+	EventsPerSecond float64 `json:"events_per_s"`
+	DetectSeconds   float64 `json:"detect_seconds"`
+	WallSeconds     float64 `json:"wall_seconds"`
+
+	// RawBytes is the size of every frame published (binary encoding);
+	// StoredBytes the size of the provenance store; Reduction their ratio.
+	RawBytes    int64   `json:"raw_frame_bytes"`
+	StoredBytes int64   `json:"stored_bytes"`
+	Reduction   float64 `json:"reduction_factor"`
+
+	// Faults: everything the pipeline rejected, dropped or repaired.
+	BadFrames      uint64 `json:"bad_frames"`
+	UnmatchedExits uint64 `json:"unmatched_exits"`
+	OpenAtEnd      uint64 `json:"open_at_end"`
+	DroppedRecords uint64 `json:"dropped_records"`
+	SyncFailures   uint64 `json:"sync_failures"`
+	BadProvenance  int64  `json:"bad_provenance_messages"`
+
+	Store       string `json:"provenance_store"`
+	ProfilesDir string `json:"tau_profiles"`
+	TaudbTrial  int64  `json:"taudb_trial,omitempty"`
+	Truth       string `json:"truth,omitempty"`
+	Dashboard   string `json:"dashboard"`
+	// Explore are commands to look at the results.
+	Explore []string `json:"explore"`
+}
+
+func (p *Pipeline) summarize(ctx context.Context, st []ad.Stats, truthFn func() []workload.Truth, in publish.Counts, inputExecs int, detect, wall time.Duration) (*Summary, error) {
+	cfg := p.cfg
+	var total ad.Stats
+	for _, s := range st {
+		total.Add(s)
+	}
+	sum := &Summary{
+		RunID: cfg.RunID, Algorithm: cfg.Detector.Algorithm, Ranks: len(st),
+		Frames: in.Frames, Events: int64(in.Events), Executions: total.Executions, Anomalies: total.Anomalies,
+		Stored:         map[string]int64{},
+		DetectSeconds:  detect.Seconds(),
+		WallSeconds:    wall.Seconds(),
+		RawBytes:       in.Bytes,
+		BadFrames:      total.BadFrames,
+		UnmatchedExits: total.UnmatchedExits,
+		OpenAtEnd:      total.OpenAtEnd,
+		DroppedRecords: total.DroppedRecords,
+		SyncFailures:   total.SyncFailures,
+		BadProvenance:  p.prov.Stats().Bad,
+		Store:          cfg.path("provenance.db"),
+		ProfilesDir:    cfg.path("profiles"),
+		Dashboard:      p.DashboardURL(),
+	}
+	if detect > 0 {
+		sum.EventsPerSecond = float64(in.Events) / detect.Seconds()
+	}
+	for _, kind := range provenance.Kinds {
+		n, err := p.store.Count(ctx, provenance.Query{Kind: kind})
+		if err != nil {
+			return nil, fmt.Errorf("count stored %s: %w", kind, err)
+		}
+		sum.Stored[kind] = n
+	}
+	top, err := p.store.Aggregate(ctx, provenance.Query{Kind: natsx.ProvAnomalies, Limit: 5}, provenance.ByFunc)
+	if err != nil {
+		return nil, fmt.Errorf("top functions: %w", err)
+	}
+	sum.TopFunctions = top
+	sum.StoredBytes = fileSize(cfg.path("provenance.db")) + fileSize(cfg.path("provenance.db-wal"))
+	if sum.StoredBytes > 0 {
+		sum.Reduction = float64(sum.RawBytes) / float64(sum.StoredBytes)
+	}
+	if truthFn != nil {
+		truth := truthFn()
+		f, err := os.Create(cfg.path("truth.jsonl"))
+		if err != nil {
+			return nil, fmt.Errorf("write ground truth: %w", err)
+		}
+		werr := workload.WriteTruth(f, truth)
+		if cerr := f.Close(); werr == nil {
+			werr = cerr
+		}
+		if werr != nil {
+			return nil, fmt.Errorf("write ground truth: %w", werr)
+		}
+		sum.Truth = cfg.path("truth.jsonl")
+		anomalies, err := p.allAnomalies(ctx)
+		if err != nil {
+			return nil, err
+		}
+		sc := ScoreAnomalies(truth, anomalies)
+		sum.Score = &sc
+	}
+	id, err := p.writeProfiles(ctx)
+	if err != nil {
+		return nil, err
+	}
+	sum.TaudbTrial = int64(id)
+	sum.Explore = []string{
+		fmt.Sprintf("kipimo query --store %s --sort outlier_score --desc --limit 20", sum.Store),
+		fmt.Sprintf("kipimo query agg --store %s --by rank", sum.Store),
+		fmt.Sprintf("kipimo taudb show-profiles %s", sum.ProfilesDir),
+	}
+	if sum.TaudbTrial != 0 {
+		sum.Explore = append(sum.Explore, fmt.Sprintf("kipimo taudb show --dsn $KIPIMO_TAUDB_DSN %d", sum.TaudbTrial))
+	} else {
+		sum.Explore = append(sum.Explore, fmt.Sprintf("kipimo taudb load --dsn postgres://... --name %s %s", cfg.RunID, sum.ProfilesDir))
+	}
+	return sum, nil
+}
+
+// allAnomalies reads every anomaly in the store.
+func (p *Pipeline) allAnomalies(ctx context.Context) ([]provenance.Exec, error) {
+	var out []provenance.Exec
+	var from uint64
+	for {
+		f := from
+		q := provenance.Query{Kind: natsx.ProvAnomalies, Sort: provenance.SortEntry, Limit: provenance.MaxLimit, From: &f}
+		page, err := p.store.Query(ctx, q)
+		if err != nil {
+			return nil, fmt.Errorf("read anomalies: %w", err)
+		}
+		out = append(out, page...)
+		if len(page) < provenance.MaxLimit {
+			break
+		}
+		// Continue after the last entry time seen; records sharing it are
+		// re-read and removed below.
+		from = page[len(page)-1].Entry
+	}
+	seen := make(map[string]bool, len(out))
+	uniq := out[:0]
+	for _, e := range out {
+		k := provenance.ExecKey(e.PID, e.EventID)
+		if !seen[k] {
+			seen[k] = true
+			uniq = append(uniq, e)
+		}
+	}
+	return uniq, nil
+}
+
+// writeProfiles builds the run's trial from the detectors' final per-thread
+// profiles and the run's metadata, and writes it as TAU profiles.
+func (p *Pipeline) writeProfiles(ctx context.Context) (int, error) {
+	var profiles []provenance.ThreadProfile
+	var meta []provenance.Metadata
+	err := p.readSubject(ctx, natsx.ProvProfiles, func(data []byte) error {
+		b, err := provenance.DecodeBatch(natsx.ProvProfiles, data)
+		if err != nil {
+			return err
+		}
+		profiles = append(profiles, b.Profiles...)
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	err = p.readSubject(ctx, natsx.ProvMetadata, func(data []byte) error {
+		b, err := provenance.DecodeBatch(natsx.ProvMetadata, data)
+		if err != nil {
+			return err
+		}
+		meta = append(meta, b.Metadata...)
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	profiles = finalProfiles(profiles)
+	trial, err := summary.BuildTrial(p.cfg.RunID, profiles, meta)
+	if err != nil {
+		return 0, fmt.Errorf("build the run's profile: %w", err)
+	}
+	dir := p.cfg.path("profiles")
+	if err := os.RemoveAll(dir); err != nil {
+		return 0, fmt.Errorf("write TAU profiles: %w", err)
+	}
+	return summary.Write(ctx, trial, summary.Options{Dir: dir, DSN: p.cfg.TaudbDSN})
+}
+
+// finalProfiles keeps the latest profile of each thread (snapshots are
+// cumulative).
+func finalProfiles(ps []provenance.ThreadProfile) []provenance.ThreadProfile {
+	type key struct{ pid, rank, tid uint32 }
+	latest := map[key]provenance.ThreadProfile{}
+	for _, p := range ps {
+		k := key{p.PID, p.Rank, p.TID}
+		if cur, ok := latest[k]; !ok || p.Step > cur.Step || (p.Step == cur.Step && p.Final) {
+			latest[k] = p
+		}
+	}
+	out := make([]provenance.ThreadProfile, 0, len(latest))
+	for _, p := range latest {
+		out = append(out, p)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if a.PID != b.PID {
+			return a.PID < b.PID
+		}
+		if a.Rank != b.Rank {
+			return a.Rank < b.Rank
+		}
+		return a.TID < b.TID
+	})
+	return out
+}
+
+// readSubject calls fn with every message of one provenance kind in the
+// run's stream.
+func (p *Pipeline) readSubject(ctx context.Context, kind string, fn func([]byte) error) error {
+	subject := natsx.Subjects{Run: p.cfg.RunID}.Prov(kind)
+	stream, err := p.js.Stream(ctx, natsx.ProvStream(p.cfg.RunID))
+	if err != nil {
+		return fmt.Errorf("read %s: %w", kind, err)
+	}
+	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(subject))
+	if err != nil {
+		return fmt.Errorf("read %s: %w", kind, err)
+	}
+	want := info.State.Subjects[subject]
+	if want == 0 {
+		return nil
+	}
+	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}})
+	if err != nil {
+		return fmt.Errorf("read %s: %w", kind, err)
+	}
+	for got := uint64(0); got < want; {
+		batch, err := cons.Fetch(int(min(want-got, 256)), jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			return fmt.Errorf("read %s: %w", kind, err)
+		}
+		n := 0
+		for m := range batch.Messages() {
+			n++
+			if err := fn(m.Data()); err != nil {
+				return fmt.Errorf("read %s: %w", kind, err)
+			}
+		}
+		if err := batch.Error(); err != nil {
+			return fmt.Errorf("read %s: %w", kind, err)
+		}
+		if n == 0 {
+			return fmt.Errorf("read %s: the stream delivered %d of %d messages", kind, got, want)
+		}
+		got += uint64(n)
+	}
+	return nil
+}
+
+func fileSize(path string) int64 {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return 0
+	}
+	return fi.Size()
+}
+
+// WriteText prints the summary for a person.
+func (s *Summary) WriteText(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "run\t%s (%d ranks, %s)\n", s.RunID, s.Ranks, strings.ToUpper(s.Algorithm))
+	fmt.Fprintf(tw, "input\t%d frames, %d events, %d executions\n", s.Frames, s.Events, s.Executions)
+	fmt.Fprintf(tw, "speed\t%.2fM events/s (detection %.1fs, wall %.1fs)\n", s.EventsPerSecond/1e6, s.DetectSeconds, s.WallSeconds)
+	fmt.Fprintf(tw, "anomalies\t%d flagged; stored %d anomalies, %d normal executions, %d metadata\n",
+		s.Anomalies, s.Stored[natsx.ProvAnomalies], s.Stored[natsx.ProvNormalExecs], s.Stored[natsx.ProvMetadata])
+	if sc := s.Score; sc != nil {
+		fmt.Fprintf(tw, "vs. ground truth\tprecision %.3f, recall %.3f (%d of %d injected found, %d flagged)\n",
+			sc.Precision, sc.Recall, sc.TruePositives, sc.Injected, sc.Flagged)
+		for _, k := range sc.Kinds {
+			fmt.Fprintf(tw, "  %s\t%d/%d found (recall %.3f)\n", k.Kind, k.Found, k.Injected, k.Recall)
+		}
+	}
+	if len(s.TopFunctions) > 0 {
+		var parts []string
+		for _, g := range s.TopFunctions {
+			parts = append(parts, fmt.Sprintf("%s (%d)", g.Func, g.Count))
+		}
+		fmt.Fprintf(tw, "top functions\t%s\n", strings.Join(parts, ", "))
+	}
+	fmt.Fprintf(tw, "data\t%s of frames -> %s stored (reduction %.0fx)\n", bytesText(s.RawBytes), bytesText(s.StoredBytes), s.Reduction)
+	if s.BadFrames+s.UnmatchedExits+s.DroppedRecords+s.SyncFailures+uint64(s.BadProvenance) > 0 {
+		fmt.Fprintf(tw, "faults\t%d bad frames, %d unmatched exits, %d dropped records, %d failed syncs, %d bad provenance messages\n",
+			s.BadFrames, s.UnmatchedExits, s.DroppedRecords, s.SyncFailures, s.BadProvenance)
+	}
+	fmt.Fprintf(tw, "provenance\t%s\n", s.Store)
+	fmt.Fprintf(tw, "TAU profiles\t%s\n", s.ProfilesDir)
+	if s.TaudbTrial != 0 {
+		fmt.Fprintf(tw, "TAUdb trial\t%d\n", s.TaudbTrial)
+	}
+	if s.Truth != "" {
+		fmt.Fprintf(tw, "ground truth\t%s\n", s.Truth)
+	}
+	fmt.Fprintf(tw, "dashboard\t%s\n", s.Dashboard)
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w, "\nexplore:")
+	for _, c := range s.Explore {
+		fmt.Fprintln(w, "  "+c)
+	}
+	return nil
+}
+
+// WriteJSON prints the summary as one JSON object.
+func (s *Summary) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	return enc.Encode(s)
+}
+
+func bytesText(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
+}
+
