@@ -198,4 +198,3 @@ type sourceFunc func(ctx context.Context, emit func(*frame.Frame) error) (replay
 func (f sourceFunc) Frames(ctx context.Context, emit func(*frame.Frame) error) (replay.Stats, error) {
 	return f(ctx, emit)
 }
-

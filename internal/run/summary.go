@@ -359,4 +359,3 @@ func bytesText(n int64) string {
 	}
 	return fmt.Sprintf("%d B", n)
 }
-
