@@ -157,6 +157,9 @@ func TestDashboardInBrowser(t *testing.T) {
 		}
 		return best;
 	})()`))
+	if n := run(t, ctx, chromedp.Evaluate[int](`document.querySelectorAll("#func-table tbody tr").length`)); n != 12 {
+		t.Errorf("function table has %d rows, want 12", n)
+	}
 	if topRank != strconv.Itoa(slow) || rows != 10 {
 		t.Errorf("top-ranks list starts with rank %q (%d rows), want rank %d", topRank, rows, slow)
 	}
@@ -170,6 +173,11 @@ func TestDashboardInBrowser(t *testing.T) {
 	stack := run(t, ctx, chromedp.Text(`#callstack`))
 	records := run(t, ctx, chromedp.Text(`#records tbody`))
 	gpu := run(t, ctx, chromedp.Text(`#gpu`))
+	if out := os.Getenv("KIPIMO_DASHBOARD_SCREENSHOT"); out != "" {
+		if err := os.WriteFile(out, run(t, ctx, chromedp.FullScreenshot(100)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 	// Root first: main > timestep > the anomalous kernel.
 	iMain, iStep, iKern := strings.Index(stack, "main"), strings.Index(stack, "timestep"), strings.Index(stack, funcName(0))
 	if iMain < 0 || iStep < iMain || iKern < iStep {

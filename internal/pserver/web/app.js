@@ -172,6 +172,17 @@
     }
   }
 
+  // Tables are pulled at most every 2 s, with a trailing pull so the last
+  // update is always reflected.
+  function scheduleTables() {
+    if (state.tablesTimer) return;
+    const wait = Math.max(0, 2000 - (Date.now() - (state.lastTables || 0)));
+    state.tablesTimer = setTimeout(() => {
+      state.tablesTimer = null; state.lastTables = Date.now();
+      refreshTables().catch(() => {});
+    }, wait);
+  }
+
   function connect() {
     const es = new EventSource(withToken("api/events"));
     es.addEventListener("update", (ev) => {
@@ -181,8 +192,7 @@
       if ($("ranks-by").value === "count") showRanks(u.top_ranks);
       if ($("funcs-by").value === "count") showFuncs(u.top_functions);
       state.updates = (state.updates || 0) + 1;
-      const now = Date.now();
-      if (!state.lastTables || now - state.lastTables > 2000) { state.lastTables = now; refreshTables().catch(() => {}); }
+      scheduleTables();
     });
     es.onerror = () => { $("status").textContent = "reconnecting"; $("status").className = "status down"; };
   }
