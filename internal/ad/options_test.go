@@ -1,0 +1,179 @@
+package ad
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/kipimo-hpc/kipimo/internal/frame"
+	"github.com/kipimo-hpc/kipimo/internal/provenance"
+)
+
+// optionFrame: fid 3 ("f") is called 200 times from "a" (fid 1) taking
+// 100±1µs and 200 times from "b" (fid 2) taking 1000±10µs; then once from
+// "a" taking slowA µs and once from "a" taking fast µs.
+func optionFrame(slowA, fast uint64) *frame.Frame {
+	f := &frame.Frame{Funcs: []frame.Name{{ID: 1, Name: "a"}, {ID: 2, Name: "b"}, {ID: 3, Name: "f"}}}
+	ts := uint64(1)
+	call := func(parent uint32, dur uint64) {
+		f.Events = append(f.Events, en(0, parent, ts), en(0, 3, ts+1), ex(0, 3, ts+1+dur), ex(0, parent, ts+2+dur))
+		ts += dur + 10
+	}
+	for i := 0; i < 200; i++ {
+		call(1, 99+uint64(i%3))
+		call(2, 990+uint64(i%21))
+	}
+	call(1, slowA)
+	call(1, fast)
+	return f
+}
+
+func TestDetectionOptions(t *testing.T) {
+	tests := []struct {
+		name      string
+		cfg       Config
+		slowA     uint64
+		fast      uint64
+		wantFlags []uint64 // exclusive runtimes of the flagged "f" calls
+	}{
+		{"per function: a slow call of one path hides in the other path", Config{Algorithm: SSTD}, 1000, 99, nil},
+		{"per call path: the same call is anomalous for its path", Config{Algorithm: SSTD, ByCallPath: true}, 1000, 99, []uint64{1000}},
+		{"two-sided flags a very fast call", Config{Algorithm: SSTD, ByCallPath: true, Sigma: 4}, 100, 5, []uint64{5}},
+		{"slow-only does not", Config{Algorithm: SSTD, ByCallPath: true, Sigma: 4, SlowOnly: true}, 100, 5, nil},
+		{"minimum runtime floor", Config{Algorithm: SSTD, ByCallPath: true, MinRuntime: 2000}, 1000, 99, nil},
+		{"ignored function", Config{Algorithm: SSTD, ByCallPath: true, Ignore: []string{"f"}}, 1000, 99, nil},
+		{"hbos isolation per call path", Config{Algorithm: HBOS, ByCallPath: true, Isolation: 3, MaxMass: 0.01}, 3000, 99, []uint64{3000}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			sink := &MemorySink{}
+			tc.cfg.Sink = sink
+			d, err := New(tc.cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := d.Process(context.Background(), optionFrame(tc.slowA, tc.fast)); err != nil {
+				t.Fatal(err)
+			}
+			if err := d.Close(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			var got []uint64
+			for _, a := range sink.All().Anomalies {
+				if a.Func == "f" {
+					got = append(got, a.RuntimeExclusive)
+				}
+			}
+			if len(got) != len(tc.wantFlags) || (len(got) > 0 && got[0] != tc.wantFlags[0]) {
+				t.Errorf("flagged %v, want %v", got, tc.wantFlags)
+			}
+		})
+	}
+}
+
+// The "after" half of an exec_window is completed when those executions
+// finish, even in a later step.
+func TestWindowCompletedInLaterStep(t *testing.T) {
+	sink := &MemorySink{}
+	d, err := New(Config{Algorithm: SSTD, Sigma: 3, Window: 2, Sink: sink})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f0 := &frame.Frame{Step: 0}
+	ts := slowTail(f0, 0, 1, 10, 40, 5000)
+	// after the slow call: g enters and stays open into the next step
+	f0.Events = append(f0.Events, en(0, 2, ts), en(0, 3, ts+1))
+	if err := d.Process(context.Background(), f0); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(sink.All().Anomalies); n != 0 {
+		t.Fatalf("%d anomaly records published before their window finished", n)
+	}
+	f1 := &frame.Frame{Step: 1, Events: []frame.FuncEvent{ex(0, 3, ts+7), ex(0, 2, ts+9)}}
+	if err := d.Process(context.Background(), f1); err != nil {
+		t.Fatal(err)
+	}
+	all := sink.All()
+	if len(all.Anomalies) != 1 {
+		t.Fatalf("anomalies %d, want 1", len(all.Anomalies))
+	}
+	w := all.Anomalies[0].EventWindow.ExecWindow
+	if len(w) != 5 || w[3].FID != 2 || w[3].Exit != ts+9 || w[4].FID != 3 || w[4].Exit != ts+7 {
+		t.Fatalf("exec window %+v", w)
+	}
+	if w[4].ParentEventID != w[3].EventID {
+		t.Errorf("parent of the inner call %q, want %q", w[4].ParentEventID, w[3].EventID)
+	}
+	if all.Anomalies[0].IOStep != 0 {
+		t.Errorf("io_step %d, want the step of detection 0", all.Anomalies[0].IOStep)
+	}
+}
+
+func TestSinkOverflow(t *testing.T) {
+	_, nc := startNATS(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch := func() *Batch {
+		return &Batch{Metadata: []provenance.Metadata{{Descr: "k", Value: "v"}, {Descr: "k2", Value: "v"}}}
+	}
+	t.Run("drop", func(t *testing.T) {
+		s, err := NewNATSSink(js, "drop", 1, Drop, zerolog.Nop())
+		if err != nil {
+			t.Fatal(err)
+		}
+		// not started: the queue of one fills, the rest is dropped and counted
+		for i := 0; i < 3; i++ {
+			if err := s.Publish(context.Background(), batch()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if s.Dropped() != 4 || s.QueueLen() != 1 {
+			t.Fatalf("dropped %d queued %d, want 4 and 1", s.Dropped(), s.QueueLen())
+		}
+		if err := s.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Shutdown(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if s.Published() != 2 {
+			t.Fatalf("published %d, want 2", s.Published())
+		}
+	})
+	t.Run("block", func(t *testing.T) {
+		s, err := NewNATSSink(js, "block", 1, Block, zerolog.Nop())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Publish(context.Background(), batch()); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		defer cancel()
+		if err := s.Publish(ctx, batch()); err != nil {
+			t.Fatal(err)
+		}
+		if s.Lag() < 40*time.Millisecond || s.Dropped() != 2 {
+			t.Fatalf("lag %v dropped %d: a full queue must block until the deadline, then drop and count", s.Lag(), s.Dropped())
+		}
+		if err := s.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- s.Publish(context.Background(), batch()) }()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Shutdown(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if s.Published() != 4 {
+			t.Fatalf("published %d, want 4", s.Published())
+		}
+	})
+}
