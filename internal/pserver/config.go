@@ -48,7 +48,7 @@ type Config struct {
 	SnapshotEvery    int           // also snapshot after this many applied requests; default 20000
 	Window           int           // io_steps kept in full; default DefaultWindow
 
-	HTTPAddr  string // dashboard and /metrics; default 127.0.0.1:8080; "" in tests using Handler only
+	HTTPAddr  string // dashboard and /metrics listener; "" starts none (mount Handler elsewhere)
 	Token     string // optional bearer token for HTTP
 	ProvDBURL string // base URL of the provdb query API, proxied under /provdb/
 	// ProvDBList is the provdb path listing anomaly records (filters rank,

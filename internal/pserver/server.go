@@ -421,9 +421,11 @@ func (s *Server) Snapshot(ctx context.Context) error {
 	s.metrics.snapshots.Inc()
 	s.metrics.snapshotBytes.Set(float64(len(data)))
 	s.metrics.snapshotSeconds.Observe(time.Since(start).Seconds())
-	if written && s.wal != nil && seq > 0 {
-		if err := s.wal.Purge(ctx, jetstream.WithPurgeSubject(s.walSubj), jetstream.WithPurgeSequence(seq+1)); err != nil {
-			return fmt.Errorf("trim sync log below %d: %w", seq+1, err)
+	// Trim the log the snapshot covers, keeping a margin for other instances
+	// of the shard that may still be applying entries just below it.
+	if keep := uint64(s.cfg.SnapshotEvery); written && s.wal != nil && seq > keep {
+		if err := s.wal.Purge(ctx, jetstream.WithPurgeSubject(s.walSubj), jetstream.WithPurgeSequence(seq-keep)); err != nil {
+			return fmt.Errorf("trim sync log below %d: %w", seq-keep, err)
 		}
 	}
 	return nil
@@ -445,6 +447,11 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		for _, sub := range s.subs {
 			if err := sub.Drain(); err != nil {
 				errs = append(errs, fmt.Errorf("drain sync subscription: %w", err))
+			}
+		}
+		for _, sub := range s.subs {
+			for sub.IsValid() && ctx.Err() == nil {
+				time.Sleep(2 * time.Millisecond)
 			}
 		}
 		if s.nc != nil {
