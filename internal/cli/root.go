@@ -40,6 +40,7 @@ and context, and keeps them for queries, dashboards and TAU profiles.`,
 		newQueryCmd(),
 		newTaudbCmd(),
 		newRunCmd(),
+		newBenchCmd(),
 	)
 	return root
 }

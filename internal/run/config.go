@@ -50,6 +50,9 @@ type Config struct {
 	MaxLag int
 	// NATSURL, when set, uses that NATS server instead of an embedded one.
 	NATSURL string
+	// Pace replays the input at this multiple of its recorded speed
+	// (1 = real time); 0 publishes as fast as the detectors take it.
+	Pace float64
 }
 
 // Validate checks c and fills its defaults.
@@ -91,6 +94,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxLag <= 0 {
 		c.MaxLag = 16
+	}
+	if c.Pace < 0 {
+		return errors.New("pace must not be negative")
 	}
 	if c.Step < 0 {
 		return errors.New("step duration must not be negative")

@@ -23,6 +23,7 @@ import (
 	"github.com/kipimo-hpc/kipimo/internal/provenance/sqlitestore"
 	"github.com/kipimo-hpc/kipimo/internal/pserver"
 	"github.com/kipimo-hpc/kipimo/internal/replay/publish"
+	"github.com/kipimo-hpc/kipimo/internal/workload"
 )
 
 // Pipeline is a running pipeline. Start it with Start; it owns every server
@@ -42,6 +43,13 @@ type Pipeline struct {
 	provHTTP *http.Server
 	provURL  string
 	wg       sync.WaitGroup
+
+	// Set by Execute, for the benchmark: the ground truth, when the input
+	// was published, the input's first timestamp and the step width (µs).
+	truth     []workload.Truth
+	paceStart time.Time
+	paceT0    uint64
+	stepWidth uint64
 }
 
 // Start brings up NATS, the provenance service, the parameter server and
@@ -214,6 +222,7 @@ func (p *Pipeline) Execute(ctx context.Context, progress func(Progress)) (*Summa
 
 	flow := newFlowControl(collector, cfg.MaxLag)
 	pace := publish.Pace{
+		Speed:         cfg.Pace,
 		ProgressEvery: 250 * time.Millisecond,
 		Progress: func(c publish.Counts) {
 			if progress == nil {
@@ -223,7 +232,8 @@ func (p *Pipeline) Execute(ctx context.Context, progress func(Progress)) (*Summa
 			progress(Progress{Step: flow.minStep(), Steps: p.steps(), Frames: c.Frames, Events: int64(c.Events), Anomalies: st.Anomalies, Elapsed: time.Since(start)})
 		},
 	}
-	counts, inStats, err := publish.Frames(ctx, p.nc, natsx.Subjects{Run: cfg.RunID}, flow.wrap(src), pace)
+	p.paceStart = time.Now()
+	counts, inStats, err := publish.Frames(ctx, p.nc, natsx.Subjects{Run: cfg.RunID}, flow.wrap(src, &p.paceT0), pace)
 	if err != nil {
 		cancelServe()
 		<-serveDone
@@ -247,6 +257,9 @@ func (p *Pipeline) Execute(ctx context.Context, progress func(Progress)) (*Summa
 	}
 	if err := p.drain(ctx); err != nil {
 		return nil, err
+	}
+	if truth != nil {
+		p.truth = truth()
 	}
 	sum, err := p.summarize(ctx, s.stats, truth, counts, inStats.Executions, detectTime, time.Since(start))
 	if err != nil {

@@ -83,6 +83,7 @@ func (p *Pipeline) source() (replay.Source, func() []workload.Truth, []uint32, e
 			ranks[i] = uint32(i)
 		}
 		src := &workloadSource{w: w, cfg: cfg.Workload}
+		p.stepWidth = w.StepWidth()
 		return src, src.Truth, ranks, nil
 	}
 	// A trace is read once to learn its ranks, then again to publish it.
@@ -153,9 +154,15 @@ func (fc *flowControl) minStep() int {
 	return int(low)
 }
 
-func (fc *flowControl) wrap(src replay.Source) replay.Source {
+// wrap applies flow control to src and stores the first frame's start time
+// in t0.
+func (fc *flowControl) wrap(src replay.Source, t0 *uint64) replay.Source {
 	return sourceFunc(func(ctx context.Context, emit func(*frame.Frame) error) (replay.Stats, error) {
+		first := true
 		return src.Frames(ctx, func(f *frame.Frame) error {
+			if first {
+				*t0, first = f.TStart, false
+			}
 			if err := fc.wait(ctx, f.Rank); err != nil {
 				return err
 			}
