@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strconv"
 
+	"github.com/kipimo-hpc/kipimo/internal/frame"
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
 	"github.com/kipimo-hpc/kipimo/internal/psync"
 	"github.com/kipimo-hpc/kipimo/internal/stats"
@@ -13,11 +14,13 @@ import (
 
 // pendingRec is a record waiting for its "after" window.
 type pendingRec struct {
-	rec     *provenance.Exec
-	t       *thread
-	seq     uint64
-	step    uint64
-	anomaly bool
+	rec      *provenance.Exec
+	t        *thread
+	seq      uint64
+	step     uint64
+	anomaly  bool
+	ew       provenance.EventWindow // the "before" half and the execution itself, then the rest
+	pinnedTo uint64                 // executions seq..pinnedTo are pinned for the window
 }
 
 // endStep closes the current step: deltas, sync, labelling, records,
@@ -247,8 +250,18 @@ func (d *Detector) addRecord(t *thread, seq uint64, e *execRec, anomaly bool) {
 	if t.gpu {
 		r.GPULocation = &provenance.GPULocation{Context: t.loc.context, Device: t.loc.device, Stream: t.loc.stream, Thread: t.tid}
 	}
-	e.flags |= flagPinned
-	d.pending = append(d.pending, &pendingRec{rec: r, t: t, seq: seq, step: d.step, anomaly: anomaly})
+	p := &pendingRec{rec: r, t: t, seq: seq, step: d.step, anomaly: anomaly, pinnedTo: seq,
+		ew: provenance.EventWindow{ExecWindow: []provenance.WindowExec{}, CommWindow: []provenance.CommRecord{}}}
+	w := uint64(d.cfg.Window)
+	lo := uint64(0)
+	if seq > w {
+		lo = seq - w
+	}
+	for s := lo; s <= seq; s++ {
+		d.windowEntry(&p.ew, t, s)
+	}
+	t.pin(seq)
+	d.pending = append(d.pending, p)
 }
 
 // callStack is the execution and its ancestors, the execution first.
@@ -280,6 +293,12 @@ func (d *Detector) finishPending(final bool) {
 	keep := d.pending[:0]
 	for _, p := range d.pending {
 		t := p.t
+		// Pin the "after" executions as they appear, so that releasing the
+		// ring never drops them before the record is complete.
+		for s := p.pinnedTo + 1; s <= p.seq+w && s < t.next(); s++ {
+			t.pin(s)
+			p.pinnedTo = s
+		}
 		ready := final || d.step-p.step >= uint64(d.cfg.MaxPendingSteps)
 		if !ready && t.next() > p.seq+w {
 			ready = true
@@ -295,8 +314,8 @@ func (d *Detector) finishPending(final bool) {
 			continue
 		}
 		d.fillWindow(p)
-		if e := t.rec(p.seq); e != nil {
-			e.flags &^= flagPinned
+		for s := p.seq; s <= p.pinnedTo; s++ {
+			t.unpin(s)
 		}
 		if p.anomaly {
 			d.batch.Anomalies = append(d.batch.Anomalies, *p.rec)
@@ -310,47 +329,48 @@ func (d *Detector) finishPending(final bool) {
 	d.pending = keep
 }
 
-// fillWindow sets the record's event window and GPU parent.
+// windowEntry appends execution s of t, and its comm events, to ew.
+func (d *Detector) windowEntry(ew *provenance.EventWindow, t *thread, s uint64) {
+	e := t.rec(s)
+	if e == nil {
+		return
+	}
+	var exit uint64
+	if e.flags&flagDone != 0 {
+		exit = e.exit
+	}
+	id := d.eventID(e.step, e.idx)
+	parent := "root"
+	if e.parent != 0 {
+		parent = d.eventID(e.pstep, e.pidx)
+	}
+	ew.ExecWindow = append(ew.ExecWindow, provenance.WindowExec{
+		Entry: e.entry, Exit: exit, FID: e.fid, Func: d.funcName(e.fid),
+		EventID: id, ParentEventID: parent, IsAnomaly: e.label == labelAnomaly,
+	})
+	d.scratch.comm = t.commsOf(s, e, d.scratch.comm[:0])
+	for _, c := range d.scratch.comm {
+		cr := provenance.CommRecord{
+			PID: d.cfg.PID, RID: d.cfg.Rank, TID: t.tid, Bytes: c.ev.Bytes, Tag: c.ev.Tag,
+			Timestamp: c.ev.TS, ExecdataKey: id,
+		}
+		if c.ev.Kind == frame.Send {
+			cr.Type, cr.Src, cr.Tar = "SEND", d.cfg.Rank, c.ev.Partner
+		} else {
+			cr.Type, cr.Src, cr.Tar = "RECV", c.ev.Partner, d.cfg.Rank
+		}
+		ew.CommWindow = append(ew.CommWindow, cr)
+	}
+}
+
+// fillWindow completes the record's event window with the "after" half and
+// sets its GPU parent.
 func (d *Detector) fillWindow(p *pendingRec) {
 	t, r := p.t, p.rec
-	w := uint64(d.cfg.Window)
-	lo := uint64(0)
-	if p.seq > w {
-		lo = p.seq - w
+	for s := p.seq + 1; s <= p.seq+uint64(d.cfg.Window); s++ {
+		d.windowEntry(&p.ew, t, s)
 	}
-	ew := provenance.EventWindow{ExecWindow: []provenance.WindowExec{}, CommWindow: []provenance.CommRecord{}}
-	for s := lo; s <= p.seq+w; s++ {
-		e := t.rec(s)
-		if e == nil {
-			continue
-		}
-		var exit uint64
-		if e.flags&flagDone != 0 {
-			exit = e.exit
-		}
-		id := d.eventID(e.step, e.idx)
-		parent := "root"
-		if e.parent != 0 {
-			parent = d.eventID(e.pstep, e.pidx)
-		}
-		ew.ExecWindow = append(ew.ExecWindow, provenance.WindowExec{
-			Entry: e.entry, Exit: exit, FID: e.fid, Func: d.funcName(e.fid),
-			EventID: id, ParentEventID: parent, IsAnomaly: e.label == labelAnomaly,
-		})
-		d.scratch.comm = t.commsOf(s, e, d.scratch.comm[:0])
-		for _, c := range d.scratch.comm {
-			cr := provenance.CommRecord{
-				PID: d.cfg.PID, RID: d.cfg.Rank, TID: t.tid, Bytes: c.ev.Bytes, Tag: c.ev.Tag,
-				Timestamp: c.ev.TS, ExecdataKey: id,
-			}
-			if c.ev.Kind == 0 {
-				cr.Type, cr.Src, cr.Tar = "SEND", d.cfg.Rank, c.ev.Partner
-			} else {
-				cr.Type, cr.Src, cr.Tar = "RECV", c.ev.Partner, d.cfg.Rank
-			}
-			ew.CommWindow = append(ew.CommWindow, cr)
-		}
-	}
+	ew := p.ew
 	r.EventWindow = ew
 	if t.gpu && d.corrCID >= 0 {
 		for _, c := range r.CounterEvents {
@@ -375,7 +395,9 @@ func (d *Detector) fillWindow(p *pendingRec) {
 }
 
 // release drops what no window can reach any more: per thread, everything
-// before the last Window executions and before the windows of pending records.
+// before the last Window executions (the next anomaly's "before" half) and
+// before the first execution still waiting for a label; open executions and
+// those pinned by pending records survive the release (see thread.release).
 func (d *Detector) release() {
 	w := uint64(d.cfg.Window)
 	for _, t := range d.threads {
@@ -390,16 +412,6 @@ func (d *Detector) release() {
 				keep = min(keep, t.base+uint64(i))
 				break
 			}
-		}
-		for _, p := range d.pending {
-			if p.t != t {
-				continue
-			}
-			lo := uint64(0)
-			if p.seq > w {
-				lo = p.seq - w
-			}
-			keep = min(keep, lo)
 		}
 		t.release(keep)
 	}

@@ -19,7 +19,6 @@ const (
 const (
 	flagDone     uint8 = 1 << iota // exited
 	flagRepaired                   // closed by a repair, not by its own exit
-	flagPinned                     // a pending record needs it
 )
 
 // execRec is one execution. Records live in their thread's ring, in entry
@@ -93,6 +92,7 @@ type thread struct {
 	ring     []execRec
 	base     uint64              // seq of ring[0]
 	detached map[uint64]*execRec // executions released from the ring while open or pinned
+	pins     map[uint64]uint32   // executions pending records still need, with their count
 	stack    []uint64            // seqs of open executions, outermost first
 
 	counters []attachedCounter
@@ -112,7 +112,18 @@ type gpuLoc struct {
 }
 
 func newThread(tid uint32) *thread {
-	return &thread{tid: tid, detached: map[uint64]*execRec{}, ctrs: map[uint32]*counterAcc{}}
+	return &thread{tid: tid, detached: map[uint64]*execRec{}, pins: map[uint64]uint32{}, ctrs: map[uint32]*counterAcc{}}
+}
+
+// pin keeps execution seq in memory until as many unpins.
+func (t *thread) pin(seq uint64) { t.pins[seq]++ }
+
+func (t *thread) unpin(seq uint64) {
+	if n := t.pins[seq]; n > 1 {
+		t.pins[seq] = n - 1
+	} else {
+		delete(t.pins, seq)
+	}
 }
 
 // next is the seq the next execution gets.
@@ -240,26 +251,33 @@ func (t *thread) commsOf(seq uint64, e *execRec, dst []attachedComm) []attachedC
 }
 
 // release drops executions with seq < keep from the ring. Open or pinned ones
-// move to the detached map; completed detached ones that are neither open nor
+// (at most Window+1 per pending record) move to the detached map; completed detached ones that are neither open nor
 // pinned are dropped. Attached events of dropped executions go too.
 func (t *thread) release(keep uint64) {
 	if keep > t.next() {
 		keep = t.next()
 	}
 	for seq, e := range t.detached {
-		if e.flags&flagDone != 0 && e.flags&flagPinned == 0 {
+		if e.flags&flagDone != 0 && t.pins[seq] == 0 {
 			delete(t.detached, seq)
 		}
 	}
 	if keep > t.base {
-		n := keep - t.base
-		for i := uint64(0); i < n; i++ {
-			e := &t.ring[i]
-			if e.flags&flagDone == 0 || e.flags&flagPinned != 0 {
-				c := *e
-				t.detached[t.base+i] = &c
+		// Only open executions (on the stack) and pinned ones survive: move
+		// them out of the part of the ring that goes.
+		for _, seq := range t.stack {
+			if seq >= t.base && seq < keep {
+				c := t.ring[seq-t.base]
+				t.detached[seq] = &c
 			}
 		}
+		for seq := range t.pins {
+			if seq >= t.base && seq < keep && t.detached[seq] == nil {
+				c := t.ring[seq-t.base]
+				t.detached[seq] = &c
+			}
+		}
+		n := keep - t.base
 		m := copy(t.ring, t.ring[n:])
 		t.ring = t.ring[:m]
 		t.base = keep
