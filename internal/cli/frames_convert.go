@@ -19,12 +19,17 @@ type traceFlags struct {
 	marker string
 }
 
-func (o *traceFlags) register(cmd *cobra.Command, formats []string) {
+// register adds the flags; an empty def makes --format required.
+func (o *traceFlags) register(cmd *cobra.Command, formats []string, def string) {
 	f := cmd.Flags()
-	f.StringVar(&o.format, "format", "", "input format: "+strings.Join(formats, ", ")+" (required)")
+	if def == "" {
+		f.StringVar(&o.format, "format", "", "input format: "+strings.Join(formats, ", ")+" (required)")
+		_ = cmd.MarkFlagRequired("format")
+	} else {
+		f.StringVar(&o.format, "format", def, "input format: "+strings.Join(formats, ", "))
+	}
 	f.DurationVar(&o.step, "step", steps.DefaultStep, "io_step length in trace time (e.g. 1s, 100ms)")
 	f.StringVar(&o.marker, "step-marker", "", "start a new io_step at each entry of this function instead of every --step")
-	_ = cmd.MarkFlagRequired("format")
 }
 
 func (o *traceFlags) open(files []string) (replay.Source, error) {
@@ -89,7 +94,7 @@ from the input), threads and gpu_threads (GPU streams or queues found).`,
 			return err
 		},
 	}
-	tf.register(cmd, []string{replay.FormatTAU, replay.FormatCaliper, replay.FormatChrome})
+	tf.register(cmd, []string{replay.FormatTAU, replay.FormatCaliper, replay.FormatChrome}, "")
 	f := cmd.Flags()
 	f.StringVar(&out, "out", "", "directory for the frame files (created if missing; required)")
 	f.BoolVar(&asJSON, "json", false, "print the summary as one JSON line")

@@ -27,9 +27,9 @@ func newReplayCmd() *cobra.Command {
 		progress bool
 	)
 	cmd := &cobra.Command{
-		Use:   "replay --format tau|caliper|chrome|frames [flags] FILE...",
+		Use:   "replay [--format tau|caliper|chrome|frames] [flags] FILE...",
 		Short: "Publish frames or traces to NATS as a live run would",
-		Long: `Replay reads frame files (--format frames, e.g. written by "kipimo gen" or
+		Long: `Replay reads frame files (--format frames, the default; e.g. written by "kipimo gen" or
 "kipimo frames convert") or traces (tau, caliper, chrome; see "kipimo frames
 convert --help") and publishes each frame on kipimo.<run>.frames.<pid>.<rank>,
 every rank's frames in io_step order, so detectors consume them like a live run.
@@ -113,7 +113,7 @@ On a terminal a progress line (events, frames, rate, ETA) is drawn on stderr.`,
 			return err
 		},
 	}
-	tf.register(cmd, replay.Formats)
+	tf.register(cmd, replay.Formats, replay.FormatFrames)
 	f := cmd.Flags()
 	f.StringVar(&natsURL, "nats", "", "NATS server URL (nats://host:port); empty starts an embedded server")
 	f.StringVar(&run, "run", "default", "run id: the <run> of the frame subjects")
