@@ -28,6 +28,7 @@ const (
 	hdrReply  = "Kipimo-Reply"  // inbox of the detector waiting for the answer
 	hdrOrigin = "Kipimo-Origin" // instance that received the request and answers it
 	hdrT0     = "Kipimo-T0"     // receipt time, unix nanoseconds
+	hdrID     = "Kipimo-Id"     // key of the request decoded by the receiving handler
 )
 
 // QueueGroup is the NATS queue group of the instances serving one shard.
@@ -58,6 +59,9 @@ type Server struct {
 	cons    jetstream.ConsumeContext
 	subs    []*nats.Subscription
 
+	decoded sync.Map      // hdrID -> *psync.SyncRequest decoded by onSyncWAL
+	replies chan replyJob // answers for the reply workers (WAL mode)
+
 	sinceSnap atomic.Int64 // requests applied since the last snapshot
 	snapKick  chan struct{}
 	changed   chan struct{} // coalesced "state changed" signal for the SSE hub
@@ -83,6 +87,7 @@ func New(cfg Config) (*Server, error) {
 		subj:     natsx.Subjects{Run: cfg.Run},
 		st:       NewState(cfg.Window),
 		snapKick: make(chan struct{}, 1),
+		replies:  make(chan replyJob, 4096),
 		changed:  make(chan struct{}, 1),
 		stop:     make(chan struct{}),
 		walSubj:  fmt.Sprintf("kipimo.%s.pswal.%d", cfg.Run, cfg.Shard),
@@ -118,6 +123,7 @@ func (s *Server) start(ctx context.Context, nc *nats.Conn) error {
 			jetstream.WithPublishAsyncMaxPending(8192),
 			jetstream.WithPublishAsyncErrHandler(func(_ jetstream.JetStream, m *nats.Msg, err error) {
 				s.metrics.walErrors.Inc()
+				s.decoded.Delete(m.Header.Get(hdrID))
 				if r := m.Header.Get(hdrReply); r != "" {
 					s.replyError(r, fmt.Errorf("append to sync log: %w", err))
 				}
@@ -146,7 +152,13 @@ func (s *Server) start(ctx context.Context, nc *nats.Conn) error {
 		}
 	}
 	if s.cfg.Durability == DurabilityWAL {
+		for range s.cfg.SyncWorkers {
+			s.wg.Add(1)
+			go pprof.Do(context.Background(), pprof.Labels("pserver", "replies"), func(context.Context) { s.replyWorker() })
+		}
 		if err := s.startWAL(ctx); err != nil {
+			close(s.stop)
+			s.wg.Wait()
 			return err
 		}
 	}
@@ -157,20 +169,20 @@ func (s *Server) start(ctx context.Context, nc *nats.Conn) error {
 	for range s.cfg.SyncWorkers {
 		sub, err := nc.QueueSubscribe(s.subj.Sync(s.cfg.Shard), QueueGroup, handler)
 		if err != nil {
-			s.closeSubs()
+			s.abort()
 			return fmt.Errorf("pserver: subscribe %s: %w", s.subj.Sync(s.cfg.Shard), err)
 		}
 		_ = sub.SetPendingLimits(-1, 512<<20)
 		s.subs = append(s.subs, sub)
 	}
 	if err := flush(ctx, nc); err != nil {
-		s.closeSubs()
+		s.abort()
 		return fmt.Errorf("pserver: flush subscriptions: %w", err)
 	}
 	if s.cfg.HTTPAddr != "" {
 		ln, err := net.Listen("tcp", s.cfg.HTTPAddr)
 		if err != nil {
-			s.closeSubs()
+			s.abort()
 			return fmt.Errorf("pserver: listen on %s: %w", s.cfg.HTTPAddr, err)
 		}
 		s.httpLn = ln
@@ -260,34 +272,98 @@ func (s *Server) walSeq() uint64 {
 	return s.st.WALSeq
 }
 
-// onSyncWAL appends a request to the log; onWAL applies and answers it. The
-// handler never blocks on I/O: the append is asynchronous.
+// onSyncWAL decodes a request and appends it to the log; onWAL applies and
+// answers it. The handler never blocks on I/O: the append is asynchronous.
+// Decoding happens here, in the parallel subscription goroutines, and the
+// decoded request is handed to the apply loop, which only decodes entries
+// that other instances appended (or that it replays).
 func (s *Server) onSyncWAL(m *nats.Msg) {
+	t0 := time.Now()
+	req, err := decodeRequest(m.Data)
+	if err != nil {
+		s.metrics.syncRequests.WithLabelValues("bad").Inc()
+		s.respond(m.Reply, &psync.SyncReply{Error: err.Error()}, t0)
+		return
+	}
+	id := nuid.Next()
+	s.decoded.Store(id, req)
 	h := nats.Header{}
 	h.Set(hdrReply, m.Reply)
 	h.Set(hdrOrigin, s.id)
-	h.Set(hdrT0, strconv.FormatInt(time.Now().UnixNano(), 10))
+	h.Set(hdrID, id)
+	h.Set(hdrT0, strconv.FormatInt(t0.UnixNano(), 10))
 	if _, err := s.js.PublishMsgAsync(&nats.Msg{Subject: s.walSubj, Data: m.Data, Header: h}); err != nil {
+		s.decoded.Delete(id)
 		s.metrics.walErrors.Inc()
 		s.replyError(m.Reply, fmt.Errorf("append to sync log: %w", err))
 	}
 }
 
-// onWAL applies one log entry, in log order, and answers it when this
-// instance received it.
+// onWAL applies one log entry, in log order, and hands the answer to the
+// reply workers when this instance received the request.
 func (s *Server) onWAL(m jetstream.Msg) {
 	md, err := m.Metadata()
 	if err != nil {
 		s.metrics.walErrors.Inc()
 		return
 	}
+	hdr := m.Headers()
+	mine := hdr.Get(hdrOrigin) == s.id
+	var req *psync.SyncRequest
+	if mine {
+		if v, ok := s.decoded.LoadAndDelete(hdr.Get(hdrID)); ok {
+			req = v.(*psync.SyncRequest)
+		}
+	}
+	var rep *psync.SyncReply
+	if req == nil {
+		if req, err = decodeRequest(m.Data()); err != nil {
+			s.metrics.walErrors.Inc()
+			s.mu.Lock()
+			s.st.WALSeq = md.Sequence.Stream
+			s.mu.Unlock()
+			rep = &psync.SyncReply{Error: err.Error()}
+		}
+	}
+	if rep == nil {
+		rep = s.apply(req, md.Sequence.Stream)
+	}
+	if !mine {
+		return
+	}
 	var t0 time.Time
-	if v, err := strconv.ParseInt(m.Headers().Get(hdrT0), 10, 64); err == nil {
+	if v, err := strconv.ParseInt(hdr.Get(hdrT0), 10, 64); err == nil {
 		t0 = time.Unix(0, v)
 	}
-	rep := s.applyRaw(m.Data(), md.Sequence.Stream)
-	if m.Headers().Get(hdrOrigin) == s.id {
-		s.respond(m.Headers().Get(hdrReply), rep, t0)
+	select {
+	case s.replies <- replyJob{hdr.Get(hdrReply), rep, t0}:
+	case <-s.stop:
+	}
+}
+
+type replyJob struct {
+	to  string
+	rep *psync.SyncReply
+	t0  time.Time
+}
+
+// replyWorker encodes and publishes answers for the apply loop.
+func (s *Server) replyWorker() {
+	defer s.wg.Done()
+	for {
+		select {
+		case j := <-s.replies:
+			s.respond(j.to, j.rep, j.t0)
+		case <-s.stop:
+			for {
+				select {
+				case j := <-s.replies:
+					s.respond(j.to, j.rep, j.t0)
+				default:
+					return
+				}
+			}
+		}
 	}
 }
 
@@ -311,6 +387,12 @@ func (s *Server) applyRaw(data []byte, walSeq uint64) *psync.SyncReply {
 		}
 		return &psync.SyncReply{Error: err.Error()}
 	}
+	return s.apply(req, walSeq)
+}
+
+// apply merges a decoded request (walSeq is its log sequence, 0 without a
+// log) and returns its answer.
+func (s *Server) apply(req *psync.SyncRequest, walSeq uint64) *psync.SyncReply {
 	s.mu.Lock()
 	applied, err := s.st.Apply(req)
 	rep := s.st.Reply(req, applied)
