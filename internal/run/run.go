@@ -47,6 +47,9 @@ type Pipeline struct {
 	// Set by Execute, for the benchmark: the ground truth, when the input
 	// was published, the input's first timestamp and the step width (µs).
 	truth     []workload.Truth
+	// afterReady, when set, runs once the detectors listen and before the
+	// input is published (tests inject faults there).
+	afterReady func()
 	paceStart time.Time
 	paceT0    uint64
 	stepWidth uint64
@@ -97,10 +100,8 @@ func (p *Pipeline) start(ctx context.Context) error {
 		return err
 	}
 	p.store = store
-	plog := p.log.With().Str("component", "provdb").Logger()
-	p.prov = service.New(service.Config{Run: cfg.RunID, Logger: &plog}, store, p.js)
-	if err := p.prov.Start(ctx); err != nil {
-		return fmt.Errorf("start provenance service: %w", err)
+	if err := p.startProvenance(ctx); err != nil {
+		return err
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -119,14 +120,9 @@ func (p *Pipeline) start(ctx context.Context) error {
 		}
 	})
 
-	ps, err := pserver.New(pserver.Config{Run: cfg.RunID, HTTPAddr: cfg.HTTP, ProvDBURL: p.provURL})
-	if err != nil {
+	if err := p.startPServer(ctx, cfg.HTTP); err != nil {
 		return err
 	}
-	if err := ps.Start(ctx, nc); err != nil {
-		return fmt.Errorf("start parameter server: %w", err)
-	}
-	p.ps = ps
 
 	sink, err := ad.NewNATSSink(p.js, cfg.RunID, 0, ad.Block, p.log.With().Str("component", "ad-sink").Logger())
 	if err != nil {
@@ -136,6 +132,27 @@ func (p *Pipeline) start(ctx context.Context) error {
 		return fmt.Errorf("start record sink: %w", err)
 	}
 	p.sink = sink
+	return nil
+}
+
+func (p *Pipeline) startProvenance(ctx context.Context) error {
+	plog := p.log.With().Str("component", "provdb").Logger()
+	p.prov = service.New(service.Config{Run: p.cfg.RunID, Logger: &plog}, p.store, p.js)
+	if err := p.prov.Start(ctx); err != nil {
+		return fmt.Errorf("start provenance service: %w", err)
+	}
+	return nil
+}
+
+func (p *Pipeline) startPServer(ctx context.Context, addr string) error {
+	ps, err := pserver.New(pserver.Config{Run: p.cfg.RunID, HTTPAddr: addr, ProvDBURL: p.provURL})
+	if err != nil {
+		return err
+	}
+	if err := ps.Start(ctx, p.nc); err != nil {
+		return fmt.Errorf("start parameter server: %w", err)
+	}
+	p.ps = ps
 	return nil
 }
 
@@ -220,6 +237,9 @@ func (p *Pipeline) Execute(ctx context.Context, progress func(Progress)) (*Summa
 		return nil, fmt.Errorf("start detectors: %w", s.err)
 	}
 
+	if p.afterReady != nil {
+		p.afterReady()
+	}
 	flow := newFlowControl(collector, cfg.MaxLag)
 	pace := publish.Pace{
 		Speed:         cfg.Pace,
