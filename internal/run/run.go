@@ -46,13 +46,13 @@ type Pipeline struct {
 
 	// Set by Execute, for the benchmark: the ground truth, when the input
 	// was published, the input's first timestamp and the step width (µs).
-	truth     []workload.Truth
+	truth []workload.Truth
 	// afterReady, when set, runs once the detectors listen and before the
 	// input is published (tests inject faults there).
 	afterReady func()
-	paceStart time.Time
-	paceT0    uint64
-	stepWidth uint64
+	paceStart  time.Time
+	paceT0     uint64
+	stepWidth  uint64
 }
 
 // Start brings up NATS, the provenance service, the parameter server and
