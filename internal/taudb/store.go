@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"sort"
 	"strings"
 	"time"
@@ -146,7 +145,6 @@ func copyRows(ctx context.Context, tx pgx.Tx, table string, cols []string, n int
 	if n == 0 {
 		return 0, nil
 	}
-	defer func(start time.Time) { debugf("copy %s %d rows %v", table, n, time.Since(start)) }(time.Now())
 	c, err := tx.CopyFrom(ctx, pgx.Identifier{table}, cols, &rowSource{n: n, row: make([]any, len(cols)), fill: fill})
 	if err != nil {
 		return c, fmt.Errorf("copy %s: %w", table, err)
@@ -195,7 +193,6 @@ func copyNumeric(ctx context.Context, tx pgx.Tx, table string, cols []string, n 
 	if n == 0 {
 		return 0, nil
 	}
-	defer func(start time.Time) { debugf("copy %s %d rows %v", table, n, time.Since(start)) }(time.Now())
 	quoted := make([]string, len(cols))
 	for i, c := range cols {
 		quoted[i] = pgx.Identifier{c}.Sanitize()
@@ -275,6 +272,9 @@ func trustIDs(ctx context.Context, tx pgx.Tx) (bool, error) {
 // SaveStats counts the rows one SaveTrial wrote.
 type SaveStats struct {
 	Threads, Timers, Callpaths, CallData, TimerValues, CounterValues, Metadata int64
+	// CallDataCopy and TimerValueCopy are how long the COPY of
+	// timer_call_data and of timer_value took.
+	CallDataCopy, TimerValueCopy time.Duration
 }
 
 // Rows is the total number of rows written.
@@ -440,6 +440,7 @@ func saveTrial(ctx context.Context, tx pgx.Tx, tr *Trial, checks bool) (SaveStat
 	for i, d := range data {
 		d.ID = int(ids[i])
 	}
+	start := time.Now()
 	st.CallData, err = copyNumeric(ctx, tx, "timer_call_data", []string{"id", "timer_callpath", "thread", "calls", "subroutines", "time_range"}, len(data), func(i int, b []byte) []byte {
 		d := data[i]
 		b = appendTuple(b, 6)
@@ -456,6 +457,8 @@ func saveTrial(ctx context.Context, tx pgx.Tx, tr *Trial, checks bool) (SaveStat
 	if err != nil {
 		return st, err
 	}
+	st.CallDataCopy = time.Since(start)
+	start = time.Now()
 	st.TimerValues, err = copyNumeric(ctx, tx, "timer_value", []string{"timer_call_data", "metric", "inclusive_value", "exclusive_value", "inclusive_percent", "exclusive_percent", "sum_exclusive_squared"}, len(data), func(i int, b []byte) []byte {
 		d := data[i]
 		for _, v := range d.Values {
@@ -477,6 +480,7 @@ func saveTrial(ctx context.Context, tx pgx.Tx, tr *Trial, checks bool) (SaveStat
 		}
 		return b
 	})
+	st.TimerValueCopy = time.Since(start)
 	if err != nil {
 		return st, err
 	}
@@ -958,10 +962,4 @@ func deref[T any](p *T) T {
 		return z
 	}
 	return *p
-}
-
-func debugf(format string, args ...any) {
-	if os.Getenv("TAUDB_DEBUG") != "" {
-		fmt.Fprintf(os.Stderr, format+"\n", args...)
-	}
 }
