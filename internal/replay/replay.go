@@ -142,7 +142,8 @@ type frameCursor struct {
 	fh   *os.File
 	r    *frame.Reader
 	f    frame.Frame
-	off  int64
+	off  int64 // start of the current frame
+	size int64
 }
 
 // Frames implements Source.
@@ -172,6 +173,9 @@ func (s *FrameFiles) Frames(ctx context.Context, emit func(*frame.Frame) error) 
 			return st, fmt.Errorf("frames: %w", err)
 		}
 		c := &frameCursor{name: p, fh: fh, r: frame.NewReader(fh)}
+		if fi, err := fh.Stat(); err == nil {
+			c.size = fi.Size()
+		}
 		ok, err := next(c)
 		if err != nil {
 			fh.Close()
@@ -212,11 +216,15 @@ func (s *FrameFiles) Frames(ctx context.Context, emit func(*frame.Frame) error) 
 		if err := emit(f); err != nil {
 			return st, err
 		}
-		s.done += c.r.Offset() - c.off
-		c.off = c.r.Offset()
 		ok, err := next(c)
 		if err != nil {
 			return st, err
+		}
+		if ok {
+			s.done += c.r.Offset() - c.off
+			c.off = c.r.Offset()
+		} else {
+			s.done += c.size - c.off
 		}
 		if !ok {
 			c.fh.Close()
