@@ -20,7 +20,7 @@ import (
 // user events), kept with the taudb package's fixtures.
 var cpiDir = filepath.Join("..", "taudb", "testdata", "profiles", "hatchet-tau-cpi-mpi")
 
-func runKipimo(t *testing.T, args ...string) (string, error) {
+func runTaudbCmd(t *testing.T, args ...string) (string, error) {
 	t.Helper()
 	var out, errOut bytes.Buffer
 	root := NewRoot(&out, &errOut)
@@ -31,14 +31,14 @@ func runKipimo(t *testing.T, args ...string) (string, error) {
 
 func TestTaudbCommands(t *testing.T) {
 	dsn := pgtest.Isolated(t)
-	if _, err := runKipimo(t, "taudb", "list", "--dsn", dsn); err == nil || !strings.Contains(err.Error(), "taudb configure") {
+	if _, err := runTaudbCmd(t, "taudb", "list", "--dsn", dsn); err == nil || !strings.Contains(err.Error(), "taudb configure") {
 		t.Fatalf("list before configure: err = %v, want one pointing at configure", err)
 	}
-	out, err := runKipimo(t, "taudb", "configure", "--dsn", dsn)
+	out, err := runTaudbCmd(t, "taudb", "configure", "--dsn", dsn)
 	if err != nil || !strings.Contains(out, "created TAUdb schema version 2") {
 		t.Fatalf("configure: %q, %v", out, err)
 	}
-	out, err = runKipimo(t, "taudb", "configure", "--dsn", dsn)
+	out, err = runTaudbCmd(t, "taudb", "configure", "--dsn", dsn)
 	if err != nil || !strings.Contains(out, "already present") {
 		t.Fatalf("configure again: %q, %v", out, err)
 	}
@@ -49,7 +49,7 @@ func TestTaudbCommands(t *testing.T) {
 	}
 	// Flags after the positional argument, DSN from the environment.
 	t.Setenv(taudbDSNEnv, dsn)
-	out, err = runKipimo(t, "taudb", "load", cpiDir, "--name", "cpi", "--metadata", meta, "--application", "cpi", "--experiment", "scaling")
+	out, err = runTaudbCmd(t, "taudb", "load", cpiDir, "--name", "cpi", "--metadata", meta, "--application", "cpi", "--experiment", "scaling")
 	if err != nil {
 		t.Fatalf("load: %v", err)
 	}
@@ -59,7 +59,7 @@ func TestTaudbCommands(t *testing.T) {
 	}
 	id := m[1]
 
-	out, err = runKipimo(t, "taudb", "list", "--json", "--metadata", "Machine=perlmutter")
+	out, err = runTaudbCmd(t, "taudb", "list", "--json", "--metadata", "Machine=perlmutter")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,11 +67,11 @@ func TestTaudbCommands(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &list); err != nil || len(list) != 1 || list[0].Name != "cpi" || list[0].TotalThreads != 4 {
 		t.Fatalf("list --json = %q (%v)", out, err)
 	}
-	if out, _ := runKipimo(t, "taudb", "list", "--metadata", "Machine=other"); strings.Contains(out, "cpi") {
+	if out, _ := runTaudbCmd(t, "taudb", "list", "--metadata", "Machine=other"); strings.Contains(out, "cpi") {
 		t.Errorf("list with a non-matching filter shows the trial:\n%s", out)
 	}
 
-	out, err = runKipimo(t, "taudb", "show", id, "--top", "3")
+	out, err = runTaudbCmd(t, "taudb", "show", id, "--top", "3")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +112,7 @@ func TestTaudbCommands(t *testing.T) {
 	}
 
 	dir := t.TempDir()
-	if out, err = runKipimo(t, "taudb", "export", id, "--out", dir); err != nil {
+	if out, err = runTaudbCmd(t, "taudb", "export", id, "--out", dir); err != nil {
 		t.Fatalf("export: %v", err)
 	}
 	back, err := taudb.ReadDir(dir, "cpi")
@@ -141,7 +141,7 @@ func TestTaudbErrors(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := runKipimo(t, tc.args...)
+			_, err := runTaudbCmd(t, tc.args...)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("err = %v, want one mentioning %q", err, tc.want)
 			}
