@@ -74,7 +74,7 @@ func TestSharedSuiteFerretDB(t *testing.T) {
 	if testing.Short() {
 		t.Skip("FerretDB suite skipped in -short mode")
 	}
-	suite(t, startFerretDB(t), 300)
+	suite(t, startFerretDB(t), 200)
 }
 
 func TestSharedSuiteMongoDB(t *testing.T) {

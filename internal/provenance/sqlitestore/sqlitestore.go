@@ -143,7 +143,9 @@ func Open(ctx context.Context, path string, opt Options) (*Store, error) {
 	s := &Store{path: path, ins: map[string]*sql.Stmt{}}
 	var err error
 	if !opt.ReadOnly {
-		if s.w, err = sql.Open("sqlite", dsn("")); err != nil {
+		// A 64 MiB page cache keeps the indexes' pages in memory while
+		// writing.
+		if s.w, err = sql.Open("sqlite", dsn("cache_size(-65536)")); err != nil {
 			return nil, fmt.Errorf("open SQLite provenance store %s: %w", path, err)
 		}
 		s.w.SetMaxOpenConns(1)
