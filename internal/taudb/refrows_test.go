@@ -74,10 +74,6 @@ func normalizeRows(header []string, rows [][]string) [][]string {
 	return rows
 }
 
-func str(v string) string {
-	return v
-}
-
 func itoaN(i int) string { return strconv.Itoa(i) }
 
 func nullable(s string) string {

@@ -1,15 +1,3 @@
-// Package taudb is a Go counterpart of TAU's TAUdb C API: the trial tree
-// (trial, thread, metric, time_range, timer with groups and parameters,
-// timer_callpath, timer_call_data, timer_value, counter, counter_value,
-// primary and secondary metadata) with lookups by id and by name; the TAU
-// profile file format (profile.N.C.T, MULTI__<metric> directories) read and
-// written the way TAU writes it; the derived threads -1..-7 computed the way
-// TAU's Java loader computes them; and a PostgreSQL store (pgx/v5) in the
-// tables and columns of TAUdb schema version 2, so that ParaProf and
-// PerfExplorer read what is stored here as if TAU's own loader had written it.
-//
-// A Trial is a plain value tree owned by its creator. It is not safe for
-// concurrent mutation; concurrent reads are fine once it is built.
 package taudb
 
 import (
@@ -411,7 +399,7 @@ func (tr *Trial) AddCounter(name string) *Counter {
 	return c
 }
 
-// CallData returns th's data for call-graph node c, or nil.
+// CallDataFor returns th's data for call-graph node c, or nil.
 func (th *Thread) CallDataFor(c *TimerCallpath) *TimerCallData { return th.callData[c] }
 
 // CounterValueFor returns th's value of counter c, or nil.

@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-func close(a, b float64) bool {
+func approxEqual(a, b float64) bool {
 	return a == b || math.Abs(a-b) <= 1e-12*math.Max(math.Abs(a), math.Abs(b))
 }
 
@@ -75,7 +75,7 @@ func TestSeedViewsMatchDerivedThreads(t *testing.T) {
 		}
 		c := byID[id]
 		get := func(idx int) *TimerValue { return tr.Thread(idx).CallDataFor(c).Value(time) }
-		if !close(mean, get(MeanWithoutNulls).Inclusive) || !close(total, get(Total).Exclusive) || mn != get(Min).Inclusive || mx != get(Max).Exclusive {
+		if !approxEqual(mean, get(MeanWithoutNulls).Inclusive) || !approxEqual(total, get(Total).Exclusive) || mn != get(Min).Inclusive || mx != get(Max).Exclusive {
 			t.Errorf("%q: SQL mean/total/min/max %v %v %v %v, Go %v %v %v %v", c.Name, mean, total, mn, mx,
 				get(MeanWithoutNulls).Inclusive, get(Total).Exclusive, get(Min).Inclusive, get(Max).Exclusive)
 		}
@@ -117,7 +117,7 @@ func TestSeedViewsMatchDerivedThreads(t *testing.T) {
 		c := tr.Counter(name)
 		m, tot := tr.Thread(MeanWithoutNulls).CounterValueFor(c), tr.Thread(Total).CounterValueFor(c)
 		lo, hi := tr.Thread(Min).CounterValueFor(c), tr.Thread(Max).CounterValueFor(c)
-		if !close(mean, m.Mean) || float64(count) != tot.SampleCount || mn != lo.Minimum || mx != hi.Maximum || !close(sumsq, tot.SumSquares) {
+		if !approxEqual(mean, m.Mean) || float64(count) != tot.SampleCount || mn != lo.Minimum || mx != hi.Maximum || !approxEqual(sumsq, tot.SumSquares) {
 			t.Errorf("counter %q: SQL %v %d %v %v %v, Go %v %v %v %v %v", name, mean, count, mn, mx, sumsq, m.Mean, tot.SampleCount, lo.Minimum, hi.Maximum, tot.SumSquares)
 		}
 	}
