@@ -19,6 +19,10 @@ import (
 // events with larger ids are rejected and counted.
 const maxFID = 1 << 22
 
+// maxThreads bounds the threads of one rank; a frame that would exceed it is
+// rejected.
+const maxThreads = 1 << 16
+
 // maxRepairDepth is how far down the stack an exit looks for its entry.
 const maxRepairDepth = 64
 
@@ -358,6 +362,29 @@ func (d *Detector) check(f *frame.Frame) error {
 		if ev.FID >= maxFID {
 			return fmt.Errorf("frame step %d: event %d has function id %d, more than %d", f.Step, i, ev.FID, maxFID)
 		}
+	}
+	newTids := map[uint32]struct{}{}
+	seeTid := func(tid uint32) {
+		if tid >= uint32(len(d.byTid)) || d.byTid[tid] == nil {
+			if d.tidMap[tid] == nil {
+				newTids[tid] = struct{}{}
+			}
+		}
+	}
+	for i := range f.Events {
+		seeTid(f.Events[i].Tid)
+	}
+	for i := range f.CounterEvents {
+		seeTid(f.CounterEvents[i].Tid)
+	}
+	for i := range f.Comms {
+		seeTid(f.Comms[i].Tid)
+	}
+	for i := range f.Metadata {
+		seeTid(f.Metadata[i].Tid)
+	}
+	if len(d.threads)+len(newTids) > maxThreads {
+		return fmt.Errorf("frame step %d: %d new threads would exceed the limit of %d threads per rank", f.Step, len(newTids), maxThreads)
 	}
 	for i := range f.Funcs {
 		if f.Funcs[i].ID >= maxFID {
