@@ -280,9 +280,16 @@ func Parse(r io.Reader, name string) (*File, error) {
 	}
 	events := func(bare bool) error {
 		var e event
+		var raw json.RawMessage
 		for dec.More() {
 			e = event{}
-			if err := dec.Decode(&e); err != nil {
+			if err := dec.Decode(&raw); err != nil {
+				return where(err)
+			}
+			if len(raw) == 0 || raw[0] != '{' {
+				return where(fmt.Errorf("trace event is not an object: %.20s", raw))
+			}
+			if err := parseEvent(raw, &e); err != nil {
 				return where(err)
 			}
 			if err := f.add(&e); err != nil {

@@ -54,7 +54,7 @@ func gzipped(s string) []byte {
 func synthChrome(n int) []byte {
 	var b bytes.Buffer
 	b.WriteString(`{"schemaVersion":1,"traceEvents":[`)
-	ts := 1_700_000_000_000_000.0
+	ts := 4_203_669_603_000.0 // µs with three decimals, as Kineto writes on ROCm
 	corr := 0
 	for i := 0; i < n; i += 3 {
 		if i > 0 {
