@@ -17,6 +17,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
+	zlog "github.com/rs/zerolog/log"
 
 	"github.com/kipimo-hpc/kipimo/internal/natsx"
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
@@ -69,8 +70,7 @@ func (c *Config) Validate() error {
 		c.RetryDelay = 2 * time.Second
 	}
 	if c.Logger == nil {
-		l := zerolog.Ctx(context.Background())
-		c.Logger = l
+		c.Logger = &zlog.Logger
 	}
 	return nil
 }

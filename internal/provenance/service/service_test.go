@@ -3,6 +3,10 @@ package service
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"net"
+	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -169,5 +173,75 @@ func TestMainFlagErrors(t *testing.T) {
 				t.Fatalf("error %v, want one containing %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestMainEndToEnd runs provdb as its main does: records published on the
+// run's stream become visible through the HTTP API (with a token), and
+// cancelling the context (SIGTERM) stops it cleanly.
+func TestMainEndToEnd(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	dir := t.TempDir()
+	srv, err := natsx.StartServer(natsx.DefaultServerConfig(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	tokenFile := filepath.Join(dir, "token")
+	if err := os.WriteFile(tokenFile, []byte("t0k\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	var stderr syncBuffer
+	go func() {
+		done <- Main(runCtx, []string{"--nats", srv.ClientURL(), "--store", filepath.Join(dir, "p.db"), "--run", "e2e", "--http", addr, "--token-file", tokenFile}, &stderr)
+	}()
+	nc, err := natsx.Connect(ctx, srv.ClientURL(), "producer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := provenance.EnsureStream(ctx, js, "e2e"); err != nil {
+		t.Fatal(err)
+	}
+	execs := storetest.Generate(storetest.GenConfig{Seed: 12, N: 30, Anomaly: true})
+	if err := provenance.PublishBatch(ctx, js, natsx.Subjects{Run: "e2e"}.Prov(natsx.ProvAnomalies), "e2e-0", execs); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/api/v1/count", nil)
+		req.Header.Set("Authorization", "Bearer t0k")
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			var c struct{ Count int64 }
+			_ = json.NewDecoder(resp.Body).Decode(&c)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK && c.Count == 30 {
+				break
+			}
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("records never visible through the API (last error %v); log:\n%s", err, stderr.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Fatalf("provdb stopped with %v", err)
+	}
+	if !strings.Contains(stderr.String(), "provdb stopped") {
+		t.Fatalf("no clean-shutdown log line:\n%s", stderr.String())
 	}
 }
