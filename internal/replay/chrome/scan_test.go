@@ -16,7 +16,9 @@ func TestParseEvent(t *testing.T) {
 				return e.Ph == "X" && e.Name == "a" && string(e.Pid) == "1" && string(e.Tid) == `"t"` && e.Ts == 1.5 && e.Dur == 2 && string(e.Args.Correlation) == "7" && string(e.Args.Stream) == "3"
 			}, ""},
 		{"escapes and nesting", `{ "n\u0061me" : "a\"b" , "args" : {"x":{"correlation":1},"y":[1,{"z":"}"}],"device":0} , "ph":"B" }`,
-			func(e event) bool { return e.Name == `a"b` && e.Ph == "B" && string(e.Args.Device) == "0" && e.Args.Correlation == nil }, ""},
+			func(e event) bool {
+				return e.Name == `a"b` && e.Ph == "B" && string(e.Args.Device) == "0" && e.Args.Correlation == nil
+			}, ""},
 		{"nulls", `{"name":null,"ts":null,"args":null}`, func(e event) bool { return e.Name == "" && e.Ts == 0 }, ""},
 		{"empty", `{}`, func(e event) bool { return e.Ph == "" }, ""},
 		{"name not a string", `{"name":5}`, nil, `field "name": want a string`},
