@@ -5,11 +5,31 @@
 // the parameter server, and produces provenance records (anomalies, sampled
 // normal executions, metadata, per-thread profiles).
 //
-// The core (New, Process, Close) does no network I/O of its own: the
-// parameter server is reached through a Syncer and records leave through a
-// Sink, so the whole-pipeline command can embed it. NATS implementations of
-// both live in this package too (NATSSyncer, NATSSink), and Serve wires a
-// detector to its frame subject.
+// The core (New, Process per io_step, Close) does no network I/O of its own:
+// the parameter server is reached through a Syncer and records leave through
+// a Sink, so the whole-pipeline command can embed it. NATS implementations of
+// both live here too (NATSSyncer, NATSSink), Serve runs the detectors of a
+// node on their frame subjects, and Main is the ad command.
+//
+// Semantics, after Chimbuko's AD module (shared/CHIMBUKO.md):
+//   - Executions are labelled at the end of the step in which they exit,
+//     against a model that includes that step's data: the last global model
+//     from the pserver merged with every local delta it does not include yet.
+//     Executions of a model with fewer than MinCount values wait (for at most
+//     MaxPendingSteps steps) as Chimbuko's unlabelled carry-over does; their
+//     statistics are counted once.
+//   - Event ids are "<rank>:<io_step>:<idx>" with the io_step and index of the
+//     entry event; io_step of a record is the step it was labelled in.
+//   - outlier_severity is the exclusive runtime in µs; outlier_score is |z|
+//     (SSTD), -log2(p + α) (HBOS) or the COPOD tail score.
+//   - HBOS and COPOD default to Chimbuko's threshold, a fraction of the score
+//     range. Config.Isolation replaces it with a calibrated rule (flag only
+//     values whose neighbourhood in the histogram holds less than MaxMass of
+//     the data), which is what makes them precise on multimodal functions.
+//
+// Memory is bounded: per thread the ring of executions keeps the last Window
+// executions, those not yet labelled, open ones and those pinned by records
+// waiting for the "after" half of their window (MaxPendingSteps at most).
 package ad
 
 import (
