@@ -34,3 +34,18 @@ func writeOne(t *testing.T, p *ProfileFile) []byte {
 	}
 	return AppendProfile(nil, tr, tr.RealThreads()[0], tr.Metrics[0])
 }
+
+// FuzzJSONMetadata feeds arbitrary bytes to the --metadata JSON flattener:
+// an error or rows whose parents all precede them, never a panic.
+func FuzzJSONMetadata(f *testing.F) {
+	f.Add([]byte(`{"Machine": "x", "nodes": [1, {"a": null}], "n": 1.5e3}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		tr := NewTrial("fuzz")
+		if err := tr.AddJSONMetadata(data); err != nil {
+			return
+		}
+		if err := tr.validate(); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

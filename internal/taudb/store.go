@@ -307,8 +307,72 @@ func (s *Store) SaveTrial(ctx context.Context, tr *Trial) (SaveStats, error) {
 	return st, nil
 }
 
+// validate checks that every reference in tr points at a row of tr, which
+// SaveTrial relies on when it skips the foreign-key triggers.
+func (tr *Trial) validate() error {
+	metrics := map[*Metric]bool{}
+	for _, m := range tr.Metrics {
+		metrics[m] = true
+	}
+	timers := map[*Timer]bool{}
+	for _, t := range tr.Timers {
+		timers[t] = true
+	}
+	callpaths := map[*TimerCallpath]bool{}
+	for _, c := range tr.Callpaths {
+		if !timers[c.Timer] {
+			return fmt.Errorf("call path %q names a timer that is not in the trial", c.Name)
+		}
+		if c.Parent != nil && !callpaths[c.Parent] {
+			return fmt.Errorf("call path %q comes before its parent or has one outside the trial", c.Name)
+		}
+		callpaths[c] = true
+	}
+	threads := map[*Thread]bool{}
+	for _, th := range tr.Threads {
+		threads[th] = true
+	}
+	ranges := map[*TimeRange]bool{}
+	for _, r := range tr.TimeRanges {
+		ranges[r] = true
+	}
+	counters := map[*Counter]bool{}
+	for _, c := range tr.Counters {
+		counters[c] = true
+	}
+	for _, th := range tr.Threads {
+		for _, d := range th.CallData {
+			if d.Thread != th || !callpaths[d.Callpath] || (d.TimeRange != nil && !ranges[d.TimeRange]) {
+				return fmt.Errorf("thread %s: data of %q refers outside the trial", th, d.Callpath.Name)
+			}
+			for _, v := range d.Values {
+				if v != nil && !metrics[v.Metric] {
+					return fmt.Errorf("thread %s: a value of %q has a metric outside the trial", th, d.Callpath.Name)
+				}
+			}
+		}
+		for _, v := range th.CounterValues {
+			if v.Thread != th || !counters[v.Counter] || (v.Callpath != nil && !callpaths[v.Callpath]) {
+				return fmt.Errorf("thread %s: a counter value refers outside the trial", th)
+			}
+		}
+	}
+	seen := map[*SecondaryMetadata]bool{}
+	for _, m := range tr.SecondaryMetadata {
+		if (m.Thread != nil && !threads[m.Thread]) || (m.Callpath != nil && !callpaths[m.Callpath]) ||
+			(m.TimeRange != nil && !ranges[m.TimeRange]) || (m.Parent != nil && !seen[m.Parent]) {
+			return fmt.Errorf("secondary metadata %q refers outside the trial (or before its parent)", m.Name)
+		}
+		seen[m] = true
+	}
+	return nil
+}
+
 func saveTrial(ctx context.Context, tx pgx.Tx, tr *Trial, checks bool) (SaveStats, error) {
 	var st SaveStats
+	if err := tr.validate(); err != nil {
+		return st, err
+	}
 	if !checks {
 		if _, err := trustIDs(ctx, tx); err != nil {
 			return st, err

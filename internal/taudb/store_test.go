@@ -214,3 +214,19 @@ func TestTrialsFilter(t *testing.T) {
 		t.Error("LoadTrial of a missing id: no error")
 	}
 }
+
+func TestSaveRejectsForeignReferences(t *testing.T) {
+	s := openStore(t)
+	a := readFixture(t, "tau2-examples-wrap")
+	b := readFixture(t, "tau2-taudb-c-api-parse-test")
+	// A thread of a carrying call data of b's call-graph node.
+	th := a.Thread(0)
+	a.AddCallData(th, b.Callpaths[0]).Calls = 1
+	if _, err := s.SaveTrial(context.Background(), a); err == nil || !strings.Contains(err.Error(), "refers outside the trial") {
+		t.Fatalf("err = %v, want a reference error", err)
+	}
+	list, err := s.Trials(context.Background(), Filter{})
+	if err != nil || len(list) != 0 {
+		t.Errorf("a failed save left trials %v (%v)", list, err)
+	}
+}
