@@ -403,3 +403,64 @@ func TestEDFMalformed(t *testing.T) {
 		})
 	}
 }
+
+// TestTwoNodes merges the per-thread files of two nodes (ranks) that exchange
+// a message: both ranks get the same steps, and the message parameter
+// decodes to its partner, tag and size.
+func TestTwoNodes(t *testing.T) {
+	dir := t.TempDir()
+	edf, err := os.ReadFile("testdata/hecatoncheir/events.0.edf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := func(buf *bytes.Buffer, ev int32, nid uint16, par int64, ts uint64) {
+		var b [24]byte
+		binary.LittleEndian.PutUint32(b[:], uint32(ev))
+		binary.LittleEndian.PutUint16(b[4:], nid)
+		binary.LittleEndian.PutUint64(b[8:], uint64(par))
+		binary.LittleEndian.PutUint64(b[16:], ts)
+		buf.Write(b[:])
+	}
+	const t0 = 1_000_000_000
+	for node := uint16(0); node < 2; node++ {
+		if err := os.WriteFile(filepath.Join(dir, "events."+strconv.Itoa(int(node))+".edf"), edf, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		var b bytes.Buffer
+		peer := uint32(1 - node)
+		rec(&b, EVInit, node, 3, t0+uint64(node))
+		rec(&b, 57, node, 1, t0+10)
+		kind := int32(60007) // MESSAGE_SEND on node 0, RECV on node 1
+		if node == 1 {
+			kind = 60008
+		}
+		rec(&b, kind, node, EncodeMessage(Message{Bytes: 70000, Tag: 300, Partner: peer}), t0+2_500_000)
+		rec(&b, 57, node, -1, t0+3_200_000)
+		if err := os.WriteFile(filepath.Join(dir, "tautrace."+strconv.Itoa(int(node))+".0.0.trc"), b.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	frames, st, err := collect(t, steps.Config{}, func(b *steps.Builder) error {
+		return Read(context.Background(), []string{dir}, b)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	perRank := map[uint32][]uint64{}
+	var comms []frame.CommEvent
+	for _, f := range frames {
+		perRank[f.Rank] = append(perRank[f.Rank], f.Step)
+		comms = append(comms, f.Comms...)
+	}
+	if len(perRank[0]) != 4 || len(perRank[1]) != 4 {
+		t.Errorf("steps per rank %v, want 0..3 for both", perRank)
+	}
+	if st.Executions != 2 || st.Threads != 2 || len(comms) != 2 {
+		t.Fatalf("stats %+v, %d comms", st, len(comms))
+	}
+	for _, c := range comms {
+		if c.Bytes != 70000 || c.Tag != 300 || c.Partner > 1 {
+			t.Errorf("comm %+v, want 70000 bytes, tag 300", c)
+		}
+	}
+}
