@@ -167,7 +167,7 @@ func (d *Detector) label(t *thread, seq uint64, e *execRec, final bool, sum *psy
 		score = m.hbos.Score(x)
 		anom = score >= m.hbos.Threshold && (!d.cfg.SlowOnly || x > m.det.Mean)
 	default:
-		score = m.copod.Score(x)
+		score, _ = m.copod.ScoreFast(x)
 		anom = score >= m.copod.Threshold && (!d.cfg.SlowOnly || x > m.det.Mean)
 		if anom && d.cfg.Isolation > 0 {
 			anom = m.copod.WindowMass(x, d.cfg.Isolation) < d.cfg.MaxMass
@@ -233,7 +233,7 @@ func (d *Detector) addRecord(t *thread, seq uint64, e *execRec, anomaly bool) {
 		IOStep:           d.step,
 		IOStepTStart:     d.tstart,
 		IOStepTEnd:       d.tend,
-		OutlierScore:     float64(e.score),
+		OutlierScore:     d.exactScore(m, e),
 		OutlierSeverity:  float64(e.excl()),
 		Hostname:         d.cfg.Hostname,
 		Algorithm:        d.cfg.Algorithm,
@@ -262,6 +262,15 @@ func (d *Detector) addRecord(t *thread, seq uint64, e *execRec, anomaly bool) {
 	}
 	t.pin(seq)
 	d.pending = append(d.pending, p)
+}
+
+// exactScore is e's outlier score (recomputed where labelling used a bin's
+// score as a shortcut).
+func (d *Detector) exactScore(m *model, e *execRec) float64 {
+	if d.cfg.Algorithm == COPOD && d.cfg.Isolation == 0 && m.detReady {
+		return m.copod.Score(d.value(e))
+	}
+	return float64(e.score)
 }
 
 // callStack is the execution and its ancestors, the execution first.

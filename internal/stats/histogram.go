@@ -356,6 +356,8 @@ func (s *HBOSScorer) Score(v float64) float64 {
 type COPODScorer struct {
 	h         Histogram
 	cum       []float64 // cum[i] = count of bins < i
+	edgeMax   []float64 // largest score within bin i (at one of its edges)
+	mid       []float64 // score at the middle of bin i
 	total     float64
 	skewSign  int
 	Threshold float64
@@ -406,6 +408,32 @@ func (s *COPODScorer) Reset(h Histogram, skew, thres float64) {
 		s.Threshold = lo + thres*(hi-lo)
 	}
 	s.Threshold = math.Max(s.Threshold, minThreshold)
+	// Within a bin the score is a maximum of convex functions of the position
+	// (-log2 of affine ECDFs), so its largest value is at an edge.
+	n := len(h.Counts)
+	s.edgeMax = slices.Grow(s.edgeMax[:0], n)[:n]
+	s.mid = slices.Grow(s.mid[:0], n)[:n]
+	for i := range h.Counts {
+		s.edgeMax[i] = math.Max(s.score(i, 0), s.score(i, 1))
+		s.mid[i] = s.score(i, 0.5)
+	}
+}
+
+// ScoreFast is Score, skipping the exact computation where it cannot matter:
+// when every value of v's bin scores below the threshold it returns the
+// bin's middle score and exact false (v is certainly normal).
+func (s *COPODScorer) ScoreFast(v float64) (score float64, exact bool) {
+	if s.total == 0 {
+		return MaxScore, true
+	}
+	i := s.h.bin(v)
+	if i < 0 {
+		return MaxScore, true
+	}
+	if s.edgeMax[i] < s.Threshold {
+		return s.mid[i], false
+	}
+	return s.Score(v), true
 }
 
 // score of a value at fraction f in (0,1] of bin i.

@@ -211,3 +211,28 @@ func FuzzHistogramMerge(f *testing.F) {
 		_ = c.Score(ha.Max)
 	})
 }
+
+func TestCOPODScoreFastAgrees(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	vals := make([]float64, 0, 5000)
+	var m Moments
+	for i := 0; i < 5000; i++ {
+		v := 100 + 30*rng.NormFloat64()
+		if i%3 == 0 {
+			v += 400
+		}
+		vals = append(vals, v)
+		m.Push(v)
+	}
+	s := NewCOPODScorer(BuildHistogram(vals, 0), m.Skewness(), 0.9)
+	for _, v := range append(vals, -1000, 5000) {
+		fast, exact := s.ScoreFast(v)
+		full := s.Score(v)
+		if (fast >= s.Threshold) != (full >= s.Threshold) {
+			t.Fatalf("value %v: fast %v (exact %v) and full %v disagree on threshold %v", v, fast, exact, full, s.Threshold)
+		}
+		if exact && fast != full {
+			t.Fatalf("value %v: exact fast score %v != %v", v, fast, full)
+		}
+	}
+}
