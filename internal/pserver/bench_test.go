@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"strconv"
 	"sync"
@@ -181,4 +182,36 @@ func BenchmarkSyncHandler(b *testing.B) {
 	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
 	b.ReportMetric(float64(lat[int(0.99*float64(len(lat)-1))].Microseconds())/1000, "p99-ms")
 	b.ReportMetric(float64(b.N*benchFuncs)/elapsed.Seconds(), "merges/s")
+}
+
+// BenchmarkWindowMemory measures the heap the aggregates hold per (rank,
+// io_step) cell of the window, each step carrying anomalies of 4 functions
+// per rank; B/record is bytes per cell, including the per-rank and per-(rank,
+// function) totals spread over the cells.
+func BenchmarkWindowMemory(b *testing.B) {
+	const ranks, window = 1024, 100
+	sums := make([]psync.StepSummary, window)
+	for i := range sums {
+		sums[i] = psync.StepSummary{Step: uint64(i), Anomalies: 4, Executions: 1000, Events: 2000}
+		for f := range 4 {
+			sums[i].Funcs = append(sums[i].Funcs, psync.FuncAnomalyMetrics{Func: funcName(f), Count: 1})
+		}
+	}
+	var per float64
+	for range b.N {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		a := NewAggregates(window)
+		for i := range sums {
+			for r := range uint32(ranks) {
+				a.AddStep(DetectorID{0, r}, &sums[i])
+			}
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		per = float64(after.HeapAlloc-before.HeapAlloc) / (ranks * window)
+		runtime.KeepAlive(a)
+	}
+	b.ReportMetric(per, "B/record")
 }
