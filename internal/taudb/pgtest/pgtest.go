@@ -68,6 +68,7 @@ func unavailable(t testing.TB, err error) {
 	msg := fmt.Sprintf("PostgreSQL is not available (%v); install it (apt-get install -y postgresql) or set KIPIMO_TEST_PG_DSN", err)
 	if os.Getenv("KIPIMO_REQUIRE_PG") == "1" {
 		t.Fatalf("KIPIMO_REQUIRE_PG=1: %s", msg)
+		return
 	}
 	t.Skip("SKIPPING: " + msg)
 }
