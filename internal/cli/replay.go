@@ -25,6 +25,7 @@ func newReplayCmd() *cobra.Command {
 		speed    string
 		asJSON   bool
 		progress bool
+		endMark  bool
 	)
 	cmd := &cobra.Command{
 		Use:   "replay [--format tau|caliper|chrome|frames] [flags] FILE...",
@@ -32,7 +33,8 @@ func newReplayCmd() *cobra.Command {
 		Long: `Replay reads frame files (--format frames, the default; e.g. written by "kipimo gen" or
 "kipimo frames convert") or traces (tau, caliper, chrome; see "kipimo frames
 convert --help") and publishes each frame on kipimo.<run>.frames.<pid>.<rank>,
-every rank's frames in io_step order, so detectors consume them like a live run.
+every rank's frames in io_step order, so detectors consume them like a live run;
+then an empty message on each rank's subject ends its stream (--end-of-stream).
 
 --speed max sends as fast as the server takes them (with a round trip every 64
 frames for flow control); realtime sends each step when its recorded end time
@@ -83,7 +85,7 @@ On a terminal a progress line (events, frames, rate, ETA) is drawn on stderr.`,
 				return err
 			}
 			defer nc.Close()
-			pace := publish.Pace{Speed: sp}
+			pace := publish.Pace{Speed: sp, EndOfStream: endMark}
 			bar := newProgressBar(stderr, progress)
 			if bar != nil {
 				pace.Progress = bar.draw
@@ -120,6 +122,7 @@ On a terminal a progress line (events, frames, rate, ETA) is drawn on stderr.`,
 	f.StringVar(&speed, "speed", "max", "max, realtime, or a factor of recorded time such as 10x")
 	f.BoolVar(&asJSON, "json", false, "print the summary as one JSON line")
 	f.BoolVar(&progress, "progress", true, "draw a progress line on stderr when it is a terminal")
+	f.BoolVar(&endMark, "end-of-stream", true, "end each rank's stream with an empty message after its last frame, so detectors close")
 	return cmd
 }
 

@@ -30,7 +30,12 @@ func TestReplayToServer(t *testing.T) {
 	defer nc.Close()
 	var got, bad atomic.Int64
 	lastStep := map[uint32]int64{}
+	var ends atomic.Int64
 	sub, err := nc.Subscribe("kipimo.r1.frames.>", func(m *nats.Msg) {
+		if len(m.Data) == 0 {
+			ends.Add(1)
+			return
+		}
 		var f frame.Frame
 		if _, err := frame.DecodeBinary(m.Data, &f); err != nil {
 			bad.Add(1)
@@ -62,11 +67,11 @@ func TestReplayToServer(t *testing.T) {
 		t.Fatalf("summary %q: %v", out, err)
 	}
 	deadline := time.Now().Add(10 * time.Second)
-	for got.Load() < int64(s.Frames) && time.Now().Before(deadline) {
+	for (got.Load() < int64(s.Frames) || ends.Load() < 1) && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
-	if got.Load() != int64(s.Frames) || s.Frames == 0 || bad.Load() != 0 {
-		t.Errorf("received %d of %d frames, %d bad or out of order", got.Load(), s.Frames, bad.Load())
+	if got.Load() != int64(s.Frames) || s.Frames == 0 || bad.Load() != 0 || ends.Load() != 1 {
+		t.Errorf("received %d of %d frames, %d bad or out of order, %d end markers (want 1)", got.Load(), s.Frames, bad.Load(), ends.Load())
 	}
 	if _, err := replay.OpenFrames([]string{dir}); err != nil {
 		t.Fatal(err)

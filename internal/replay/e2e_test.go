@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/kipimo-hpc/kipimo/internal/ad"
 	"github.com/kipimo-hpc/kipimo/internal/natsx"
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
@@ -78,17 +76,12 @@ func TestChromeGPUThroughDetector(t *testing.T) {
 		t.Fatal(err)
 	}
 	subj := natsx.Subjects{Run: run}
-	c, st, err := publish.Frames(ctx, nc, subj, src, publish.Pace{})
+	c, st, err := publish.Frames(ctx, nc, subj, src, publish.Pace{EndOfStream: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if st.GPUThreads != 2 || c.Frames == 0 {
 		t.Fatalf("published %d frames, %d GPU threads", c.Frames, st.GPUThreads)
-	}
-	end := nats.NewMsg(subj.Frames(0, 0))
-	end.Header.Set(ad.EndOfStreamHeader, "1")
-	if err := nc.PublishMsg(end); err != nil {
-		t.Fatal(err)
 	}
 	select {
 	case err := <-served:

@@ -31,6 +31,10 @@ type Pace struct {
 	FlushEvery int
 	// FlushTimeout bounds each of those waits. Default 30 s.
 	FlushTimeout time.Duration
+	// EndOfStream, when set, ends each rank's stream after its last frame
+	// with an empty message on its subject (detectors close the rank's
+	// stream on it).
+	EndOfStream bool
 	// Progress, when set, is called with the running counts at most every
 	// ProgressEvery (default 250 ms) and once at the end; it runs on the
 	// publishing goroutine and must return quickly.
@@ -126,7 +130,14 @@ func Frames(ctx context.Context, nc *nats.Conn, subjects natsx.Subjects, src rep
 		}
 		pace.Progress(c)
 	}
+	type pr struct{ pid, rank uint32 }
+	var ranks []pr
+	seen := map[pr]bool{}
 	st, err := src.Frames(ctx, func(f *frame.Frame) error {
+		if k := (pr{f.PID, f.Rank}); !seen[k] {
+			seen[k] = true
+			ranks = append(ranks, k)
+		}
 		if err := ctx.Err(); err != nil {
 			return err
 		}
@@ -167,6 +178,14 @@ func Frames(ctx context.Context, nc *nats.Conn, subjects natsx.Subjects, src rep
 		report(false)
 		return nil
 	})
+	if err == nil && pace.EndOfStream {
+		for _, k := range ranks {
+			if err = nc.Publish(subjects.Frames(k.pid, k.rank), nil); err != nil {
+				err = fmt.Errorf("publish the end of rank %d's stream: %w", k.rank, err)
+				break
+			}
+		}
+	}
 	if err == nil {
 		err = flush(ctx, nc, pace.FlushTimeout)
 	}

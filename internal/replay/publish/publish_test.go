@@ -71,16 +71,31 @@ func writeGenerated(t *testing.T, dir string, cfg workload.Config) map[uint32][]
 	return want
 }
 
+// ends counts the end-of-stream messages per subject.
+var ends map[string]int
+
 // receive subscribes to every frame of run and returns a function that waits
-// for n frames and returns them by rank, in arrival order.
+// for n messages (frames and end markers) and returns the frames by rank, in
+// arrival order.
 func receive(t *testing.T, nc *nats.Conn, run string) func(n int) map[uint32][][]byte {
 	t.Helper()
 	var mu sync.Mutex
 	got := map[uint32][][]byte{}
+	ends = map[string]int{}
 	count := 0
 	done := make(chan struct{})
 	want := -1
 	sub, err := nc.Subscribe(natsx.Subjects{Run: run}.AllFrames(), func(m *nats.Msg) {
+		if len(m.Data) == 0 {
+			mu.Lock()
+			ends[m.Subject]++
+			count++
+			if count == want {
+				close(done)
+			}
+			mu.Unlock()
+			return
+		}
 		var f frame.Frame
 		if _, err := frame.DecodeBinary(m.Data, &f); err != nil {
 			t.Errorf("received a bad frame on %s: %v", m.Subject, err)
@@ -139,7 +154,7 @@ func TestPublishGeneratedRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	var reports int
-	c, st, err := Frames(context.Background(), nc, natsx.Subjects{Run: "gen1"}, src, Pace{FlushEvery: 5, Progress: func(Counts) { reports++ }})
+	c, st, err := Frames(context.Background(), nc, natsx.Subjects{Run: "gen1"}, src, Pace{FlushEvery: 5, EndOfStream: true, Progress: func(Counts) { reports++ }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +165,12 @@ func TestPublishGeneratedRun(t *testing.T) {
 	if reports == 0 {
 		t.Error("no progress report")
 	}
-	got := wait(total)
+	got := wait(total + cfg.Ranks) // every frame and one end marker per rank
+	for r := range want {
+		if n := ends[natsx.Subjects{Run: "gen1"}.Frames(0, r)]; n != 1 {
+			t.Errorf("rank %d: %d end-of-stream messages, want 1", r, n)
+		}
+	}
 	for r, frames := range want {
 		if len(got[r]) != len(frames) {
 			t.Fatalf("rank %d: received %d frames, want %d", r, len(got[r]), len(frames))
