@@ -118,7 +118,8 @@ type reader struct {
 	th      []*thread
 	maxTS   uint64
 	rankSet bool
-	started bool // an event was fed: the rank is fixed
+	started bool    // an event was fed: the rank is fixed
+	globals []entry // run metadata waiting for the first snapshot
 }
 
 const maxDepth = 1 << 14
@@ -282,6 +283,11 @@ func (r *reader) snapshot(rec Record, globals bool) error {
 			}
 		}
 	}
+	if globals {
+		// Kept for the first snapshot, which fixes the rank.
+		r.globals = append(r.globals, es...)
+		return nil
+	}
 	tid, ok := r.threads[tkey]
 	if !ok {
 		tid = uint32(len(r.threads))
@@ -289,13 +295,14 @@ func (r *reader) snapshot(rec Record, globals bool) error {
 		r.th = append(r.th, &thread{})
 	}
 	th := r.th[tid]
+	for _, e := range r.globals {
+		r.b.Meta(r.rank, 0, e.attr, e.value)
+	}
+	r.globals = r.globals[:0]
 	for _, e := range es {
-		if globals || (!skipMeta(e.attr) && !r.regions[e.attr]) {
+		if !skipMeta(e.attr) && !r.regions[e.attr] {
 			r.b.Meta(r.rank, tid, e.attr, e.value)
 		}
-	}
-	if globals {
-		return nil
 	}
 	now := th.clock
 	if hasOffset {
@@ -392,6 +399,11 @@ func ReadFile(ctx context.Context, in io.Reader, name string, rank uint32, b *st
 		}
 		s, err := br.ReadString('\n')
 		if err == io.EOF && s == "" {
+			// Globals written after the last snapshot (Caliper writes them
+			// at the end) go into the rank's last frame.
+			for _, e := range r.globals {
+				b.Meta(r.rank, 0, e.attr, e.value)
+			}
 			return nil
 		}
 		fail := func(e error) error {

@@ -195,3 +195,63 @@ func TestTruncatedAndMalformed(t *testing.T) {
 		})
 	}
 }
+
+// TestOffsetsRanksThreads: snapshots with time.offset, mpi.rank and thread.id
+// give those times, that rank and one thread per thread.id; globals become
+// metadata.
+func TestOffsetsRanksThreads(t *testing.T) {
+	text := `__rec=node,id=20,attr=8,data=event.begin#function,parent=3
+__rec=node,id=21,attr=8,data=event.end#function,parent=3
+__rec=node,id=22,attr=8,data=time.offset,parent=2
+__rec=node,id=23,attr=8,data=mpi.rank,parent=1
+__rec=node,id=24,attr=8,data=thread.id,parent=1
+__rec=node,id=25,attr=8,data=cluster,parent=3
+__rec=node,id=26,attr=25,data=quartz
+__rec=globals,ref=26
+__rec=node,id=30,attr=20,data=main
+__rec=node,id=31,attr=21,data=main
+__rec=node,id=32,attr=20,data=solve
+__rec=node,id=33,attr=21,data=solve
+__rec=ctx,ref=30,attr=22=23=24,data=100=5=1
+__rec=ctx,ref=32,attr=22=23=24,data=150=5=2
+__rec=ctx,ref=33,attr=22=23=24,data=400=5=2
+__rec=ctx,ref=31,attr=22=23=24,data=900=5=1
+__rec=node,id=27,attr=8,data=user,parent=3
+__rec=node,id=28,attr=27,data=alice
+__rec=globals,ref=28
+`
+	frames, st, err := collect(t, steps.Config{}, func(b *steps.Builder) error {
+		b.SetOrigin(0)
+		if err := ReadFile(context.Background(), strings.NewReader(text), "t.cali", 9, b); err != nil {
+			return err
+		}
+		return b.Finish()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Executions != 2 || st.Threads != 2 || len(frames) != 1 {
+		t.Fatalf("stats %+v, %d frames", st, len(frames))
+	}
+	f := frames[0]
+	if f.Rank != 5 {
+		t.Errorf("rank %d, want mpi.rank 5", f.Rank)
+	}
+	want := []frame.FuncEvent{{Tid: 0, Kind: frame.Entry, FID: 0, TS: 100}, {Tid: 1, Kind: frame.Entry, FID: 1, TS: 150}, {Tid: 1, Kind: frame.Exit, FID: 1, TS: 400}, {Tid: 0, Kind: frame.Exit, FID: 0, TS: 900}}
+	if len(f.Events) != len(want) {
+		t.Fatalf("events %+v", f.Events)
+	}
+	for i := range want {
+		if f.Events[i] != want[i] {
+			t.Errorf("event %d = %+v, want %+v", i, f.Events[i], want[i])
+		}
+	}
+	var cluster, user bool
+	for _, m := range f.Metadata {
+		cluster = cluster || (m.Key == "cluster" && m.Value == "quartz")
+		user = user || (m.Key == "user" && m.Value == "alice")
+	}
+	if !cluster || !user {
+		t.Errorf("globals not kept as metadata: %+v", f.Metadata)
+	}
+}
