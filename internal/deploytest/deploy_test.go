@@ -477,3 +477,134 @@ func anyMatches(sel map[string]any, labels []map[string]any) bool {
 	}
 	return false
 }
+
+// flagValue returns the value of --name in argv (--name v or --name=v).
+func flagValue(argv []string, name string) (string, bool) {
+	for i, a := range argv {
+		a = strings.Trim(a, `"'`)
+		if a == "--"+name && i+1 < len(argv) {
+			return strings.Trim(argv[i+1], `"'`), true
+		}
+		if v, ok := strings.CutPrefix(a, "--"+name+"="); ok {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+// configValue returns key of a daemon config file given as YAML text.
+func configValue(t *testing.T, where string, data []byte, key string) (string, bool) {
+	t.Helper()
+	docs, err := yamlDocs(data)
+	if err != nil || len(docs) != 1 {
+		t.Fatalf("%s: %v", where, err)
+	}
+	v, ok := mapOf(docs[0])[key]
+	if !ok {
+		return "", false
+	}
+	return fmt.Sprint(v), true
+}
+
+// checkListen: a daemon in a container must listen on every interface at the
+// port the container publishes; its default (127.0.0.1) is unreachable there.
+func checkListen(t *testing.T, where, addr string, port int) {
+	t.Helper()
+	host, p, ok := strings.Cut(addr, ":")
+	if !ok {
+		t.Errorf("%s: --http %q is not host:port", where, addr)
+		return
+	}
+	if host != "0.0.0.0" && host != "" && host != "[::]" {
+		t.Errorf("%s: --http %q listens on %s only; the published port %d is unreachable", where, addr, host, port)
+	}
+	if p != fmt.Sprint(port) {
+		t.Errorf("%s: --http %q does not listen on the published port %d", where, addr, port)
+	}
+}
+
+// TestPublishedPortsListen checks that every compose service and Kubernetes
+// container of ours that publishes a port has its --http (flag or config
+// file) on all interfaces at that port.
+func TestPublishedPortsListen(t *testing.T) {
+	root := repoRoot(t)
+	doc := readYAMLDocs(t, filepath.Join(root, "deploy", "compose.yaml"))[0]
+	configs := mapOf(path(doc, "configs"))
+	for name, svc := range mapOf(path(doc, "services")) {
+		argv := append(words(path(svc, "entrypoint")), words(path(svc, "command"))...)
+		u, ok := argvUsage("", argv)
+		ports := listOf(path(svc, "ports"))
+		if !ok || len(ports) == 0 {
+			continue
+		}
+		t.Run("compose "+name, func(t *testing.T) {
+			spec := fmt.Sprint(ports[0])
+			parts := strings.Split(spec, ":")
+			var port int
+			fmt.Sscan(parts[len(parts)-1], &port)
+			addr, ok := flagValue(u.argv, "http")
+			if !ok {
+				cfg, _ := flagValue(u.argv, "config")
+				for _, c := range listOf(path(svc, "configs")) {
+					if strOf(path(c, "target")) == cfg {
+						file := strOf(path(configs[strOf(path(c, "source"))], "file"))
+						b, err := os.ReadFile(filepath.Join(root, "deploy", file))
+						if err != nil {
+							t.Fatal(err)
+						}
+						addr, ok = configValue(t, file, b, "http")
+					}
+				}
+			}
+			if !ok {
+				t.Fatalf("publishes %s but sets no --http (flag or config file): the daemon would listen on 127.0.0.1", spec)
+			}
+			checkListen(t, "deploy/compose.yaml service "+name, addr, port)
+		})
+	}
+	objs, files := k8sObjects(t, root)
+	cm := map[string]map[string]any{}
+	for _, o := range objs {
+		if strOf(path(o, "kind")) == "ConfigMap" {
+			cm[strOf(path(o, "metadata", "name"))] = mapOf(path(o, "data"))
+		}
+	}
+	for i, o := range objs {
+		for _, spec := range podSpecs(o) {
+			vols := map[string]string{} // volume name -> ConfigMap
+			for _, v := range listOf(path(spec, "volumes")) {
+				vols[strOf(path(v, "name"))] = strOf(path(v, "configMap", "name"))
+			}
+			for _, c := range containers(spec) {
+				argv := append(words(path(c, "command")), words(path(c, "args"))...)
+				u, ok := argvUsage("", argv)
+				var port int
+				for _, p := range listOf(path(c, "ports")) {
+					if strOf(path(p, "name")) == "http" {
+						fmt.Sscan(fmt.Sprint(path(p, "containerPort")), &port)
+					}
+				}
+				if !ok || port == 0 {
+					continue
+				}
+				where := fmt.Sprintf("%s %s/%s", files[i], strOf(path(o, "kind")), strOf(path(o, "metadata", "name")))
+				t.Run(where, func(t *testing.T) {
+					addr, ok := flagValue(u.argv, "http")
+					if !ok {
+						cfg, _ := flagValue(u.argv, "config")
+						for _, m := range listOf(path(c, "volumeMounts")) {
+							if strOf(path(m, "mountPath")) == cfg {
+								data := strOf(cm[vols[strOf(path(m, "name"))]][strOf(path(m, "subPath"))])
+								addr, ok = configValue(t, where, []byte(data), "http")
+							}
+						}
+					}
+					if !ok {
+						t.Fatalf("exposes port %d but sets no --http: the daemon would listen on 127.0.0.1", port)
+					}
+					checkListen(t, where, addr, port)
+				})
+			}
+		}
+	}
+}
