@@ -93,7 +93,7 @@ func TestEightRanksSurvivePServerOutage(t *testing.T) {
 	const run = "outage"
 	subj := natsx.Subjects{Run: run}
 	wcfg := workload.DefaultConfig()
-	wcfg.Ranks, wcfg.Steps, wcfg.EventsPerStep = 8, 12, 4000
+	wcfg.Ranks, wcfg.Steps, wcfg.EventsPerStep = 8, 16, 4000
 	wcfg.Rates = workload.DefaultRates.Scale(5)
 	w, err := workload.New(wcfg)
 	if err != nil {
@@ -116,7 +116,7 @@ func TestEightRanksSurvivePServerOutage(t *testing.T) {
 		st, err := Serve(ctx, ServeConfig{
 			Conn: nc, Run: run, Ranks: ranks, Collector: coll, Logger: zerolog.Nop(), Ready: func() { close(ready) },
 			Detector: Config{Algorithm: SSTD, Sink: sink, Syncer: &NATSSyncer{Conn: nc, Subjects: subj},
-				SyncWait: 2 * time.Second, SyncTimeout: 100 * time.Millisecond, SyncBackoffMax: 100 * time.Millisecond},
+				SyncWait: 2 * time.Second, SyncTimeout: 500 * time.Millisecond, SyncBackoffMax: 200 * time.Millisecond},
 		})
 		done <- result{st, err}
 	}()
@@ -195,7 +195,7 @@ func TestEightRanksSurvivePServerOutage(t *testing.T) {
 					}
 				}
 				if !caught {
-					time.Sleep(150 * time.Millisecond)
+					time.Sleep(300 * time.Millisecond)
 					s++
 					publishStep(s)
 				}
