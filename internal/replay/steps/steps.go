@@ -146,6 +146,7 @@ type rankState struct {
 	sentF    idSet
 	sentC    idSet
 	threads  []thread
+	sparse   map[uint32]*thread // thread ids from denseThreads up
 	meta     map[metaKey]struct{}
 	marker   uint32
 	hasMark  bool
@@ -265,15 +266,30 @@ func (b *Builder) HasFunc(rank, id uint32) bool {
 // maxThreads bounds the thread index a reader may use.
 const maxThreads = 1 << 20
 
+// denseThreads is how many thread ids a rank keeps in a slice; higher (sparse)
+// ids go to a map.
+const denseThreads = 1024
+
 func (b *Builder) thread(r *rankState, tid uint32) (*thread, error) {
-	if int(tid) >= len(r.threads) {
-		if tid >= maxThreads {
-			return nil, fmt.Errorf("thread %d on rank %d: more than %d threads", tid, r.rank, maxThreads)
-		}
-		n := max(int(tid)+1, 2*len(r.threads))
+	var t *thread
+	switch {
+	case tid < uint32(len(r.threads)):
+		t = &r.threads[tid]
+	case tid < denseThreads:
+		n := min(max(int(tid)+1, 2*len(r.threads)), denseThreads)
 		r.threads = append(r.threads, make([]thread, n-len(r.threads))...)
+		t = &r.threads[tid]
+	case tid >= maxThreads:
+		return nil, fmt.Errorf("thread %d on rank %d: thread ids must be below %d", tid, r.rank, maxThreads)
+	default:
+		if r.sparse == nil {
+			r.sparse = map[uint32]*thread{}
+		}
+		if t = r.sparse[tid]; t == nil {
+			t = &thread{}
+			r.sparse[tid] = t
+		}
 	}
-	t := &r.threads[tid]
 	if !t.seen {
 		t.seen = true
 		b.stats.Threads++
@@ -563,7 +579,11 @@ func (b *Builder) MarkGPU(rank, tid uint32) error {
 // IsGPU reports whether (rank, tid) was marked as a GPU thread.
 func (b *Builder) IsGPU(rank, tid uint32) bool {
 	r := b.rank(rank)
-	return int(tid) < len(r.threads) && r.threads[tid].gpu
+	if int(tid) < len(r.threads) {
+		return r.threads[tid].gpu
+	}
+	t := r.sparse[tid]
+	return t != nil && t.gpu
 }
 
 // ErrStopped is wrapped by errors from Finish after a reader error.
