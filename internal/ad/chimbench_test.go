@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/kipimo-hpc/kipimo/internal/frame"
 )
@@ -273,6 +274,7 @@ func benchChimbench(b *testing.B, cfg Config) {
 	var events float64
 	var flagged, tp int
 	var allocs, bytes uint64
+	var cpu time.Duration
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
@@ -281,7 +283,9 @@ func benchChimbench(b *testing.B, cfg Config) {
 		var m0, m1 runtime.MemStats
 		runtime.ReadMemStats(&m0)
 		b.StartTimer()
+		c0 := cpuTime()
 		d := runEncoded(b, cfg, enc, sink)
+		cpu += cpuTime() - c0
 		b.StopTimer()
 		runtime.ReadMemStats(&m1)
 		allocs += m1.Mallocs - m0.Mallocs
@@ -299,6 +303,9 @@ func benchChimbench(b *testing.B, cfg Config) {
 	}
 	b.StopTimer()
 	b.ReportMetric(events/b.Elapsed().Seconds(), "events/s")
+	if cpu > 0 {
+		b.ReportMetric(events/cpu.Seconds(), "events/cpu-s")
+	}
 	b.ReportMetric(float64(allocs)/events, "allocs/event")
 	b.ReportMetric(float64(bytes)/events, "B/event")
 	b.ReportMetric(float64(flagged), "flagged")
