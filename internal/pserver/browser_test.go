@@ -167,7 +167,12 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Errorf("the heat map's hottest row is rank %v, want rank %d", hottest, slow)
 	}
 
-	if err := chromedp.Do(ctx, chromedp.Click(`#top-ranks tbody tr:first-child`), chromedp.WaitVisible(`#callstack li`)); err != nil {
+	// Tables are re-rendered by live updates, so click inside the page (a
+	// node looked up first may be replaced before a protocol click lands).
+	if !run(t, ctx, chromedp.Evaluate[bool](clickJS(`#top-ranks tbody tr`))) {
+		t.Fatal("no top-ranks row to click")
+	}
+	if err := chromedp.Do(ctx, chromedp.WaitVisible(`#callstack li`)); err != nil {
 		t.Fatalf("click-through: %v", err)
 	}
 	stack := run(t, ctx, chromedp.Text(`#callstack`))
@@ -212,13 +217,13 @@ func TestDashboardWithoutProvDB(t *testing.T) {
 	defer cancel()
 	ctx, cancel = context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
-	err := chromedp.Do(ctx,
-		chromedp.Navigate(ts.URL+"/"),
-		chromedp.Poll[chromedp.Void](`window.kipimo && window.kipimo.ready === true`),
-		chromedp.Click(`#func-table tbody tr:first-child`),
-		chromedp.Poll[chromedp.Void](`document.getElementById("details-msg").textContent.length > 0`),
-	)
-	if err != nil {
+	if err := chromedp.Do(ctx, chromedp.Navigate(ts.URL+"/"), chromedp.Poll[chromedp.Void](`window.kipimo && window.kipimo.ready === true`)); err != nil {
+		t.Fatal(err)
+	}
+	if !run(t, ctx, chromedp.Evaluate[bool](clickJS(`#func-table tbody tr`))) {
+		t.Fatal("no function row to click")
+	}
+	if err := chromedp.Do(ctx, chromedp.Poll[chromedp.Void](`document.getElementById("details-msg").textContent.length > 0`)); err != nil {
 		t.Fatal(err)
 	}
 	msg := run(t, ctx, chromedp.Text(`#details-msg`))
@@ -234,4 +239,10 @@ func run[T any](t *testing.T, ctx context.Context, a chromedp.Action[T]) T {
 		t.Fatal(err)
 	}
 	return v
+}
+
+// clickJS is a page expression that clicks the first element matching sel
+// and reports whether there was one.
+func clickJS(sel string) string {
+	return `(() => { const e = document.querySelector(` + strconv.Quote(sel) + `); if (!e) return false; e.click(); return true; })()`
 }
