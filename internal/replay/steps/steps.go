@@ -152,6 +152,7 @@ type rankState struct {
 	hasMark  bool
 	maxTS    uint64 // latest event time of the rank
 	origin   uint64 // start of the rank's step 0
+	bound    uint64 // end of the rank's current step (fixed-step mode)
 	ownOrig  bool   // origin set by SetRankOrigin
 }
 
@@ -300,18 +301,22 @@ func (b *Builder) thread(r *rankState, tid uint32) (*thread, error) {
 // at moves rank r to the step of ts (emitting the frames before it) and
 // returns the timestamp to record (clamped so a thread never goes back).
 func (b *Builder) at(r *rankState, t *thread, ts uint64) (uint64, error) {
-	if !b.hasOrig {
-		b.origin, b.hasOrig = ts, true
-	}
 	if ts < t.last {
 		ts = t.last
 	}
 	t.last = ts
-	if ts > b.maxTS {
-		b.maxTS = ts
-	}
 	if ts > r.maxTS {
 		r.maxTS = ts
+		if ts > b.maxTS {
+			b.maxTS = ts
+		}
+	}
+	// Fast path: the event falls in the rank's current step.
+	if r.begun && (ts < r.bound || b.cfg.Marker != "") {
+		return ts, nil
+	}
+	if !b.hasOrig {
+		b.origin, b.hasOrig = ts, true
 	}
 	if !r.begun {
 		if !r.ownOrig {
@@ -321,6 +326,7 @@ func (b *Builder) at(r *rankState, t *thread, ts uint64) (uint64, error) {
 		r.step = 0
 		r.tStart = r.origin
 		r.f.Step, r.f.TStart = 0, r.origin
+		r.bound = r.origin + b.stepUS
 	}
 	if b.cfg.Marker != "" {
 		return ts, nil
@@ -358,6 +364,7 @@ func (b *Builder) advance(r *rankState, s uint64) error {
 		r.f.Step = r.step
 		r.f.TStart = r.origin + r.step*b.stepUS
 	}
+	r.bound = r.origin + (r.step+1)*b.stepUS
 	return nil
 }
 
