@@ -7,7 +7,6 @@ import (
 	"io"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/kipimo-hpc/kipimo/internal/frame"
@@ -29,8 +28,9 @@ type runResult struct {
 	execsFID map[uint32]uint64 // executions per function (all ranks)
 }
 
-// runWorkload runs one detector per rank over wcfg, syncing through a shared
-// in-process pserver double.
+// runWorkload runs one detector per rank over wcfg, in lockstep (every rank's
+// step s before any rank's step s+1, ranks in order) so that the shared
+// in-process pserver double sees the same sequence of syncs on every run.
 func runWorkload(t testing.TB, wcfg workload.Config, cfg Config) runResult {
 	t.Helper()
 	w, err := workload.New(wcfg)
@@ -39,71 +39,66 @@ func runWorkload(t testing.TB, wcfg workload.Config, cfg Config) runResult {
 	}
 	ps := newFakePServer()
 	res := runResult{truth: map[execKey]workload.Truth{}, specs: w.Functions(), execsFID: map[uint32]uint64{}}
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	errs := make(chan error, wcfg.Ranks)
-	for r := 0; r < wcfg.Ranks; r++ {
-		wg.Add(1)
-		go func(r uint32) {
-			defer wg.Done()
-			c := cfg
-			c.PID, c.Rank = wcfg.PID, r
-			c.Syncer = ps
-			sink := &MemorySink{}
-			c.Sink = sink
-			d, err := New(c)
-			if err != nil {
-				errs <- err
-				return
-			}
-			g := w.Rank(r)
-			var f frame.Frame
-			var truths []workload.Truth
-			for {
-				tr, err := g.Next(&f)
-				if errors.Is(err, io.EOF) {
-					break
-				}
-				if err != nil {
-					errs <- err
-					return
-				}
-				truths = append(truths, tr...)
-				if err := d.Process(context.Background(), &f); err != nil {
-					errs <- err
-					return
-				}
-			}
-			if err := d.Close(context.Background()); err != nil {
-				errs <- err
-				return
-			}
-			all := sink.All()
-			mu.Lock()
-			defer mu.Unlock()
-			for _, tr := range truths {
-				res.truth[execKey{tr.Rank, tr.Tid, tr.FID, tr.Entry}] = tr
-			}
-			res.flagged = append(res.flagged, all.Anomalies...)
-			res.stats.Add(d.Stats())
-			for _, p := range all.Profiles {
-				for _, tm := range p.Timers {
-					if strings.Contains(tm.Name, " => ") {
-						continue
-					}
-					for _, s := range res.specs {
-						if s.Name == tm.Name {
-							res.execsFID[s.ID] += tm.Calls
-						}
-					}
-				}
-			}
-		}(uint32(r))
+	type rankRun struct {
+		d    *Detector
+		g    *workload.RankGen
+		sink *MemorySink
+		done bool
 	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
+	runs := make([]*rankRun, wcfg.Ranks)
+	for r := range runs {
+		c := cfg
+		c.PID, c.Rank = wcfg.PID, uint32(r)
+		c.Syncer = ps
+		rr := &rankRun{g: w.Rank(uint32(r)), sink: &MemorySink{}}
+		c.Sink = rr.sink
+		if rr.d, err = New(c); err != nil {
+			t.Fatal(err)
+		}
+		runs[r] = rr
+	}
+	var f frame.Frame
+	for left := len(runs); left > 0; {
+		for _, rr := range runs {
+			if rr.done {
+				continue
+			}
+			tr, err := rr.g.Next(&f)
+			if errors.Is(err, io.EOF) {
+				rr.done = true
+				left--
+				continue
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, x := range tr {
+				res.truth[execKey{x.Rank, x.Tid, x.FID, x.Entry}] = x
+			}
+			if err := rr.d.Process(context.Background(), &f); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, rr := range runs {
+		if err := rr.d.Close(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		all := rr.sink.All()
+		res.flagged = append(res.flagged, all.Anomalies...)
+		res.stats.Add(rr.d.Stats())
+		for _, p := range all.Profiles {
+			for _, tm := range p.Timers {
+				if strings.Contains(tm.Name, " => ") {
+					continue
+				}
+				for _, s := range res.specs {
+					if s.Name == tm.Name {
+						res.execsFID[s.ID] += tm.Calls
+					}
+				}
+			}
+		}
 	}
 	return res
 }
