@@ -66,7 +66,7 @@ func TestKillAndRestartLosesNothing(t *testing.T) {
 		t.Skip("kill test skipped in -short mode")
 	}
 	const batches, per = 200, 500
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
 	srv, err := natsx.StartServer(natsx.DefaultServerConfig(dir))
