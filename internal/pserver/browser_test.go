@@ -142,7 +142,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Fatalf("the page did not reach io_step %s through the SSE stream: %v", final, err)
 	}
 
-	topRank := run(t, ctx, chromedp.Text(`#top-ranks tbody tr:first-child td:first-child`))
+	topRank := run(t, ctx, chromedp.Evaluate[string](textJS(`#top-ranks tbody tr:first-child td:first-child`)))
 	rows := run(t, ctx, chromedp.Evaluate[int](`document.querySelectorAll("#top-ranks tbody tr").length`))
 	// The heat-map row with the most red pixels, read back from the canvas.
 	hottest := run(t, ctx, chromedp.Evaluate[int](`(() => {
@@ -172,12 +172,12 @@ func TestDashboardInBrowser(t *testing.T) {
 	if !run(t, ctx, chromedp.Evaluate[bool](clickJS(`#top-ranks tbody tr`))) {
 		t.Fatal("no top-ranks row to click")
 	}
-	if err := chromedp.Do(ctx, chromedp.WaitVisible(`#callstack li`)); err != nil {
+	if err := chromedp.Do(ctx, chromedp.Poll[chromedp.Void](`document.querySelectorAll("#callstack li").length > 0`)); err != nil {
 		t.Fatalf("click-through: %v", err)
 	}
-	stack := run(t, ctx, chromedp.Text(`#callstack`))
-	records := run(t, ctx, chromedp.Text(`#records tbody`))
-	gpu := run(t, ctx, chromedp.Text(`#gpu`))
+	stack := run(t, ctx, chromedp.Evaluate[string](textJS(`#callstack`)))
+	records := run(t, ctx, chromedp.Evaluate[string](textJS(`#records tbody`)))
+	gpu := run(t, ctx, chromedp.Evaluate[string](textJS(`#gpu`)))
 	if out := os.Getenv("KIPIMO_DASHBOARD_SCREENSHOT"); out != "" {
 		if err := os.WriteFile(out, run(t, ctx, chromedp.FullScreenshot(100)), 0o644); err != nil {
 			t.Fatal(err)
@@ -226,7 +226,7 @@ func TestDashboardWithoutProvDB(t *testing.T) {
 	if err := chromedp.Do(ctx, chromedp.Poll[chromedp.Void](`document.getElementById("details-msg").textContent.length > 0`)); err != nil {
 		t.Fatal(err)
 	}
-	msg := run(t, ctx, chromedp.Text(`#details-msg`))
+	msg := run(t, ctx, chromedp.Evaluate[string](textJS(`#details-msg`)))
 	if !strings.Contains(msg, "--provdb-url") {
 		t.Errorf("message %q does not tell how to configure the provenance API", msg)
 	}
@@ -245,4 +245,10 @@ func run[T any](t *testing.T, ctx context.Context, a chromedp.Action[T]) T {
 // and reports whether there was one.
 func clickJS(sel string) string {
 	return `(() => { const e = document.querySelector(` + strconv.Quote(sel) + `); if (!e) return false; e.click(); return true; })()`
+}
+
+// textJS is a page expression giving the text of the first element matching
+// sel ("" when there is none), read atomically inside the page.
+func textJS(sel string) string {
+	return `(() => { const e = document.querySelector(` + strconv.Quote(sel) + `); return e ? e.innerText : ""; })()`
 }
