@@ -18,8 +18,6 @@ func TestDeployFilesExist(t *testing.T) {
 		"deploy/Dockerfile",
 		"deploy/compose.yaml",
 		"deploy/config/ad.yaml",
-		"deploy/config/pserver.yaml",
-		"deploy/config/provdb.yaml",
 		"deploy/slurm/kipimo.sbatch",
 		"deploy/slurm/README.md",
 		"deploy/k8s/README.md",
