@@ -190,3 +190,41 @@ func sortedKeys(m map[string]bool) []string {
 	sort.Strings(keys)
 	return keys
 }
+
+// TestCommandFlags checks the checker on the real binaries: flags every
+// daemon documents are found, a made-up flag is not, and an unknown kipimo
+// subcommand is an error rather than the root's flags.
+func TestCommandFlags(t *testing.T) {
+	for _, tc := range []struct {
+		name, program string
+		has           []string
+		wantErr       bool
+	}{
+		{"detector", "ad", []string{"nats", "run", "ranks"}, false},
+		{"parameter server", "pserver", []string{"nats", "run", "http", "shard", "shards", "token-file"}, false},
+		{"provenance service", "provdb", []string{"nats", "run", "store", "http", "token-file"}, false},
+		{"subcommand with inherited flags", "kipimo gen", []string{"out", "log-level"}, false},
+		{"unknown subcommand", "kipimo no-such-command", nil, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			known, err := commandFlags(t, tc.program)
+			if tc.wantErr {
+				if err == nil {
+					t.Fatalf("%s: no error; flags %v", tc.program, sortedKeys(known))
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, f := range tc.has {
+				if !known[f] {
+					t.Errorf("%s: --%s not found in --help (found %v)", tc.program, f, sortedKeys(known))
+				}
+			}
+			if known["surely-not-a-flag"] {
+				t.Errorf("%s: a made-up flag was found", tc.program)
+			}
+		})
+	}
+}
