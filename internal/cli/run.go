@@ -40,7 +40,7 @@ At the end it prints what was found (with precision and recall against the
 injected anomalies for synthetic runs), how fast, how much data was kept, where
 the results are, and the commands to explore them.`,
 		Example: `  kipimo run
-  kipimo run --ranks 16 --steps 100 --gpu --algo hbos
+  kipimo run --ranks 16 --steps 100 --gpu --algorithm hbos
   kipimo run --input trace.json.gz --format chrome --step 100ms
   kipimo run --keep-serving --http 127.0.0.1:8080`,
 		Args: cobra.NoArgs,
@@ -50,6 +50,9 @@ the results are, and the commands to explore them.`,
 			}
 			if scale != 1 {
 				wl.Rates = wl.Rates.Scale(scale)
+			}
+			if cfg.TaudbDSN == "" {
+				cfg.TaudbDSN = os.Getenv("KIPIMO_TAUDB_DSN")
 			}
 			cfg.Workload = wl
 			cfg.Detector.Ignore = ignore
@@ -62,7 +65,7 @@ the results are, and the commands to explore them.`,
 	f := cmd.Flags()
 	config.AddConfigFlag(f)
 	f.StringVar(&cfg.Out, "out", "kipimo-out", "directory for the run's data, provenance store and TAU profiles")
-	f.StringVar(&cfg.RunID, "run-id", "", "run id on the NATS subjects (default run-<UTC time>)")
+	f.StringVar(&cfg.RunID, "run", "", "run id on the NATS subjects (default run-<UTC time>)")
 	f.IntVar(&wl.Ranks, "ranks", wl.Ranks, "synthetic run: MPI ranks")
 	f.IntVar(&wl.Steps, "steps", wl.Steps, "synthetic run: io_steps")
 	f.Uint64Var(&wl.Seed, "seed", wl.Seed, "synthetic run: seed (same seed, same run)")
@@ -74,18 +77,18 @@ the results are, and the commands to explore them.`,
 	f.StringVar(&cfg.InputFormat, "format", "", "format of --input: tau, caliper, chrome or frames")
 	f.DurationVar(&cfg.Step, "step", 0, "traces: io_step length in trace time (default 1s)")
 	f.StringVar(&cfg.StepMarker, "step-marker", "", "traces: start a new io_step at each entry of this function")
-	f.StringVar(&cfg.Detector.Algorithm, "algo", ad.SSTD, "outlier algorithm: sstd, hbos or copod")
+	f.StringVar(&cfg.Detector.Algorithm, "algorithm", ad.SSTD, "outlier algorithm: sstd, hbos or copod")
 	f.Float64Var(&cfg.Detector.Sigma, "sigma", 6, "SSTD threshold in standard deviations")
 	f.Float64Var(&cfg.Detector.Threshold, "threshold", 0.99, "HBOS/COPOD threshold as a fraction of the score range")
 	f.IntVar(&cfg.Detector.Window, "window", 5, "executions kept before and after each anomaly (exec_window)")
 	f.BoolVar(&cfg.Detector.SlowOnly, "slow-only", false, "flag only executions slower than normal")
-	f.BoolVar(&cfg.Detector.ByCallPath, "by-callpath", false, "key models by call path instead of by function")
+	f.BoolVar(&cfg.Detector.ByCallPath, "by-call-path", false, "key models by call path instead of by function")
 	f.Float64Var(&cfg.Detector.MinRuntime, "min-runtime", 0, "never flag executions shorter than this (µs)")
 	f.StringSliceVar(&ignore, "ignore", nil, "functions never flagged (repeat or comma-separate)")
 	f.Float64Var(&cfg.Detector.NormalRate, "normal-rate", 0, "fraction of normal executions also stored")
 	f.StringVar(&cfg.HTTP, "http", "127.0.0.1:0", "dashboard address (port 0 picks a free port)")
 	f.BoolVar(&keepServing, "keep-serving", false, "keep the dashboard up after the run until interrupted")
-	f.StringVar(&cfg.TaudbDSN, "taudb", "", "PostgreSQL DSN: also store the run as a TAUdb trial (env KIPIMO_TAUDB)")
+	f.StringVar(&cfg.TaudbDSN, "taudb", "", "PostgreSQL DSN: also store the run as a TAUdb trial (env KIPIMO_TAUDB or KIPIMO_TAUDB_DSN)")
 	f.StringVar(&cfg.NATSURL, "nats", "", "use this NATS server instead of an embedded one")
 	f.BoolVar(&jsonOut, "json", false, "print the summary as JSON")
 	return cmd

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/kipimo-hpc/kipimo/internal/config"
 	"io"
 	"os"
 	"strings"
@@ -45,7 +46,11 @@ func Run(ctx context.Context, args []string, stderr io.Writer) error {
 		fmt.Fprintln(stderr, "Usage: pserver --run ID [flags]\n\nKipimo parameter server: merges the detectors' models, keeps the run's\naggregates and serves the live dashboard and Prometheus metrics.\n\nFlags:")
 		fs.PrintDefaults()
 	}
+	config.AddConfigFlagStd(fs)
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := config.ApplyStd(fs, os.LookupEnv); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {

@@ -137,7 +137,7 @@ func (p *Pipeline) start(ctx context.Context) error {
 
 func (p *Pipeline) startProvenance(ctx context.Context) error {
 	plog := p.log.With().Str("component", "provdb").Logger()
-	p.prov = service.New(service.Config{Run: p.cfg.RunID, Logger: &plog}, p.store, p.js)
+	p.prov = service.New(service.Config{Run: p.cfg.RunID, Logger: &plog, AckWait: 5 * time.Second}, p.store, p.js)
 	if err := p.prov.Start(ctx); err != nil {
 		return fmt.Errorf("start provenance service: %w", err)
 	}

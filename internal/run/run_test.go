@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/binary"
 	"math/rand/v2"
+	"net/url"
+	"strconv"
 	"os"
 	"path/filepath"
 	"testing"
@@ -31,7 +33,7 @@ func execute(t *testing.T, cfg Config, setup func(p *Pipeline), progress func(*P
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
-	p, err := Start(ctx, cfg, zerolog.Nop())
+	p, err := Start(ctx, cfg, testLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,4 +180,41 @@ func TestRunSurvivesRestarts(t *testing.T) {
 	if err != nil || n != sum.Stored[natsx.ProvNormalExecs] {
 		t.Errorf("normal executions %d (%v)", n, err)
 	}
+}
+
+// TestRunSurvivesNATSRestart restarts the embedded NATS server (same port,
+// same JetStream directory) in the middle of a run.
+func TestRunSurvivesNATSRestart(t *testing.T) {
+	cfg := smallRun(t)
+	cfg.Pace = 2
+	restarted := false
+	p, sum := execute(t, cfg, nil, func(p *Pipeline, pr Progress) {
+		if restarted || pr.Frames < cfg.Workload.Ranks*cfg.Workload.Steps/3 {
+			return
+		}
+		restarted = true
+		u, err := url.Parse(p.ns.ClientURL())
+		if err != nil {
+			t.Fatal(err)
+		}
+		port, _ := strconv.Atoi(u.Port())
+		p.ns.Shutdown()
+		time.Sleep(200 * time.Millisecond)
+		sc := natsx.DefaultServerConfig(cfg.path("nats"))
+		sc.Port = port
+		ns, err := natsx.StartServer(sc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.ns = ns
+	})
+	if !restarted {
+		t.Fatal("the run ended before the restart")
+	}
+	t.Logf("after a NATS restart: %d bad frames, %d dropped records, %d failed syncs, %d/%d frames", sum.BadFrames, sum.DroppedRecords, sum.SyncFailures, sum.Frames, cfg.Workload.Ranks*cfg.Workload.Steps)
+	checkConsistent(t, p, sum)
+}
+
+func testLogger(t *testing.T) zerolog.Logger {
+	return zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel).With().Timestamp().Logger()
 }

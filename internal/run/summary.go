@@ -135,9 +135,8 @@ func (p *Pipeline) summarize(ctx context.Context, st []ad.Stats, truthFn func() 
 	}
 	sum.TaudbTrial = int64(id)
 	sum.Explore = []string{
-		fmt.Sprintf("kipimo query --store %s --sort outlier_score --desc --limit 20", sum.Store),
+		fmt.Sprintf("kipimo query list --store %s --sort outlier_score --desc --limit 20", sum.Store),
 		fmt.Sprintf("kipimo query agg --store %s --by rank", sum.Store),
-		fmt.Sprintf("kipimo taudb show-profiles %s", sum.ProfilesDir),
 	}
 	if sum.TaudbTrial != 0 {
 		sum.Explore = append(sum.Explore, fmt.Sprintf("kipimo taudb show --dsn $KIPIMO_TAUDB_DSN %d", sum.TaudbTrial))

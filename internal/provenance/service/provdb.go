@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/kipimo-hpc/kipimo/internal/config"
 	"io"
 	"net"
 	"net/http"
@@ -55,7 +56,11 @@ func Main(ctx context.Context, args []string, stderr io.Writer) error {
 		fmt.Fprintln(stderr, "provdb consumes a Kipimo run's provenance records from NATS JetStream into a store\nand serves read-only queries on it over HTTP.\n\nUsage: provdb --run ID [flags]")
 		fs.PrintDefaults()
 	}
+	config.AddConfigFlagStd(fs)
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := config.ApplyStd(fs, os.LookupEnv); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
