@@ -5,9 +5,9 @@ import (
 	"encoding/binary"
 	"math/rand/v2"
 	"net/url"
-	"strconv"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
