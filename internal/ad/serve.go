@@ -266,9 +266,13 @@ func serveRank(ctx context.Context, d *Detector, sub *nats.Subscription, endAll 
 			break
 		}
 		if err := decodeFrame(msg.Data, &f); err != nil {
-			d.stats.badFrames.Add(1)
+			n := d.stats.badFrames.Add(1)
 			d.stepBad++
-			d.cfg.Logger.Warn().Err(err).Msg("bad frame rejected")
+			// Logged at the 1st, 2nd, 4th, 8th... so a flood cannot flood
+			// the log; every one is counted in the metrics.
+			if n&(n-1) == 0 {
+				d.cfg.Logger.Warn().Err(err).Uint64("bad_frames", n).Msg("bad frame rejected")
+			}
 			continue
 		}
 		if err := d.Process(ctx, &f); err != nil {

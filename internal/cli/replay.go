@@ -134,15 +134,7 @@ type progressBar struct {
 
 // newProgressBar returns a bar when enabled and w is a terminal, else nil.
 func newProgressBar(w io.Writer, enabled bool) *progressBar {
-	if !enabled {
-		return nil
-	}
-	f, ok := w.(*os.File)
-	if !ok {
-		return nil
-	}
-	st, err := f.Stat()
-	if err != nil || st.Mode()&os.ModeCharDevice == 0 {
+	if !enabled || !isTerminal(w) {
 		return nil
 	}
 	return &progressBar{w: w}
