@@ -64,7 +64,7 @@ the results are, and the commands to explore them.`,
 	}
 	f := cmd.Flags()
 	config.AddConfigFlag(f)
-	f.StringVar(&cfg.Out, "out", "kipimo-out", "directory for the run's data, provenance store and TAU profiles")
+	f.StringVar(&cfg.Out, "out", "kipimo-out", "directory that holds each run's data, provenance store and TAU profiles under <out>/<run>")
 	f.StringVar(&cfg.RunID, "run", "", "run id on the NATS subjects (default run-<UTC time>)")
 	f.IntVar(&wl.Ranks, "ranks", wl.Ranks, "synthetic run: MPI ranks")
 	f.IntVar(&wl.Steps, "steps", wl.Steps, "synthetic run: io_steps")
@@ -97,8 +97,10 @@ the results are, and the commands to explore them.`,
 func runPipeline(ctx context.Context, stdout, stderr io.Writer, cfg run.Config, jsonOut, keepServing bool) error {
 	log := zerolog.New(zerolog.ConsoleWriter{Out: stderr, TimeFormat: time.TimeOnly}).With().Timestamp().Logger().Level(zerolog.GlobalLevel())
 	if zerolog.GlobalLevel() == zerolog.InfoLevel {
-		// Lifecycle messages of every component would drown the progress line.
-		log = log.Level(zerolog.WarnLevel)
+		// Lifecycle messages of every component would drown the progress
+		// line and the summary; --log-level debug shows them.
+		zerolog.SetGlobalLevel(zerolog.WarnLevel)
+		defer zerolog.SetGlobalLevel(zerolog.InfoLevel)
 	}
 	p, err := run.Start(ctx, cfg, log)
 	if err != nil {

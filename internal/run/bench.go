@@ -123,7 +123,7 @@ func Bench(ctx context.Context, cfg BenchConfig) (*BenchResult, error) {
 	}
 
 	fmt.Fprintln(cfg.Log, "provenance: SQLite ingest of the run's anomaly records")
-	rps, bpr, median, err := benchIngest(ctx, filepath.Join(cfg.Out, "pipeline", "provenance.db"), filepath.Join(cfg.Out, "ingest.db"))
+	rps, bpr, median, err := benchIngest(ctx, filepath.Join(cfg.Out, "pipeline", "bench", "provenance.db"), filepath.Join(cfg.Out, "ingest.db"))
 	if err != nil {
 		return nil, err
 	}

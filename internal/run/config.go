@@ -21,8 +21,8 @@ import (
 // Config configures a run. The zero value plus Validate gives the default
 // run: the synthetic workload's defaults, detected with SSTD.
 type Config struct {
-	// Out is the directory that receives everything the run keeps: NATS
-	// data, the provenance store, TAU profiles, the ground truth.
+	// Out is the directory under which each run keeps, in Out/<RunID>,
+	// its NATS data, provenance store, TAU profiles and ground truth.
 	Out string
 	// RunID names the run on the NATS subjects; default from the time.
 	RunID string
@@ -104,4 +104,4 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-func (c *Config) path(name string) string { return filepath.Join(c.Out, name) }
+func (c *Config) path(name string) string { return filepath.Join(c.Out, c.RunID, name) }

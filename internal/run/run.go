@@ -71,7 +71,7 @@ func Start(ctx context.Context, cfg Config, log zerolog.Logger) (*Pipeline, erro
 
 func (p *Pipeline) start(ctx context.Context) error {
 	cfg := p.cfg
-	if err := os.MkdirAll(cfg.Out, 0o755); err != nil {
+	if err := os.MkdirAll(cfg.path(""), 0o755); err != nil {
 		return fmt.Errorf("create output directory: %w", err)
 	}
 	url := cfg.NATSURL
