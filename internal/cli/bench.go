@@ -7,6 +7,7 @@ import (
 	"sort"
 	"text/tabwriter"
 
+	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
 	"github.com/kipimo-hpc/kipimo/internal/run"
@@ -41,6 +42,10 @@ Each figure is printed next to its target.`,
 				dir = tmp
 			}
 			log := cmd.ErrOrStderr()
+			if zerolog.GlobalLevel() == zerolog.InfoLevel {
+				zerolog.SetGlobalLevel(zerolog.WarnLevel)
+				defer zerolog.SetGlobalLevel(zerolog.InfoLevel)
+			}
 			res, err := run.Bench(cmd.Context(), run.BenchConfig{Out: dir, Detectors: detectors, Funcs: funcs, Log: log})
 			if err != nil {
 				return err
