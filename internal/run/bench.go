@@ -223,30 +223,32 @@ func benchPipeline(ctx context.Context, out string, wl workload.Config, speed fl
 	seen := map[cell]time.Time{}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		tick := time.NewTicker(2 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-tick.C:
-			}
-			now := time.Now()
-			p.ps.View(func(st *pserver.State) {
-				for step, sa := range st.Agg.Steps {
-					for id, c := range sa.Ranks {
-						k := cell{id.Rank, step}
-						if _, ok := seen[k]; !ok && c.Anomalies > 0 {
-							seen[k] = now
+	if speed > 0 { // only a paced run has exit times to measure from
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tick := time.NewTicker(2 * time.Millisecond)
+			defer tick.Stop()
+			for {
+				select {
+				case <-stop:
+					return
+				case <-tick.C:
+				}
+				now := time.Now()
+				p.ps.View(func(st *pserver.State) {
+					for step, sa := range st.Agg.Steps {
+						for id, c := range sa.Ranks {
+							k := cell{id.Rank, step}
+							if _, ok := seen[k]; !ok && c.Anomalies > 0 {
+								seen[k] = now
+							}
 						}
 					}
-				}
-			})
-		}
-	}()
+				})
+			}
+		}()
+	}
 	sum, err := p.Execute(ctx, nil)
 	close(stop)
 	wg.Wait()
