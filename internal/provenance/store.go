@@ -77,7 +77,8 @@ func IsExecKind(kind string) bool {
 
 // DecodeBatch decodes one message of kind: a JSON array of records. Unknown
 // fields are accepted (producers may be newer), but every record must pass
-// its Validate. Records are normalized (nil arrays become empty ones) so
+// its Validate. Executions are decoded by this package's own codec, which
+// reads every document exactly as encoding/json does or rejects it. Records are normalized (nil arrays become empty ones) so
 // that stored documents have the same shape whoever wrote them.
 func DecodeBatch(kind string, data []byte) (Batch, error) {
 	b := Batch{Kind: kind}
@@ -88,7 +89,7 @@ func DecodeBatch(kind string, data []byte) (Batch, error) {
 	var err error
 	switch kind {
 	case natsx.ProvAnomalies, natsx.ProvNormalExecs:
-		err = json.Unmarshal(data, &b.Execs)
+		b.Execs, err = decodeExecs(data)
 	case natsx.ProvMetadata:
 		err = json.Unmarshal(data, &b.Metadata)
 	case natsx.ProvFuncStats:

@@ -1,7 +1,8 @@
 // Package sqlitestore is the embedded provenance store: one SQLite file
-// (modernc.org/sqlite, pure Go, WAL) holding each record as JSON text next to
-// indexed columns extracted from it for the fields queries filter and sort on.
-// It needs nothing installed and is the default of provdb and kipimo query.
+// (modernc.org/sqlite, pure Go, WAL) holding each record as a JSON document
+// (executions compressed, see doc.go) next to indexed columns extracted from
+// it for the fields queries filter and sort on. It needs nothing installed
+// and is the default of provdb and kipimo query.
 package sqlitestore
 
 import (
@@ -37,10 +38,18 @@ type Options struct {
 // concurrent use; the caller who opened it calls Close once.
 type Store struct {
 	path string
-	w    *sql.DB // one connection: all writes
-	r    *sql.DB // readers
-	mu   sync.Mutex
+	w    *sql.DB              // one connection: all writes
+	r    *sql.DB              // readers
 	ins  map[string]*sql.Stmt // per kind, on w
+	// insMany inserts execRowsPerInsert executions at once, per exec kind.
+	insMany map[string]*sql.Stmt
+
+	mu sync.Mutex // held by Write: one writer, and the buffers below
+	js []byte     // one execution's JSON
+	// docs holds the stored documents of the rows being inserted; args
+	// the statement's arguments.
+	docs []byte
+	args []any
 }
 
 var registerOnce sync.Once
@@ -84,14 +93,28 @@ const execColumns = `
 	entry INTEGER NOT NULL, exit INTEGER NOT NULL,
 	runtime_total INTEGER NOT NULL, runtime_exclusive INTEGER NOT NULL,
 	outlier_score REAL NOT NULL, is_gpu_event INTEGER NOT NULL,
-	doc TEXT NOT NULL,
+	doc BLOB NOT NULL,
 	UNIQUE (pid, event_id)`
+
+// execIndexes are the secondary indexes of the execution tables, one per
+// access path users take: a function's executions, slowest first; a rank's
+// executions over a range of steps; the highest outlier scores. Every index
+// costs each insert a B-tree update, and each one added beyond these slowed
+// ingest by a tenth or more; other filters and sorts scan.
+var execIndexes = []string{"func, runtime_total", "rid, io_step", "outlier_score"}
+
+// execInsertColumns is the column list of an execution insert.
+const execInsertColumns = "(pid, event_id, rid, tid, fid, func, io_step, entry, exit, runtime_total, runtime_exclusive, outlier_score, is_gpu_event, doc)"
+
+// execRowsPerInsert is the number of executions one multi-row INSERT
+// carries: statement overhead is paid once for them.
+const execRowsPerInsert = 64
 
 func schema() []string {
 	var s []string
 	for _, t := range []string{natsx.ProvAnomalies, natsx.ProvNormalExecs} {
 		s = append(s, `CREATE TABLE IF NOT EXISTS `+t+` (`+execColumns+`)`)
-		for _, ix := range []string{"rid, func", "func", "io_step", "entry", "runtime_total", "runtime_exclusive", "outlier_score"} {
+		for _, ix := range execIndexes {
 			name := t + "_" + strings.NewReplacer(", ", "_").Replace(ix)
 			s = append(s, `CREATE INDEX IF NOT EXISTS `+name+` ON `+t+` (`+ix+`)`)
 		}
@@ -105,9 +128,15 @@ func schema() []string {
 	return s
 }
 
+// execInsert is the INSERT of n executions into table.
+func execInsert(table string, n int) string {
+	row := "(?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+	return "INSERT OR IGNORE INTO " + table + " " + execInsertColumns + " VALUES " + strings.TrimSuffix(strings.Repeat(row+",", n), ",")
+}
+
 var insertSQL = map[string]string{
-	natsx.ProvAnomalies:    `INSERT OR IGNORE INTO anomalies (pid, event_id, rid, tid, fid, func, io_step, entry, exit, runtime_total, runtime_exclusive, outlier_score, is_gpu_event, doc) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
-	natsx.ProvNormalExecs:  `INSERT OR IGNORE INTO normalexecs (pid, event_id, rid, tid, fid, func, io_step, entry, exit, runtime_total, runtime_exclusive, outlier_score, is_gpu_event, doc) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
+	natsx.ProvAnomalies:    execInsert(natsx.ProvAnomalies, 1),
+	natsx.ProvNormalExecs:  execInsert(natsx.ProvNormalExecs, 1),
 	natsx.ProvMetadata:     `INSERT OR IGNORE INTO metadata (pid, rid, tid, descr, doc) VALUES (?,?,?,?,?)`,
 	natsx.ProvFuncStats:    `INSERT OR IGNORE INTO func_stats (pid, func, doc) VALUES (?,?,?)`,
 	natsx.ProvCounterStats: `INSERT OR IGNORE INTO counter_stats (pid, counter, doc) VALUES (?,?,?)`,
@@ -140,7 +169,7 @@ func Open(ctx context.Context, path string, opt Options) (*Store, error) {
 		u.RawQuery = q.Encode()
 		return u.String()
 	}
-	s := &Store{path: path, ins: map[string]*sql.Stmt{}}
+	s := &Store{path: path, ins: map[string]*sql.Stmt{}, insMany: map[string]*sql.Stmt{}}
 	var err error
 	if !opt.ReadOnly {
 		// A 64 MiB page cache keeps the indexes' pages in memory while
@@ -162,6 +191,12 @@ func Open(ctx context.Context, path string, opt Options) (*Store, error) {
 				return nil, fmt.Errorf("open SQLite provenance store %s: prepare %s insert: %w", path, kind, err)
 			}
 			s.ins[kind] = st
+			if provenance.IsExecKind(kind) {
+				if s.insMany[kind], err = s.w.PrepareContext(ctx, execInsert(kind, execRowsPerInsert)); err != nil {
+					s.w.Close()
+					return nil, fmt.Errorf("open SQLite provenance store %s: prepare %s insert: %w", path, kind, err)
+				}
+			}
 		}
 	}
 	if s.r, err = sql.Open("sqlite", dsn("query_only(1)")); err != nil {
@@ -192,6 +227,9 @@ func (s *Store) Close() error {
 	for _, st := range s.ins {
 		errs = append(errs, st.Close())
 	}
+	for _, st := range s.insMany {
+		errs = append(errs, st.Close())
+	}
 	if s.w != nil {
 		errs = append(errs, s.w.Close())
 	}
@@ -217,13 +255,50 @@ func (s *Store) Write(ctx context.Context, b provenance.Batch) error {
 	if err != nil {
 		return fmt.Errorf("write %s batch: begin: %w", b.Kind, err)
 	}
-	ts := tx.StmtContext(ctx, st)
-	if err := writeRows(ctx, ts, b); err != nil {
+	if provenance.IsExecKind(b.Kind) {
+		err = s.writeExecs(ctx, tx, b.Kind, b.Execs)
+	} else {
+		err = writeRows(ctx, tx.StmtContext(ctx, st), b)
+	}
+	if err != nil {
 		tx.Rollback()
 		return fmt.Errorf("write %s batch: %w", b.Kind, err)
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("write %s batch: commit: %w", b.Kind, err)
+	}
+	return nil
+}
+
+// writeExecs inserts execs, execRowsPerInsert at a time. Called with s.mu
+// held.
+func (s *Store) writeExecs(ctx context.Context, tx *sql.Tx, kind string, execs []provenance.Exec) error {
+	var many, one *sql.Stmt // the transaction's statements, prepared when first needed
+	for len(execs) > 0 {
+		n, st, prepared := 1, &one, s.ins[kind]
+		if len(execs) >= execRowsPerInsert {
+			n, st, prepared = execRowsPerInsert, &many, s.insMany[kind]
+		}
+		if *st == nil {
+			*st = tx.StmtContext(ctx, prepared)
+		}
+		s.docs, s.args = s.docs[:0], s.args[:0]
+		for i := range execs[:n] {
+			e := &execs[i]
+			var err error
+			if s.js, err = provenance.AppendExecJSON(s.js[:0], e); err != nil {
+				return err
+			}
+			start := len(s.docs)
+			s.docs = encodeDoc(s.docs, s.js)
+			s.args = append(s.args, int64(e.PID), e.EventID, int64(e.RID), int64(e.TID), int64(e.FID), e.Func,
+				int64(e.IOStep), int64(e.Entry), int64(e.Exit), int64(e.RuntimeTotal), int64(e.RuntimeExclusive),
+				e.OutlierScore, e.IsGPUEvent, s.docs[start:len(s.docs):len(s.docs)])
+		}
+		if _, err := (*st).ExecContext(ctx, s.args...); err != nil {
+			return err
+		}
+		execs = execs[n:]
 	}
 	return nil
 }
@@ -380,14 +455,14 @@ func (s *Store) Query(ctx context.Context, q provenance.Query) ([]provenance.Exe
 	}
 	defer rows.Close()
 	var out []provenance.Exec
+	var doc, buf []byte
 	for rows.Next() {
-		var doc []byte
 		if err := rows.Scan(&doc); err != nil {
 			return nil, fmt.Errorf("query %s: %w", q.Kind, err)
 		}
 		var e provenance.Exec
-		if err := json.Unmarshal(doc, &e); err != nil {
-			return nil, fmt.Errorf("query %s: stored document: %w", q.Kind, err)
+		if buf, err = readExec(buf, doc, &e); err != nil {
+			return nil, fmt.Errorf("query %s: %w", q.Kind, err)
 		}
 		out = append(out, e)
 	}
@@ -411,10 +486,27 @@ func (s *Store) Get(ctx context.Context, kind string, pid uint32, eventID string
 	if err != nil {
 		return e, fmt.Errorf("get %s %s: %w", kind, provenance.ExecKey(pid, eventID), err)
 	}
-	if err := json.Unmarshal(doc, &e); err != nil {
-		return e, fmt.Errorf("get %s %s: stored document: %w", kind, provenance.ExecKey(pid, eventID), err)
+	if _, err := readExec(nil, doc, &e); err != nil {
+		return e, fmt.Errorf("get %s %s: %w", kind, provenance.ExecKey(pid, eventID), err)
 	}
 	return e, nil
+}
+
+// readExec decodes a stored execution document into e, using buf for its
+// JSON (returned for reuse).
+func readExec(buf, doc []byte, e *provenance.Exec) ([]byte, error) {
+	js, err := decodeDoc(buf, doc)
+	if err != nil {
+		return buf, err
+	}
+	if err := provenance.DecodeExec(js, e); err != nil {
+		return buf, fmt.Errorf("stored document: %w", err)
+	}
+	e.Normalize()
+	if doc[0] != '{' {
+		buf = js
+	}
+	return buf, nil
 }
 
 // Count counts the matching records.
