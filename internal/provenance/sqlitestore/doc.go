@@ -29,6 +29,11 @@ var dictV1 = s2.MakeDict(dictV1Text, nil)
 
 const docS2DictV1 = 0x01
 
+// maxDocLen bounds a document's decoded size, so that a corrupt length
+// field cannot make a reader allocate gigabytes. No message that carries a
+// record can be this large.
+const maxDocLen = 64 << 20
+
 // encodeDoc appends the stored form of the JSON document js to dst.
 func encodeDoc(dst, js []byte) []byte {
 	dst = append(dst, docS2DictV1)
@@ -54,6 +59,9 @@ func decodeDoc(buf, doc []byte) ([]byte, error) {
 		n, err := s2.DecodedLen(doc[1:])
 		if err != nil {
 			return nil, fmt.Errorf("stored document: %w", err)
+		}
+		if n > maxDocLen {
+			return nil, fmt.Errorf("stored document: decoded length %d exceeds %d", n, maxDocLen)
 		}
 		if cap(buf) < n {
 			buf = make([]byte, n)
