@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/bits"
 	"strconv"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -343,6 +344,11 @@ type jr struct {
 	// names interns the strings that repeat across records (function
 	// names, counter names, hosts), so that a batch holds one copy each.
 	names map[string]string
+	// Arenas of the records' arrays (see slice).
+	frames   []CallFrame
+	counters []CounterEvent
+	window   []WindowExec
+	comms    []CommRecord
 }
 
 func (d *jr) fail(format string, args ...any) {
@@ -442,6 +448,20 @@ func (d *jr) field(keys []string, seen *uint64) int {
 	if d.peek() != '"' {
 		d.fail("expected a key")
 		return -1
+	}
+	// Documents this codec (or encoding/json) wrote have their keys in
+	// declaration order and unescaped: first try the field after the last
+	// one read.
+	if next := bits.Len64(*seen); next < len(keys) {
+		k, b := keys[next], d.b[d.i+1:]
+		if len(b) > len(k) && b[len(k)] == '"' && string(b[:len(k)]) == k {
+			d.i += len(k) + 2
+			if !d.expect(':') {
+				return -1
+			}
+			*seen |= 1 << next
+			return next
+		}
 	}
 	k := d.key()
 	if !d.expect(':') {
@@ -708,26 +728,25 @@ func (d *jr) uint(dst *uint64, bits int) {
 		d.fail("expected a number, found a string")
 		return
 	}
-	n := d.number()
-	if d.err != nil {
-		return
-	}
-	// Fast path: plain digits.
+	// Fast path: up to 19 digits without a leading zero, ending the number.
+	b, i := d.b, d.i
 	var v uint64
-	ok := len(n) > 0 && len(n) <= 19
-	for _, c := range n {
-		if c < '0' || c > '9' {
-			ok = false
-			break
-		}
-		v = v*10 + uint64(c-'0')
+	for i < len(b) && i-d.i < 19 && b[i] >= '0' && b[i] <= '9' {
+		v = v*10 + uint64(b[i]-'0')
+		i++
 	}
-	if !ok {
+	n := b[d.i:i]
+	if len(n) == 0 || len(n) > 1 && n[0] == '0' || i < len(b) && (b[i] >= '0' && b[i] <= '9' || b[i] == '.' || b[i] == 'e' || b[i] == 'E') {
+		if n = d.number(); d.err != nil {
+			return
+		}
 		var err error
 		if v, err = strconv.ParseUint(string(n), 10, 64); err != nil {
 			d.fail("%s is not an unsigned integer", n)
 			return
 		}
+	} else {
+		d.i = i
 	}
 	if bits < 64 && v>>bits != 0 {
 		d.fail("%s overflows %d bits", n, bits)
@@ -837,24 +856,27 @@ var (
 	}
 )
 
-// slice decodes an array into *dst, reusing its storage: elem decodes one
-// element, which starts from its zero value as with encoding/json. null
-// gives a nil slice, [] an empty one.
-func slice[T any](d *jr, dst *[]T, elem func(d *jr, v *T)) {
+// slice decodes an array into *dst: elem decodes one element, which starts
+// from its zero value. Elements are appended to arena, one per element type
+// and decoder, and *dst is the part of it they take (capacity limited to
+// it), so that a batch of records takes a few large allocations instead of
+// several small ones per record. null gives a nil slice, [] an empty one.
+func slice[T any](d *jr, dst *[]T, arena *[]T, elem func(d *jr, v *T)) {
 	members, present := d.begin('[')
-	s := (*dst)[:0]
+	start := len(*arena)
 	for ; members; members = d.more(']') {
 		var zero T
-		s = append(s, zero)
-		elem(d, &s[len(s)-1])
+		*arena = append(*arena, zero)
+		elem(d, &(*arena)[len(*arena)-1])
 	}
 	switch {
 	case !present:
-		s = nil
-	case s == nil:
-		s = []T{}
+		*dst = nil
+	case len(*arena) == start:
+		*dst = []T{}
+	default:
+		*dst = (*arena)[start:len(*arena):len(*arena)]
 	}
-	*dst = s
 }
 
 func (d *jr) callFrame(f *CallFrame) {
@@ -960,7 +982,7 @@ func (d *jr) gpuParent(dst **GPUParent) {
 		case 1:
 			d.u32(&p.TID)
 		case 2:
-			slice(d, &p.CallStack, (*jr).callFrame)
+			slice(d, &p.CallStack, &d.frames, (*jr).callFrame)
 		}
 	}
 }
@@ -1020,9 +1042,9 @@ func (d *jr) eventWindow(w *EventWindow) {
 	for members, _ := d.begin('{'); members; members = d.more('}') {
 		switch d.field(eventWindowKeys, &seen) {
 		case 0:
-			slice(d, &w.ExecWindow, (*jr).windowExec)
+			slice(d, &w.ExecWindow, &d.window, (*jr).windowExec)
 		case 1:
-			slice(d, &w.CommWindow, (*jr).commRecord)
+			slice(d, &w.CommWindow, &d.comms, (*jr).commRecord)
 		}
 	}
 }
@@ -1032,9 +1054,9 @@ func (d *jr) exec(e *Exec) {
 	for members, _ := d.begin('{'); members; members = d.more('}') {
 		switch d.field(execKeys, &seen) {
 		case 0:
-			slice(d, &e.CallStack, (*jr).callFrame)
+			slice(d, &e.CallStack, &d.frames, (*jr).callFrame)
 		case 1:
-			slice(d, &e.CounterEvents, (*jr).counterEvent)
+			slice(d, &e.CounterEvents, &d.counters, (*jr).counterEvent)
 		case 2:
 			d.u64(&e.Entry)
 		case 3:
@@ -1089,8 +1111,8 @@ func decodeExecs(data []byte) ([]Exec, error) {
 	if d.peek() != '[' {
 		return nil, fmt.Errorf("%w: not a JSON array", errJSON)
 	}
-	var out []Exec
-	slice(&d, &out, (*jr).exec)
+	var out, arena []Exec
+	slice(&d, &out, &arena, (*jr).exec)
 	if d.err == nil && d.peek() != 0 {
 		d.fail("data after the array")
 	}

@@ -76,14 +76,9 @@ func BenchmarkSQLiteIngest(b *testing.B) {
 	if cpu > 0 {
 		b.ReportMetric(float64(records)/cpu.Seconds(), "records/cpu-s")
 	}
-	if _, err := s.w.ExecContext(ctx, "PRAGMA wal_checkpoint(TRUNCATE)"); err != nil {
+	size, err := s.DiskUsage(ctx)
+	if err != nil {
 		b.Fatal(err)
-	}
-	var size int64
-	for _, suffix := range []string{"", "-wal"} {
-		if fi, err := os.Stat(path + suffix); err == nil {
-			size += fi.Size()
-		}
 	}
 	n, err := s.Count(ctx, provenance.Query{})
 	if err != nil || n != int64(records) {

@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"os"
 	"regexp"
 	"strings"
 	"sync"
@@ -574,6 +575,33 @@ func (s *Store) Aggregate(ctx context.Context, q provenance.Query, by provenance
 		return nil, fmt.Errorf("aggregate %s by %s: %w", q.Kind, by, err)
 	}
 	return out, nil
+}
+
+// DiskUsage checkpoints the write-ahead log into the database file and
+// truncates it (so the figure does not count log pages already copied), and
+// returns the bytes the store takes on disk: the file and what remains of
+// its log. A store opened read-only only measures.
+func (s *Store) DiskUsage(ctx context.Context) (int64, error) {
+	if s.w != nil {
+		s.mu.Lock()
+		_, err := s.w.ExecContext(ctx, "PRAGMA wal_checkpoint(TRUNCATE)")
+		s.mu.Unlock()
+		if err != nil {
+			return 0, fmt.Errorf("disk usage of %s: checkpoint: %w", s.path, err)
+		}
+	}
+	var total int64
+	for _, p := range []string{s.path, s.path + "-wal"} {
+		fi, err := os.Stat(p)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return 0, fmt.Errorf("disk usage of %s: %w", s.path, err)
+		}
+		total += fi.Size()
+	}
+	return total, nil
 }
 
 // Path is the store's file.
