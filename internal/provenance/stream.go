@@ -106,6 +106,7 @@ type Publisher struct {
 	prefix  string
 	n       uint64
 	buf     []byte
+	rec     []byte // the record being added
 	count   int
 	// MaxBytes bounds one batch; default MaxBatchBytes.
 	MaxBytes int
@@ -127,10 +128,16 @@ func NewPublisher(js jetstream.JetStream, run, kind, prefix string) (*Publisher,
 // Add appends one record to the pending batch, publishing the batch first if
 // the record would make it exceed MaxBytes.
 func (p *Publisher) Add(ctx context.Context, record any) error {
-	b, err := json.Marshal(record)
+	var err error
+	if e, ok := record.(*Exec); ok {
+		p.rec, err = AppendExecJSON(p.rec[:0], e)
+	} else {
+		p.rec, err = json.Marshal(record)
+	}
 	if err != nil {
 		return fmt.Errorf("encode provenance record: %w", err)
 	}
+	b := p.rec
 	limit := p.MaxBytes
 	if limit <= 0 {
 		limit = MaxBatchBytes
