@@ -89,6 +89,7 @@ the results are, and the commands to explore them.`,
 	f.StringVar(&cfg.HTTP, "http", "127.0.0.1:0", "dashboard address (port 0 picks a free port)")
 	f.BoolVar(&keepServing, "keep-serving", false, "keep the dashboard up after the run until interrupted")
 	f.StringVar(&cfg.TaudbDSN, "taudb", "", "PostgreSQL DSN: also store the run as a TAUdb trial (env KIPIMO_TAUDB or KIPIMO_TAUDB_DSN)")
+	f.IntVar(&cfg.MaxLag, "max-lag", 16, "io_steps a rank's input may run ahead of its detector before the input waits (back-pressure)")
 	f.StringVar(&cfg.NATSURL, "nats", "", "use this NATS server instead of an embedded one")
 	f.BoolVar(&jsonOut, "json", false, "print the summary as JSON")
 	return cmd
@@ -120,7 +121,14 @@ func runPipeline(ctx context.Context, stdout, stderr io.Writer, cfg run.Config, 
 			if pr.Steps > 0 {
 				steps = fmt.Sprintf("%d/%d", pr.Step, pr.Steps)
 			}
-			fmt.Fprintf(stderr, "\rstep %s  %d frames  %.2fM events/s  %d anomalies   ", steps, pr.Frames, rate/1e6, pr.Anomalies)
+			behind := ""
+			switch {
+			case pr.Stalled > 0:
+				behind = fmt.Sprintf("  input waiting %.1fs for rank %d (%d steps behind)", pr.Stalled.Seconds(), pr.BehindRank, pr.Behind)
+			case pr.Behind > 1:
+				behind = fmt.Sprintf("  rank %d is %d steps behind", pr.BehindRank, pr.Behind)
+			}
+			fmt.Fprintf(stderr, "\r\033[Kstep %s  %d frames  %.2fM events/s  %d anomalies%s", steps, pr.Frames, rate/1e6, pr.Anomalies, behind)
 		}
 	}
 	sum, err := p.Execute(ctx, progress)

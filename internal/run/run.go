@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -50,9 +51,12 @@ type Pipeline struct {
 	// afterReady, when set, runs once the detectors listen and before the
 	// input is published (tests inject faults there).
 	afterReady func()
-	paceStart  time.Time
-	paceT0     uint64
-	stepWidth  uint64
+	// wrapSink, when set, wraps the sink the detectors publish their
+	// records to (tests slow a detector down there).
+	wrapSink  func(ad.Sink) ad.Sink
+	paceStart time.Time
+	paceT0    uint64
+	stepWidth uint64
 }
 
 // Start brings up NATS, the provenance service, the parameter server and
@@ -193,11 +197,23 @@ func (p *Pipeline) Close(ctx context.Context) {
 
 // Progress is the running state of a run, reported while it executes.
 type Progress struct {
+	// Step is the io_steps every detector has processed, of Steps (0 when
+	// unknown).
 	Step, Steps int
-	Frames      int
-	Events      int64
-	Anomalies   uint64
-	Elapsed     time.Duration
+	// Frames and Events are what the input published so far.
+	Frames    int
+	Events    int64
+	Anomalies uint64
+	Elapsed   time.Duration
+	// BehindRank is the rank whose detector the input is waiting for or,
+	// when it is not waiting, the one furthest behind; Behind is how many
+	// steps published to that rank its detector has not taken yet (at most
+	// Config.MaxLag). Stalled is how long the input has been waiting for
+	// it (0 when not waiting), Held the time the input waited in all.
+	BehindRank uint32
+	Behind     int
+	Stalled    time.Duration
+	Held       time.Duration
 }
 
 // Execute runs the detectors and publishes the input, then finishes the run:
@@ -213,6 +229,9 @@ func (p *Pipeline) Execute(ctx context.Context, progress func(Progress)) (*Summa
 	dc := cfg.Detector
 	dc.Syncer = &ad.NATSSyncer{Conn: p.nc, Subjects: natsx.Subjects{Run: cfg.RunID}}
 	dc.Sink = p.sink
+	if p.wrapSink != nil {
+		dc.Sink = p.wrapSink(p.sink)
+	}
 	collector := ad.NewCollector(64, p.sink.Dropped)
 
 	sctx, cancelServe := context.WithCancel(ctx)
@@ -240,17 +259,43 @@ func (p *Pipeline) Execute(ctx context.Context, progress func(Progress)) (*Summa
 	if p.afterReady != nil {
 		p.afterReady()
 	}
-	flow := newFlowControl(collector, cfg.MaxLag)
-	pace := publish.Pace{
-		Speed:         cfg.Pace,
-		ProgressEvery: 250 * time.Millisecond,
-		Progress: func(c publish.Counts) {
-			if progress == nil {
-				return
+	flow := newFlowControl(collectorCounts{collector}, cfg.MaxLag, p.log.With().Str("component", "input").Logger())
+	// Progress is reported on the publishing goroutine: after frames are
+	// published, and while the input waits for a detector that fell behind.
+	var (
+		last       publish.Counts
+		lastReport time.Time
+	)
+	report := func() {
+		lastReport = time.Now()
+		l := flow.lag()
+		var total ad.Stats
+		step := uint64(math.MaxUint64)
+		for _, s := range collector.Stats() {
+			total.Add(s)
+			step = min(step, s.Frames)
+		}
+		if step == math.MaxUint64 {
+			step = 0
+		}
+		progress(Progress{
+			Step: int(step), Steps: p.steps(), Frames: last.Frames, Events: int64(last.Events),
+			Anomalies: total.Anomalies, Elapsed: time.Since(start),
+			Behind: l.Behind, BehindRank: l.Rank, Stalled: l.Stalled, Held: l.Held,
+		})
+	}
+	const progressEvery = 250 * time.Millisecond
+	pace := publish.Pace{Speed: cfg.Pace, ProgressEvery: progressEvery}
+	if progress != nil {
+		pace.Progress = func(c publish.Counts) {
+			last = c
+			report()
+		}
+		flow.onStall = func() {
+			if time.Since(lastReport) >= progressEvery {
+				report()
 			}
-			st := collector.Total()
-			progress(Progress{Step: flow.minStep(), Steps: p.steps(), Frames: c.Frames, Events: int64(c.Events), Anomalies: st.Anomalies, Elapsed: time.Since(start)})
-		},
+		}
 	}
 	p.paceStart = time.Now()
 	counts, inStats, err := publish.Frames(ctx, p.nc, natsx.Subjects{Run: cfg.RunID}, flow.wrap(src, &p.paceT0), pace)
@@ -285,6 +330,7 @@ func (p *Pipeline) Execute(ctx context.Context, progress func(Progress)) (*Summa
 	if err != nil {
 		return nil, err
 	}
+	sum.Backpressure = flow.report()
 	return sum, nil
 }
 
@@ -301,7 +347,13 @@ func (p *Pipeline) endOfStream(r uint32) error {
 // drain waits until the provenance service has written everything in the
 // stream.
 func (p *Pipeline) drain(ctx context.Context) error {
-	stream, err := p.js.Stream(ctx, natsx.ProvStream(p.cfg.RunID))
+	return drainProvenance(ctx, p.js, p.cfg.RunID)
+}
+
+// drainProvenance waits until the provdb consumer of run has acknowledged
+// everything in the run's provenance stream.
+func drainProvenance(ctx context.Context, js jetstream.JetStream, run string) error {
+	stream, err := js.Stream(ctx, natsx.ProvStream(run))
 	if err != nil {
 		return fmt.Errorf("provenance stream: %w", err)
 	}

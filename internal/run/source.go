@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/kipimo-hpc/kipimo/internal/ad"
 	"github.com/kipimo-hpc/kipimo/internal/frame"
 	"github.com/kipimo-hpc/kipimo/internal/replay"
@@ -128,30 +130,69 @@ func (p *Pipeline) steps() int {
 	return 0
 }
 
-// flowControl holds a rank's input back while its detector is more than
-// maxLag frames behind: back-pressure from the detectors to the input.
+// detectorCounts tells flow control how far each rank's detector has got.
+type detectorCounts interface {
+	// taken is how many frames rank's detector has taken off its subject
+	// (processed or rejected).
+	taken(ctx context.Context, rank uint32) uint64
+	// takenAll is taken for every rank known so far.
+	takenAll() map[uint32]uint64
+}
+
+// collectorCounts reads the counts of in-process detectors.
+type collectorCounts struct{ c *ad.Collector }
+
+func (cc collectorCounts) taken(_ context.Context, rank uint32) uint64 {
+	for _, s := range cc.c.Stats() {
+		if s.Rank == rank {
+			return s.Frames + s.BadFrames
+		}
+	}
+	return 0
+}
+
+func (cc collectorCounts) takenAll() map[uint32]uint64 {
+	st := cc.c.Stats()
+	out := make(map[uint32]uint64, len(st))
+	for _, s := range st {
+		out[s.Rank] = s.Frames + s.BadFrames
+	}
+	return out
+}
+
+// stallLogAfter is how long the input waits for one detector before a
+// warning says so; the next warning of the same wait comes after twice as
+// long, and so on.
+const stallLogAfter = 5 * time.Second
+
+// flowControl holds a rank's input back while its detector is maxLag frames
+// behind: back-pressure from the detectors to the input. At most maxLag
+// frames of a rank are ever published and not yet taken by its detector,
+// which bounds what a slow detector makes the pipeline buffer. It also keeps
+// what users need to see of it: which rank is behind and by how much, and
+// how long the input waited.
 type flowControl struct {
-	c       *ad.Collector
-	maxLag  int
-	mu      sync.Mutex
-	emitted map[uint32]uint64
+	counts detectorCounts
+	maxLag int
+	log    zerolog.Logger
+	// onStall, when set, is called on the waiting goroutine while the input
+	// waits (the run's progress line uses it to keep reporting).
+	onStall func()
+
+	mu        sync.Mutex
+	sent      map[uint32]uint64        // frames released to each rank
+	heldBy    map[uint32]time.Duration // time the input waited for each rank
+	waiting   bool
+	waitRank  uint32
+	waitStart time.Time
+	held      time.Duration // total time the input waited
+	heldCount int           // frames that had to wait
+	maxBehind uint64        // most frames a rank had published and not taken
+	maxRank   uint32        // the first rank that had maxBehind
 }
 
-func newFlowControl(c *ad.Collector, maxLag int) *flowControl {
-	return &flowControl{c: c, maxLag: maxLag, emitted: map[uint32]uint64{}}
-}
-
-// minStep is the lowest number of frames any detector has processed.
-func (fc *flowControl) minStep() int {
-	st := fc.c.Stats()
-	if len(st) == 0 {
-		return 0
-	}
-	low := st[0].Frames
-	for _, s := range st[1:] {
-		low = min(low, s.Frames)
-	}
-	return int(low)
+func newFlowControl(counts detectorCounts, maxLag int, log zerolog.Logger) *flowControl {
+	return &flowControl{counts: counts, maxLag: maxLag, log: log, sent: map[uint32]uint64{}, heldBy: map[uint32]time.Duration{}}
 }
 
 // wrap applies flow control to src and stores the first frame's start time
@@ -171,16 +212,35 @@ func (fc *flowControl) wrap(src replay.Source, t0 *uint64) replay.Source {
 	})
 }
 
+// wait returns once rank's detector is less than maxLag frames behind, and
+// counts the frame as released to it.
 func (fc *flowControl) wait(ctx context.Context, rank uint32) error {
 	fc.mu.Lock()
-	sent := fc.emitted[rank]
-	fc.emitted[rank] = sent + 1
+	sent := fc.sent[rank]
 	fc.mu.Unlock()
+	done := fc.counts.taken(ctx, rank)
+	if sent < done+uint64(fc.maxLag) {
+		fc.release(rank, sent, done)
+		return nil
+	}
+	start := time.Now()
+	fc.mu.Lock()
+	fc.waiting, fc.waitRank, fc.waitStart = true, rank, start
+	fc.heldCount++
+	fc.mu.Unlock()
+	defer func() {
+		el := time.Since(start)
+		fc.mu.Lock()
+		fc.waiting = false
+		fc.held += el
+		fc.heldBy[rank] += el
+		fc.mu.Unlock()
+	}()
 	delay := 200 * time.Microsecond
+	nextLog := stallLogAfter
 	for {
-		done := fc.processed(rank)
-		if sent < done+uint64(fc.maxLag) {
-			return nil
+		if fc.onStall != nil {
+			fc.onStall()
 		}
 		select {
 		case <-ctx.Done():
@@ -188,16 +248,85 @@ func (fc *flowControl) wait(ctx context.Context, rank uint32) error {
 		case <-time.After(delay):
 		}
 		delay = min(2*delay, 20*time.Millisecond)
+		done = fc.counts.taken(ctx, rank)
+		if sent < done+uint64(fc.maxLag) {
+			fc.release(rank, sent, done)
+			return nil
+		}
+		if w := time.Since(start); w >= nextLog {
+			fc.log.Warn().Uint32("rank", rank).Uint64("behind_steps", sent-done).Dur("waited", w).
+				Msg("a detector has fallen behind: its input waits for it")
+			nextLog *= 2
+		}
 	}
 }
 
-func (fc *flowControl) processed(rank uint32) uint64 {
-	for _, s := range fc.c.Stats() {
-		if s.Rank == rank {
-			return s.Frames + s.BadFrames
+// release counts the frame sent to rank (its index, sent) as published, its
+// detector having taken done frames.
+func (fc *flowControl) release(rank uint32, sent, done uint64) {
+	fc.mu.Lock()
+	defer fc.mu.Unlock()
+	fc.sent[rank] = sent + 1
+	if sent+1 > done && sent+1-done > fc.maxBehind {
+		fc.maxBehind, fc.maxRank = sent+1-done, rank
+	}
+}
+
+// lagReport is how far the detectors are behind their input.
+type lagReport struct {
+	// Rank is the detector the input waits for, or else the one furthest
+	// behind; Behind how many of the frames published to it it has not
+	// taken yet; Stalled how long the input has been waiting for it (0
+	// when not waiting).
+	Rank    uint32
+	Behind  int
+	Stalled time.Duration
+	// Held is the time the input waited so far.
+	Held time.Duration
+}
+
+// lag reports the detectors' lag now.
+func (fc *flowControl) lag() lagReport {
+	all := fc.counts.takenAll()
+	fc.mu.Lock()
+	defer fc.mu.Unlock()
+	l := lagReport{Held: fc.held}
+	behind := func(r uint32) int {
+		if s, d := fc.sent[r], all[r]; s > d {
+			return int(s - d)
+		}
+		return 0
+	}
+	if fc.waiting {
+		l.Rank, l.Behind, l.Stalled = fc.waitRank, behind(fc.waitRank), time.Since(fc.waitStart)
+		l.Held += l.Stalled
+		return l
+	}
+	first := true
+	for r := range fc.sent {
+		if b := behind(r); first || b > l.Behind || (b == l.Behind && r < l.Rank) {
+			l.Rank, l.Behind, first = r, b, false
 		}
 	}
-	return 0
+	return l
+}
+
+// report is what the summary says about back-pressure.
+func (fc *flowControl) report() *Backpressure {
+	fc.mu.Lock()
+	defer fc.mu.Unlock()
+	b := &Backpressure{
+		Bound: fc.maxLag, HeldSeconds: fc.held.Seconds(), HeldFrames: fc.heldCount,
+		MaxBehind: int(fc.maxBehind), MaxBehindRank: fc.maxRank,
+	}
+	first := true
+	for r, d := range fc.heldBy {
+		if first || d > fc.heldBy[b.SlowestRank] || (d == fc.heldBy[b.SlowestRank] && r < b.SlowestRank) {
+			b.SlowestRank, first = r, false
+		}
+	}
+	b.SlowestRankHeldSeconds = fc.heldBy[b.SlowestRank].Seconds()
+	return b
 }
 
 type sourceFunc func(ctx context.Context, emit func(*frame.Frame) error) (replay.Stats, error)

@@ -27,10 +27,13 @@ type Summary struct {
 	Algorithm string `json:"algorithm"`
 	Ranks     int    `json:"ranks"`
 
-	Frames     int    `json:"frames"`
-	Events     int64  `json:"events"`
-	Executions uint64 `json:"executions"`
-	Anomalies  uint64 `json:"anomalies"`
+	// Frames and Events are what the input published; FramesProcessed the
+	// frames the detectors processed (bad frames are counted apart).
+	Frames          int    `json:"frames"`
+	FramesProcessed uint64 `json:"frames_processed"`
+	Events          int64  `json:"events"`
+	Executions      uint64 `json:"executions"`
+	Anomalies       uint64 `json:"anomalies"`
 	// Stored counts the records in the provenance store per collection.
 	Stored map[string]int64 `json:"stored"`
 	// Score compares the anomalies with the injected ground truth
@@ -56,6 +59,9 @@ type Summary struct {
 	DroppedRecords uint64 `json:"dropped_records"`
 	SyncFailures   uint64 `json:"sync_failures"`
 	BadProvenance  int64  `json:"bad_provenance_messages"`
+	// Backpressure is how long the input waited for detectors that fell
+	// behind, and how far behind they fell.
+	Backpressure *Backpressure `json:"backpressure"`
 
 	Store       string `json:"provenance_store"`
 	ProfilesDir string `json:"tau_profiles"`
@@ -66,6 +72,27 @@ type Summary struct {
 	Explore []string `json:"explore"`
 }
 
+// Backpressure reports the input's flow control: the input of a rank waits
+// while that rank's detector has Bound frames published and not yet taken,
+// so a detector that falls behind slows the input instead of making the
+// pipeline buffer without limit.
+type Backpressure struct {
+	// Bound is the most frames a rank may have in flight (--max-lag).
+	Bound int `json:"bound_frames"`
+	// HeldSeconds is the total time the input waited, HeldFrames how many
+	// frames had to wait.
+	HeldSeconds float64 `json:"input_held_seconds"`
+	HeldFrames  int     `json:"held_frames"`
+	// MaxBehind is the most frames a rank's detector was behind its input
+	// (never more than Bound), first reached by MaxBehindRank.
+	MaxBehind     int    `json:"max_behind_steps"`
+	MaxBehindRank uint32 `json:"max_behind_rank"`
+	// SlowestRank is the rank the input waited for longest in total, for
+	// SlowestRankHeldSeconds.
+	SlowestRank            uint32  `json:"slowest_rank"`
+	SlowestRankHeldSeconds float64 `json:"slowest_rank_held_seconds"`
+}
+
 func (p *Pipeline) summarize(ctx context.Context, st []ad.Stats, truthFn func() []workload.Truth, in publish.Counts, inputExecs int, detect, wall time.Duration) (*Summary, error) {
 	cfg := p.cfg
 	var total ad.Stats
@@ -74,7 +101,7 @@ func (p *Pipeline) summarize(ctx context.Context, st []ad.Stats, truthFn func() 
 	}
 	sum := &Summary{
 		RunID: cfg.RunID, Algorithm: cfg.Detector.Algorithm, Ranks: len(st),
-		Frames: in.Frames, Events: int64(in.Events), Executions: total.Executions, Anomalies: total.Anomalies,
+		Frames: in.Frames, FramesProcessed: total.Frames, Events: int64(in.Events), Executions: total.Executions, Anomalies: total.Anomalies,
 		Stored:         map[string]int64{},
 		DetectSeconds:  detect.Seconds(),
 		WallSeconds:    wall.Seconds(),
@@ -318,6 +345,10 @@ func (s *Summary) WriteText(w io.Writer) error {
 		fmt.Fprintf(tw, "top functions\t%s\n", strings.Join(parts, ", "))
 	}
 	fmt.Fprintf(tw, "data\t%s of frames -> %s stored (reduction %.0fx)\n", bytesText(s.RawBytes), bytesText(s.StoredBytes), s.Reduction)
+	if b := s.Backpressure; b != nil && b.HeldFrames > 0 {
+		fmt.Fprintf(tw, "back-pressure\tinput waited %.1fs for detectors (%d frames held); at most %d steps behind (bound %d); waited longest for rank %d (%.1fs)\n",
+			b.HeldSeconds, b.HeldFrames, b.MaxBehind, b.Bound, b.SlowestRank, b.SlowestRankHeldSeconds)
+	}
 	if s.BadFrames+s.UnmatchedExits+s.DroppedRecords+s.SyncFailures+uint64(s.BadProvenance) > 0 {
 		fmt.Fprintf(tw, "faults\t%d bad frames, %d unmatched exits, %d dropped records, %d failed syncs, %d bad provenance messages\n",
 			s.BadFrames, s.UnmatchedExits, s.DroppedRecords, s.SyncFailures, s.BadProvenance)
