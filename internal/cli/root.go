@@ -41,6 +41,7 @@ and context, and keeps them for queries, dashboards and TAU profiles.`,
 		newTaudbCmd(),
 		newRunCmd(),
 		newBenchCmd(),
+		newComponentCmd(),
 	)
 	return root
 }

@@ -12,7 +12,6 @@ import (
 	"runtime"
 	"slices"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -37,6 +36,13 @@ type BenchConfig struct {
 	Detectors, Funcs int
 	// Log receives progress lines ("detector...", "pserver...").
 	Log io.Writer
+	// Command runs one component in a child process when given the
+	// component's name and flags: the program and the arguments before
+	// them, e.g. the kipimo executable and ComponentCommand. With it, the
+	// benchmark runs the default synthetic run once more with NATS, the
+	// pserver, provdb and the detectors each in a process of its own and
+	// reports each one's peak RSS; without it, only this process's.
+	Command []string
 }
 
 // Figure is one measured number next to its target.
@@ -70,7 +76,8 @@ type BenchResult struct {
 // Bench measures the pipeline: detector throughput on one core, provenance
 // ingest, pserver sync latency under many detectors, end-to-end latency from a
 // function's exit to its anomaly in the pserver, bytes per stored anomaly, the
-// reduction factor and peak memory.
+// reduction factor, and peak memory: of each component in a process of its
+// own when cfg.Command is set, and of this process.
 func Bench(ctx context.Context, cfg BenchConfig) (*BenchResult, error) {
 	if cfg.Out == "" {
 		return nil, errors.New("bench: no scratch directory")
@@ -140,12 +147,39 @@ func Bench(ctx context.Context, cfg BenchConfig) (*BenchResult, error) {
 	res.Figures["sync_p99_ms"] = fig(p99, "ms").atMost(20)
 	res.Figures["sync_merges_per_s"] = fig(mps, "merges/s")
 
-	var ru syscall.Rusage
-	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
-		res.Figures["peak_rss_mib"] = fig(float64(ru.Maxrss)/1024, "MiB")
+	if len(cfg.Command) > 0 {
+		fmt.Fprintf(cfg.Log, "components: the default synthetic run with NATS, pserver, provdb and the detectors (one ad for %d ranks) in processes of their own\n", workload.DefaultConfig().Ranks)
+		cr, err := benchComponents(ctx, cfg.Command, filepath.Join(cfg.Out, "components"), workload.DefaultConfig())
+		if err != nil {
+			return nil, fmt.Errorf("bench components: %w", err)
+		}
+		for _, c := range []struct{ component, figure string }{
+			{ComponentAD, "peak_rss_detector_mib"},
+			{ComponentPServer, "peak_rss_pserver_mib"},
+			{ComponentProvDB, "peak_rss_provdb_mib"},
+			{ComponentNATS, "peak_rss_nats_mib"},
+		} {
+			if mib, ok := cr.PeakRSS[c.component]; ok {
+				res.Figures[c.figure] = fig(mib, "MiB")
+			} else {
+				res.Notes = append(res.Notes, fmt.Sprintf("%s: this system reports no peak RSS of child processes", c.figure))
+			}
+		}
+		res.Figures["separate_processes_events_per_s"] = fig(cr.EventsPerSecond, "events/s")
+		res.Notes = append(res.Notes, fmt.Sprintf(
+			"peak_rss_{detector,pserver,provdb,nats}_mib: the default synthetic run (%d ranks x %d steps x %d events) with each component in a process of its own on 127.0.0.1, as each process reported it (VmHWM on Linux) when it exited cleanly; one ad process serves all %d ranks; the input waits while a rank's detector is 16 frames behind",
+			workload.DefaultConfig().Ranks, workload.DefaultConfig().Steps, workload.DefaultConfig().EventsPerStep, workload.DefaultConfig().Ranks))
+		if cr.Stored != int64(cr.Flagged) {
+			res.Notes = append(res.Notes, fmt.Sprintf("separate processes: the detectors flagged %d anomalies but provdb stored %d", cr.Flagged, cr.Stored))
+		}
+	} else {
+		res.Notes = append(res.Notes, "peak RSS per component not measured: no command to start components in child processes with (kipimo bench gives its own executable)")
+	}
+	if kib, ok := peakRSSSelfKiB(); ok {
+		res.Figures["peak_rss_bench_process_mib"] = fig(float64(kib)/1024, "MiB")
 	}
 	res.Notes = append(res.Notes,
-		"every component runs in this one process; peak_rss_mib is the whole process (NATS server, pserver, provdb, all detectors)",
+		"peak_rss_bench_process_mib is this process, which ran the other measurements with every component in it (as kipimo run does): the NATS server, pserver, provdb and all detectors, and the frames held for the detector and sync measurements",
 		"reduction_factor is raw binary frames over the provenance store; reduction_factor_vs_tau_adios2 counts 48 bytes per event as TAU's ADIOS2 stream spends",
 		fmt.Sprintf("the sync benchmark runs %d detectors over loopback NATS on this machine's %d cores, together with the pserver", cfg.Detectors, runtime.NumCPU()),
 	)
