@@ -12,7 +12,6 @@ import (
 	"runtime"
 	"slices"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -21,6 +20,7 @@ import (
 	"github.com/kipimo-hpc/kipimo/internal/ad"
 	"github.com/kipimo-hpc/kipimo/internal/frame"
 	"github.com/kipimo-hpc/kipimo/internal/natsx"
+	"github.com/kipimo-hpc/kipimo/internal/procstat"
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
 	"github.com/kipimo-hpc/kipimo/internal/provenance/sqlitestore"
 	"github.com/kipimo-hpc/kipimo/internal/pserver"
@@ -366,7 +366,7 @@ func benchIngest(ctx context.Context, from, to string) (ingestFigures, error) {
 		return f, err
 	}
 	defer dst.Close()
-	start, cpu0 := time.Now(), cpuTime()
+	start, cpu0 := time.Now(), procstat.CPUTime()
 	for _, m := range msgs {
 		b, err := provenance.DecodeBatch(natsx.ProvAnomalies, m)
 		if err != nil {
@@ -376,7 +376,7 @@ func benchIngest(ctx context.Context, from, to string) (ingestFigures, error) {
 			return f, err
 		}
 	}
-	el, cpu := time.Since(start), cpuTime()-cpu0
+	el, cpu := time.Since(start), procstat.CPUTime()-cpu0
 	size, err := dst.DiskUsage(ctx)
 	if err != nil {
 		return f, err
@@ -387,15 +387,6 @@ func benchIngest(ctx context.Context, from, to string) (ingestFigures, error) {
 	}
 	f.storedPerRecord = float64(size) / total
 	return f, nil
-}
-
-// cpuTime is the CPU time (user and system) this process has used.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // benchSync starts a pserver on an embedded NATS server and has n detectors

@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/kipimo-hpc/kipimo/internal/natsx"
+	"github.com/kipimo-hpc/kipimo/internal/procstat"
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
 	"github.com/kipimo-hpc/kipimo/internal/provenance/sqlitestore"
 	"github.com/kipimo-hpc/kipimo/internal/provenance/storetest"
@@ -68,7 +69,7 @@ func BenchmarkProvdbIngest(b *testing.B) {
 			}
 		}
 		b.StartTimer()
-		c0 := cpuTime()
+		c0 := procstat.CPUTime()
 		svc := New(Config{Run: "bench", FetchWait: 100 * time.Millisecond, Logger: &log}, store, js)
 		if err := svc.Start(ctx); err != nil {
 			b.Fatal(err)
@@ -79,7 +80,7 @@ func BenchmarkProvdbIngest(b *testing.B) {
 		if err := svc.Shutdown(ctx); err != nil {
 			b.Fatal(err)
 		}
-		cpu += cpuTime() - c0
+		cpu += procstat.CPUTime() - c0
 		written += svc.Stats().Written[natsx.ProvAnomalies]
 	}
 	b.ReportMetric(float64(written)/b.Elapsed().Seconds(), "records/s")

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/kipimo-hpc/kipimo/internal/natsx"
+	"github.com/kipimo-hpc/kipimo/internal/procstat"
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
 	"github.com/kipimo-hpc/kipimo/internal/provenance/storetest"
 )
@@ -60,7 +61,7 @@ func BenchmarkSQLiteIngest(b *testing.B) {
 			}
 			b.StartTimer()
 		}
-		c0 := cpuTime()
+		c0 := procstat.CPUTime()
 		bt, err := provenance.DecodeBatch(natsx.ProvAnomalies, msgs[i%len(msgs)])
 		if err != nil {
 			b.Fatal(err)
@@ -68,7 +69,7 @@ func BenchmarkSQLiteIngest(b *testing.B) {
 		if err := s.Write(ctx, bt); err != nil {
 			b.Fatal(err)
 		}
-		cpu += cpuTime() - c0
+		cpu += procstat.CPUTime() - c0
 		records += bt.Len()
 	}
 	b.StopTimer()
@@ -142,11 +143,11 @@ func BenchmarkSQLiteWrite(b *testing.B) {
 			}
 			b.StartTimer()
 		}
-		c0 := cpuTime()
+		c0 := procstat.CPUTime()
 		if err := s.Write(ctx, bt); err != nil {
 			b.Fatal(err)
 		}
-		cpu += cpuTime() - c0
+		cpu += procstat.CPUTime() - c0
 		records += batch
 	}
 	b.ReportMetric(float64(records)/b.Elapsed().Seconds(), "records/s")

@@ -1,15 +1,12 @@
 //go:build unix
 
-package service
+package procstat
 
 import (
 	"syscall"
 	"time"
 )
 
-// cpuTime is the CPU time (user + system) the process has used, so that
-// benchmarks on a shared machine can report records per CPU-second next to
-// records per wall-clock second.
 func cpuTime() time.Duration {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
