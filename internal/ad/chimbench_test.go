@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kipimo-hpc/kipimo/internal/frame"
+	"github.com/kipimo-hpc/kipimo/internal/procstat"
 )
 
 // The chimbench-v1 stream (shared/bench/chimbench-v1.md), generated exactly.
@@ -283,9 +284,9 @@ func benchChimbench(b *testing.B, cfg Config) {
 		var m0, m1 runtime.MemStats
 		runtime.ReadMemStats(&m0)
 		b.StartTimer()
-		c0 := cpuTime()
+		c0 := procstat.CPUTime()
 		d := runEncoded(b, cfg, enc, sink)
-		cpu += cpuTime() - c0
+		cpu += procstat.CPUTime() - c0
 		b.StopTimer()
 		runtime.ReadMemStats(&m1)
 		allocs += m1.Mallocs - m0.Mallocs
