@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/bits"
 	"strconv"
+	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
 )
@@ -344,6 +345,7 @@ type jr struct {
 	// names interns the strings that repeat across records (function
 	// names, counter names, hosts), so that a batch holds one copy each.
 	names map[string]string
+	texts strings.Builder // see text
 	// Arenas of the records' arrays (see slice).
 	frames   []CallFrame
 	counters []CounterEvent
@@ -632,8 +634,21 @@ func unescape(raw []byte) []byte {
 // str decodes a string field; null leaves *dst as it is.
 func (d *jr) str(dst *string) {
 	if raw := d.strBytes(); raw != nil {
-		*dst = string(raw)
+		*dst = d.text(raw)
 	}
+}
+
+// text returns raw as a string held in the decoder's text buffer: the
+// unique strings of a batch (event ids) share a few large allocations
+// instead of taking one each. A string handed out is never written again:
+// the buffer only grows, and growing moves it to new memory.
+func (d *jr) text(raw []byte) string {
+	if len(raw) == 0 {
+		return ""
+	}
+	start := d.texts.Len()
+	d.texts.Write(raw)
+	return d.texts.String()[start:]
 }
 
 // strBytes decodes a string (nil for null or on error).
