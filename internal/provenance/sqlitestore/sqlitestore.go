@@ -15,6 +15,7 @@ import (
 	"net/url"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 
@@ -443,11 +444,33 @@ func (s *Store) Query(ctx context.Context, q provenance.Query) ([]provenance.Exe
 		return nil, fmt.Errorf("query: kind %s does not hold executions", q.Kind)
 	}
 	w, args := where(q)
-	dir := " ASC"
+	dir, cmp := " ASC", " <= ?"
 	if q.Desc {
-		dir = " DESC"
+		dir, cmp = " DESC", " >= ?"
 	}
-	// q.Sort is one of provenance.SortFields (checked by Normalize), which are column names.
+	// q.Sort is one of provenance.SortFields (checked by Normalize), which
+	// are column names. Ties are broken by (pid, event_id), which no index
+	// holds, so SQLite would sort every matching row to return the first
+	// ones. Where an index gives the sort column's order, the value at the
+	// limit is found first through it; only rows up to that value (the
+	// result and its ties) are then sorted.
+	if sortIndexed(q) {
+		var edge any
+		err := s.r.QueryRowContext(ctx, "SELECT "+q.Sort+" FROM "+q.Kind+w+" ORDER BY "+q.Sort+dir+" LIMIT 1 OFFSET ?",
+			append(slices.Clone(args), q.Limit-1)...).Scan(&edge)
+		switch {
+		case err == nil:
+			if w == "" {
+				w = " WHERE "
+			} else {
+				w += " AND "
+			}
+			w += q.Sort + cmp
+			args = append(args, edge)
+		case !errors.Is(err, sql.ErrNoRows):
+			return nil, fmt.Errorf("query %s: %w", q.Kind, err)
+		}
+	}
 	sqlText := "SELECT doc FROM " + q.Kind + w + " ORDER BY " + q.Sort + dir + ", pid ASC, event_id ASC LIMIT ?"
 	args = append(args, q.Limit)
 	rows, err := s.r.QueryContext(ctx, sqlText, args...)
@@ -471,6 +494,18 @@ func (s *Store) Query(ctx context.Context, q provenance.Query) ([]provenance.Exe
 		return nil, fmt.Errorf("query %s: %w", q.Kind, err)
 	}
 	return out, nil
+}
+
+// sortIndexed reports whether one of execIndexes gives the order of q's
+// sort column among the rows q selects.
+func sortIndexed(q provenance.Query) bool {
+	switch q.Sort {
+	case "outlier_score":
+		return true
+	case "runtime_total":
+		return q.Func != ""
+	}
+	return false
 }
 
 // Get returns one execution whole.

@@ -1,9 +1,12 @@
 package sqlitestore
 
 import (
+	"cmp"
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
@@ -47,5 +50,74 @@ func TestDiskUsageCountsCheckpointedLog(t *testing.T) {
 	// documents are a few hundred bytes.
 	if per := float64(full-empty) / float64(len(execs)); per < 200 || per > 2000 {
 		t.Errorf("%.0f B per record on disk, want a few hundred", per)
+	}
+}
+
+// TestTopNWithTies checks the queries whose sort column is indexed (they
+// find the value at the limit first) against a full sort, on scores and
+// runtimes with many ties.
+func TestTopNWithTies(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(ctx, filepath.Join(t.TempDir(), "prov.db"), Options{Synchronous: "OFF"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	execs := storetest.Generate(storetest.GenConfig{Seed: 9, N: 400, Programs: 3, Anomaly: true})
+	for i := range execs {
+		execs[i].OutlierScore = float64(i % 7)
+		execs[i].RuntimeTotal = uint64(100 + i%5)
+		execs[i].Func = []string{"a", "b"}[i%2]
+	}
+	if err := s.Write(ctx, storetest.ExecBatch(storetest.Anomalies, execs)); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		q    provenance.Query
+		key  func(e provenance.Exec) float64
+		keep func(e provenance.Exec) bool
+	}{
+		{"score desc", provenance.Query{Sort: "outlier_score", Desc: true, Limit: 25}, func(e provenance.Exec) float64 { return e.OutlierScore }, nil},
+		{"score asc", provenance.Query{Sort: "outlier_score", Limit: 61}, func(e provenance.Exec) float64 { return e.OutlierScore }, nil},
+		{"score beyond the matches", provenance.Query{Sort: "outlier_score", Desc: true, Limit: 1000}, func(e provenance.Exec) float64 { return e.OutlierScore }, nil},
+		{"function's runtimes desc", provenance.Query{Func: "b", Sort: "runtime_total", Desc: true, Limit: 33}, func(e provenance.Exec) float64 { return float64(e.RuntimeTotal) },
+			func(e provenance.Exec) bool { return e.Func == "b" }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.q.Kind = storetest.Anomalies
+			got, err := s.Query(ctx, tc.q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var want []provenance.Exec
+			for _, e := range execs {
+				if tc.keep == nil || tc.keep(e) {
+					want = append(want, e)
+				}
+			}
+			slices.SortStableFunc(want, func(a, b provenance.Exec) int {
+				ka, kb := tc.key(a), tc.key(b)
+				if ka != kb {
+					if tc.q.Desc == (ka > kb) {
+						return -1
+					}
+					return 1
+				}
+				if a.PID != b.PID {
+					return cmp.Compare(a.PID, b.PID)
+				}
+				return strings.Compare(a.EventID, b.EventID)
+			})
+			want = want[:min(len(want), tc.q.Limit)]
+			if len(got) != len(want) {
+				t.Fatalf("%d results, want %d", len(got), len(want))
+			}
+			for i := range want {
+				if got[i].PID != want[i].PID || got[i].EventID != want[i].EventID {
+					t.Fatalf("result %d is %d/%s, want %d/%s", i, got[i].PID, got[i].EventID, want[i].PID, want[i].EventID)
+				}
+			}
+		})
 	}
 }
