@@ -44,7 +44,7 @@ func FuzzJSONMetadata(f *testing.F) {
 		if err := tr.AddJSONMetadata(data); err != nil {
 			return
 		}
-		if err := tr.validate(); err != nil {
+		if _, err := tr.validate(); err != nil {
 			t.Fatal(err)
 		}
 	})
