@@ -2,88 +2,129 @@ package sqlitestore
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
+	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
 )
 
-// TestDictionaryUnchanged pins dictionary v1: documents stored with it
-// cannot be read without the same bytes, so it may never change (a new
-// dictionary needs a new format byte).
-func TestDictionaryUnchanged(t *testing.T) {
-	const want = "bdc1b0fb4769131f9e3e085f1ae6ced4a9081bafd47934bb5ec9f0f638a976fa"
-	sum := sha256.Sum256(dictV1Text)
-	if got := hex.EncodeToString(sum[:]); got != want {
-		t.Fatalf("docdict-v1.json has SHA-256 %s, want %s: stored documents depend on it", got, want)
-	}
-}
-
-func TestDocRoundTrip(t *testing.T) {
-	execs := benchExecs(50)
-	for i := range execs {
-		js, err := provenance.AppendExecJSON(nil, &execs[i])
-		if err != nil {
-			t.Fatal(err)
-		}
-		doc := encodeDoc([]byte("keep"), js)
-		if !bytes.HasPrefix(doc, []byte("keep")) {
-			t.Fatal("encodeDoc overwrote dst")
-		}
-		doc = doc[4:]
-		if len(doc) >= len(js)/2 {
-			t.Errorf("record %d: stored %d B of %d B of JSON", i, len(doc), len(js))
-		}
-		back, err := decodeDoc(nil, doc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !bytes.Equal(back, js) {
-			t.Fatalf("record %d: decoded document differs", i)
-		}
-	}
-}
-
-func TestDecodeDocFormats(t *testing.T) {
-	for _, tc := range []struct {
-		name, doc, want, err string
-	}{
-		{name: "plain JSON of older stores", doc: `{"event_id":"1:2:3"}`, want: `{"event_id":"1:2:3"}`},
-		{name: "empty", doc: "", err: "empty stored document"},
-		{name: "unknown format", doc: "\x07abc", err: "unknown format byte 0x07"},
-		{name: "corrupt S2 block", doc: "\x01\xff\xff\xff\xff\x0f", err: "stored document"},
-		{name: "truncated S2 block", doc: string(encodeDoc(nil, []byte(strings.Repeat(`{"a":1}`, 20))))[:9], err: "stored document"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := decodeDoc(nil, []byte(tc.doc))
-			if tc.err != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.err) {
-					t.Fatalf("error %v, want one containing %q", err, tc.err)
+func TestBlockRoundTrip(t *testing.T) {
+	execs := benchExecs(150)
+	for _, n := range []int{1, 2, 64, 150} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			var b blockBuilder
+			var want [][]byte
+			raw := 0
+			for i := range execs[:n] {
+				js, err := provenance.AppendExecJSON(nil, &execs[i])
+				if err != nil {
+					t.Fatal(err)
 				}
-				return
+				if slot := b.add(js); slot != i {
+					t.Fatalf("slot %d for document %d", slot, i)
+				}
+				want = append(want, js)
+				raw += len(js)
 			}
-			if err != nil || string(got) != tc.want {
-				t.Fatalf("got %q, %v", got, err)
+			z := b.appendCompressed([]byte("keep"))
+			if !bytes.HasPrefix(z, []byte("keep")) {
+				t.Fatal("appendCompressed overwrote dst")
+			}
+			z = z[4:]
+			if n >= 64 && len(z)*4 > raw {
+				t.Errorf("%d documents of %d B in all compressed to %d B", n, raw, len(z))
+			}
+			got, err := decodeBlock(z)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != n {
+				t.Fatalf("%d documents back, want %d", len(got), n)
+			}
+			for i := range want {
+				if !bytes.Equal(got[i], want[i]) {
+					t.Fatalf("document %d differs", i)
+				}
+			}
+			b.reset()
+			b.add([]byte(`{}`))
+			if again, err := decodeBlock(b.appendCompressed(nil)); err != nil || len(again) != 1 || string(again[0]) != "{}" {
+				t.Fatalf("after reset: %q, %v", again, err)
 			}
 		})
 	}
 }
 
-func FuzzDecodeDoc(f *testing.F) {
-	f.Add(encodeDoc(nil, []byte(`{"event_id":"1:2:3","func":"main"}`)))
-	f.Add([]byte(`{}`))
-	f.Add([]byte{docS2DictV1, 0})
-	f.Fuzz(func(t *testing.T, doc []byte) {
-		js, err := decodeDoc(nil, doc)
+func TestRefs(t *testing.T) {
+	for _, tc := range []struct {
+		id   int64
+		slot int
+	}{{1, 0}, {127, 63}, {1 << 40, 5}} {
+		ref := appendRef(nil, tc.id, tc.slot)
+		id, slot, err := parseRef(ref)
+		if err != nil || id != tc.id || slot != tc.slot {
+			t.Errorf("ref(%d, %d): got %d, %d, %v", tc.id, tc.slot, id, slot, err)
+		}
+	}
+	for name, doc := range map[string]string{
+		"empty":         "",
+		"plain JSON":    `{"a":1}`,
+		"no slot":       "\x02\x05",
+		"trailing data": "\x02\x05\x01\x00",
+		"unknown":       "\x07\x01\x01",
+		"overlong id":   "\x02\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01\x00",
+	} {
+		if _, _, err := parseRef([]byte(doc)); err == nil {
+			t.Errorf("%s: parsed %q", name, doc)
+		}
+	}
+}
+
+func TestDecodeBlockRejectsCorruption(t *testing.T) {
+	var b blockBuilder
+	b.add([]byte(`{"event_id":"1:2:3"}`))
+	b.add([]byte(`{"event_id":"1:2:4"}`))
+	good := b.appendCompressed(nil)
+	compress := func(raw []byte) []byte { return blockEncoder.EncodeAll(raw, nil) }
+	for _, tc := range []struct {
+		name, err string
+		data      []byte
+	}{
+		{"not zstd", "stored document block", []byte("plain bytes")},
+		{"truncated", "stored document block", good[:len(good)-3]},
+		{"empty block", "bad document count", compress(nil)},
+		{"count beyond the block", "bad document count", compress([]byte{0x7f})},
+		{"length beyond the block", "bad length of document 0", compress([]byte{1, 0xff, 0x7f})},
+		{"document past the end", "runs past the block", compress([]byte{1, 3, '{', '}'})},
+		{"bytes after the documents", "bytes after the last document", compress([]byte{1, 2, '{', '}', 'x'})},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := decodeBlock(tc.data); err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Fatalf("error %v, want one containing %q", err, tc.err)
+			}
+		})
+	}
+}
+
+func FuzzDecodeBlock(f *testing.F) {
+	var b blockBuilder
+	b.add([]byte(`{"event_id":"1:2:3","func":"main"}`))
+	b.add([]byte(`{}`))
+	f.Add(b.appendCompressed(nil))
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		docs, err := decodeBlock(data)
 		if err != nil {
 			return
 		}
-		if len(doc) > 0 && doc[0] == docS2DictV1 {
-			if again := encodeDoc(nil, js); len(again) == 0 {
-				t.Fatal("empty re-encoding")
-			}
+		var again blockBuilder
+		for _, d := range docs {
+			again.add(d)
+		}
+		back, err := decodeBlock(again.appendCompressed(nil))
+		if err != nil || len(back) != len(docs) {
+			t.Fatalf("re-encoded block: %d documents, %v", len(back), err)
 		}
 	})
 }

@@ -43,15 +43,17 @@ type Store struct {
 	w    *sql.DB              // one connection: all writes
 	r    *sql.DB              // readers
 	ins  map[string]*sql.Stmt // per kind, on w
-	// insMany inserts execRowsPerInsert executions at once, per exec kind.
-	insMany map[string]*sql.Stmt
+	// insMany inserts execRowsPerInsert executions at once, and insBlock a
+	// block of their documents, per exec kind.
+	insMany, insBlock map[string]*sql.Stmt
 
-	mu sync.Mutex // held by Write: one writer, and the buffers below
-	js []byte     // one execution's JSON
-	// docs holds the stored documents of the rows being inserted; args
-	// the statement's arguments.
-	docs []byte
-	args []any
+	mu    sync.Mutex // held by Write: one writer, and the buffers below
+	js    []byte     // one execution's JSON
+	block blockBuilder
+	// zblock is the compressed block; refs the rows' doc references; args
+	// the insert's arguments.
+	zblock, refs []byte
+	args         []any
 }
 
 var registerOnce sync.Once
@@ -95,7 +97,7 @@ const execColumns = `
 	entry INTEGER NOT NULL, exit INTEGER NOT NULL,
 	runtime_total INTEGER NOT NULL, runtime_exclusive INTEGER NOT NULL,
 	outlier_score REAL NOT NULL, is_gpu_event INTEGER NOT NULL,
-	doc BLOB NOT NULL,
+	doc BLOB NOT NULL, -- a reference into <table>_docs (see doc.go)
 	UNIQUE (pid, event_id)`
 
 // execIndexes are the secondary indexes of the execution tables, one per
@@ -115,7 +117,8 @@ const execRowsPerInsert = 64
 func schema() []string {
 	var s []string
 	for _, t := range []string{natsx.ProvAnomalies, natsx.ProvNormalExecs} {
-		s = append(s, `CREATE TABLE IF NOT EXISTS `+t+` (`+execColumns+`)`)
+		s = append(s, `CREATE TABLE IF NOT EXISTS `+t+` (`+execColumns+`)`,
+			`CREATE TABLE IF NOT EXISTS `+t+`_docs (id INTEGER PRIMARY KEY, data BLOB NOT NULL)`)
 		for _, ix := range execIndexes {
 			name := t + "_" + strings.NewReplacer(", ", "_").Replace(ix)
 			s = append(s, `CREATE INDEX IF NOT EXISTS `+name+` ON `+t+` (`+ix+`)`)
@@ -171,7 +174,7 @@ func Open(ctx context.Context, path string, opt Options) (*Store, error) {
 		u.RawQuery = q.Encode()
 		return u.String()
 	}
-	s := &Store{path: path, ins: map[string]*sql.Stmt{}, insMany: map[string]*sql.Stmt{}}
+	s := &Store{path: path, ins: map[string]*sql.Stmt{}, insMany: map[string]*sql.Stmt{}, insBlock: map[string]*sql.Stmt{}}
 	var err error
 	if !opt.ReadOnly {
 		// A 64 MiB page cache keeps the indexes' pages in memory while
@@ -194,7 +197,10 @@ func Open(ctx context.Context, path string, opt Options) (*Store, error) {
 			}
 			s.ins[kind] = st
 			if provenance.IsExecKind(kind) {
-				if s.insMany[kind], err = s.w.PrepareContext(ctx, execInsert(kind, execRowsPerInsert)); err != nil {
+				if s.insMany[kind], err = s.w.PrepareContext(ctx, execInsert(kind, execRowsPerInsert)); err == nil {
+					s.insBlock[kind], err = s.w.PrepareContext(ctx, "INSERT INTO "+kind+"_docs (data) VALUES (?)")
+				}
+				if err != nil {
 					s.w.Close()
 					return nil, fmt.Errorf("open SQLite provenance store %s: prepare %s insert: %w", path, kind, err)
 				}
@@ -230,6 +236,9 @@ func (s *Store) Close() error {
 		errs = append(errs, st.Close())
 	}
 	for _, st := range s.insMany {
+		errs = append(errs, st.Close())
+	}
+	for _, st := range s.insBlock {
 		errs = append(errs, st.Close())
 	}
 	if s.w != nil {
@@ -272,37 +281,137 @@ func (s *Store) Write(ctx context.Context, b provenance.Batch) error {
 	return nil
 }
 
-// writeExecs inserts execs, execRowsPerInsert at a time. Called with s.mu
-// held.
+// writeExecs inserts execs, execRowsPerInsert at a time, each group's
+// documents as one block. Called with s.mu held.
+//
+// A group whose rows are not all new (a batch delivered again, or a record
+// given twice) is taken back and written again with only the records not
+// stored yet, so that no block holds a document that no row refers to.
+// (A savepoint per group would do the same, at a quarter of the write's
+// speed: SQLite then journals every page a group changes.)
 func (s *Store) writeExecs(ctx context.Context, tx *sql.Tx, kind string, execs []provenance.Exec) error {
-	var many, one *sql.Stmt // the transaction's statements, prepared when first needed
+	w := execWriter{s: s, tx: tx, kind: kind, insBlock: tx.StmtContext(ctx, s.insBlock[kind])}
 	for len(execs) > 0 {
-		n, st, prepared := 1, &one, s.ins[kind]
-		if len(execs) >= execRowsPerInsert {
-			n, st, prepared = execRowsPerInsert, &many, s.insMany[kind]
-		}
-		if *st == nil {
-			*st = tx.StmtContext(ctx, prepared)
-		}
-		s.docs, s.args = s.docs[:0], s.args[:0]
-		for i := range execs[:n] {
-			e := &execs[i]
-			var err error
-			if s.js, err = provenance.AppendExecJSON(s.js[:0], e); err != nil {
-				return err
+		group := execs[:min(len(execs), execRowsPerInsert)]
+		execs = execs[len(group):]
+		id, n, err := w.insert(ctx, group)
+		if err == nil && n < int64(len(group)) {
+			if err = w.takeBack(ctx, group, id); err == nil {
+				var fresh []provenance.Exec
+				if fresh, err = w.unstored(ctx, group); err == nil && len(fresh) > 0 {
+					_, _, err = w.insert(ctx, fresh)
+				}
 			}
-			start := len(s.docs)
-			s.docs = encodeDoc(s.docs, s.js)
-			s.args = append(s.args, int64(e.PID), e.EventID, int64(e.RID), int64(e.TID), int64(e.FID), e.Func,
-				int64(e.IOStep), int64(e.Entry), int64(e.Exit), int64(e.RuntimeTotal), int64(e.RuntimeExclusive),
-				e.OutlierScore, e.IsGPUEvent, s.docs[start:len(s.docs):len(s.docs)])
 		}
-		if _, err := (*st).ExecContext(ctx, s.args...); err != nil {
+		if err != nil {
 			return err
 		}
-		execs = execs[n:]
 	}
 	return nil
+}
+
+// execWriter writes executions of one kind in one transaction.
+type execWriter struct {
+	s                   *Store
+	tx                  *sql.Tx
+	kind                string
+	insBlock, many, one *sql.Stmt // the transaction's statements (many, one: when first needed)
+	exists              *sql.Stmt
+}
+
+// insert stores group (at most execRowsPerInsert executions) and their
+// documents as one block, and returns the block's id and the number of rows
+// inserted.
+func (w *execWriter) insert(ctx context.Context, group []provenance.Exec) (id, inserted int64, err error) {
+	s := w.s
+	s.block.reset()
+	for i := range group {
+		if s.js, err = provenance.AppendExecJSON(s.js[:0], &group[i]); err != nil {
+			return 0, 0, err
+		}
+		s.block.add(s.js)
+	}
+	s.zblock = s.block.appendCompressed(s.zblock[:0])
+	res, err := w.insBlock.ExecContext(ctx, s.zblock)
+	if err != nil {
+		return 0, 0, fmt.Errorf("insert document block: %w", err)
+	}
+	if id, err = res.LastInsertId(); err != nil {
+		return 0, 0, fmt.Errorf("insert document block: %w", err)
+	}
+	// The rows: all at once in a full group, else one at a time.
+	n, st, prepared := 1, &w.one, s.ins[w.kind]
+	if len(group) == execRowsPerInsert {
+		n, st, prepared = execRowsPerInsert, &w.many, s.insMany[w.kind]
+	}
+	if *st == nil {
+		*st = w.tx.StmtContext(ctx, prepared)
+	}
+	s.refs = s.refs[:0]
+	for lo := 0; lo < len(group); lo += n {
+		s.args = s.args[:0]
+		for i := lo; i < lo+n; i++ {
+			e := &group[i]
+			start := len(s.refs)
+			s.refs = appendRef(s.refs, id, i)
+			s.args = append(s.args, int64(e.PID), e.EventID, int64(e.RID), int64(e.TID), int64(e.FID), e.Func,
+				int64(e.IOStep), int64(e.Entry), int64(e.Exit), int64(e.RuntimeTotal), int64(e.RuntimeExclusive),
+				e.OutlierScore, e.IsGPUEvent, s.refs[start:len(s.refs):len(s.refs)])
+		}
+		res, err := (*st).ExecContext(ctx, s.args...)
+		if err != nil {
+			return 0, 0, err
+		}
+		k, err := res.RowsAffected()
+		if err != nil {
+			return 0, 0, err
+		}
+		inserted += k
+	}
+	return id, inserted, nil
+}
+
+// takeBack deletes what insert stored for group as block id: the rows that
+// refer to the block, and the block.
+func (w *execWriter) takeBack(ctx context.Context, group []provenance.Exec, id int64) error {
+	for i := range group {
+		e := &group[i]
+		if _, err := w.tx.ExecContext(ctx, "DELETE FROM "+w.kind+" WHERE pid = ? AND event_id = ? AND doc = ?",
+			int64(e.PID), e.EventID, appendRef(nil, id, i)); err != nil {
+			return fmt.Errorf("take back a group: %w", err)
+		}
+	}
+	if _, err := w.tx.ExecContext(ctx, "DELETE FROM "+w.kind+"_docs WHERE id = ?", id); err != nil {
+		return fmt.Errorf("take back a group: %w", err)
+	}
+	return nil
+}
+
+// unstored returns the executions of group not stored yet, each once.
+func (w *execWriter) unstored(ctx context.Context, group []provenance.Exec) ([]provenance.Exec, error) {
+	if w.exists == nil {
+		var err error
+		if w.exists, err = w.tx.PrepareContext(ctx, "SELECT count(*) FROM "+w.kind+" WHERE pid = ? AND event_id = ?"); err != nil {
+			return nil, err
+		}
+	}
+	seen := map[string]bool{}
+	var fresh []provenance.Exec
+	for _, e := range group {
+		key := provenance.ExecKey(e.PID, e.EventID)
+		if seen[key] {
+			continue
+		}
+		seen[key] = true
+		var n int
+		if err := w.exists.QueryRowContext(ctx, e.PID, e.EventID).Scan(&n); err != nil {
+			return nil, err
+		}
+		if n == 0 {
+			fresh = append(fresh, e)
+		}
+	}
+	return fresh, nil
 }
 
 func writeRows(ctx context.Context, st *sql.Stmt, b provenance.Batch) error {
@@ -478,20 +587,24 @@ func (s *Store) Query(ctx context.Context, q provenance.Query) ([]provenance.Exe
 		return nil, fmt.Errorf("query %s: %w", q.Kind, err)
 	}
 	defer rows.Close()
-	var out []provenance.Exec
-	var doc, buf []byte
+	var docs [][]byte
 	for rows.Next() {
+		var doc []byte
 		if err := rows.Scan(&doc); err != nil {
 			return nil, fmt.Errorf("query %s: %w", q.Kind, err)
 		}
-		var e provenance.Exec
-		if buf, err = readExec(buf, doc, &e); err != nil {
-			return nil, fmt.Errorf("query %s: %w", q.Kind, err)
-		}
-		out = append(out, e)
+		docs = append(docs, doc)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("query %s: %w", q.Kind, err)
+	}
+	rows.Close()
+	out := make([]provenance.Exec, len(docs))
+	blocks := map[int64][][]byte{}
+	for i, doc := range docs {
+		if err := s.readExec(ctx, q.Kind, doc, blocks, &out[i]); err != nil {
+			return nil, fmt.Errorf("query %s: %w", q.Kind, err)
+		}
 	}
 	return out, nil
 }
@@ -522,27 +635,45 @@ func (s *Store) Get(ctx context.Context, kind string, pid uint32, eventID string
 	if err != nil {
 		return e, fmt.Errorf("get %s %s: %w", kind, provenance.ExecKey(pid, eventID), err)
 	}
-	if _, err := readExec(nil, doc, &e); err != nil {
+	if err := s.readExec(ctx, kind, doc, nil, &e); err != nil {
 		return e, fmt.Errorf("get %s %s: %w", kind, provenance.ExecKey(pid, eventID), err)
 	}
 	return e, nil
 }
 
-// readExec decodes a stored execution document into e, using buf for its
-// JSON (returned for reuse).
-func readExec(buf, doc []byte, e *provenance.Exec) ([]byte, error) {
-	js, err := decodeDoc(buf, doc)
-	if err != nil {
-		return buf, err
+// readExec decodes the execution whose doc column is doc into e, reading
+// its document block if doc refers to one. blocks, if not nil, keeps the
+// blocks read for the next calls.
+func (s *Store) readExec(ctx context.Context, kind string, doc []byte, blocks map[int64][][]byte, e *provenance.Exec) error {
+	js := doc
+	if len(doc) == 0 || doc[0] != '{' {
+		id, slot, err := parseRef(doc)
+		if err != nil {
+			return err
+		}
+		docs, ok := blocks[id]
+		if !ok {
+			var data []byte
+			if err := s.r.QueryRowContext(ctx, "SELECT data FROM "+kind+"_docs WHERE id = ?", id).Scan(&data); err != nil {
+				return fmt.Errorf("read document block %d: %w", id, err)
+			}
+			if docs, err = decodeBlock(data); err != nil {
+				return fmt.Errorf("document block %d: %w", id, err)
+			}
+			if blocks != nil {
+				blocks[id] = docs
+			}
+		}
+		if slot >= len(docs) {
+			return fmt.Errorf("document block %d has no slot %d", id, slot)
+		}
+		js = docs[slot]
 	}
 	if err := provenance.DecodeExec(js, e); err != nil {
-		return buf, fmt.Errorf("stored document: %w", err)
+		return fmt.Errorf("stored document: %w", err)
 	}
 	e.Normalize()
-	if doc[0] != '{' {
-		buf = js
-	}
-	return buf, nil
+	return nil
 }
 
 // Count counts the matching records.

@@ -121,3 +121,62 @@ func TestTopNWithTies(t *testing.T) {
 		})
 	}
 }
+
+// TestRewritesLeaveNoOrphanDocuments writes batches again, in part and with
+// a record given twice: each record is stored once, and every document in a
+// block belongs to a stored row.
+func TestRewritesLeaveNoOrphanDocuments(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(ctx, filepath.Join(t.TempDir(), "prov.db"), Options{Synchronous: "OFF"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	execs := storetest.Generate(storetest.GenConfig{Seed: 4, N: 300, Anomaly: true})
+	withTwice := append(slices.Clone(execs[250:300]), execs[260])
+	for _, tc := range []struct {
+		name  string
+		batch []provenance.Exec
+		total int64
+	}{
+		{"first 200", execs[:200], 200},
+		{"the same again", execs[:200], 200},
+		{"100 stored and 50 new", execs[100:250], 250},
+		{"50 new, one of them twice", withTwice, 300},
+		{"everything again", execs, 300},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := s.Write(ctx, storetest.ExecBatch(storetest.Anomalies, tc.batch)); err != nil {
+				t.Fatal(err)
+			}
+			n, err := s.Count(ctx, provenance.Query{Kind: storetest.Anomalies})
+			if err != nil || n != tc.total {
+				t.Fatalf("%d records (%v), want %d", n, err, tc.total)
+			}
+			rows, err := s.r.QueryContext(ctx, "SELECT data FROM anomalies_docs")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rows.Close()
+			var docs int64
+			for rows.Next() {
+				var data []byte
+				if err := rows.Scan(&data); err != nil {
+					t.Fatal(err)
+				}
+				d, err := decodeBlock(data)
+				if err != nil {
+					t.Fatal(err)
+				}
+				docs += int64(len(d))
+			}
+			if docs != tc.total {
+				t.Fatalf("blocks hold %d documents for %d records", docs, tc.total)
+			}
+		})
+	}
+	got, err := s.Get(ctx, storetest.Anomalies, execs[260].PID, execs[260].EventID)
+	if err != nil || got.EventID != execs[260].EventID || got.Func != execs[260].Func {
+		t.Fatalf("record given twice: %+v, %v", got.EventID, err)
+	}
+}
