@@ -1126,7 +1126,14 @@ func decodeExecs(data []byte) ([]Exec, error) {
 	if d.peek() != '[' {
 		return nil, fmt.Errorf("%w: not a JSON array", errJSON)
 	}
-	var out, arena []Exec
+	// Size the arenas for records like the detectors' (about 3 KB of JSON
+	// with an 11-execution window), so that they seldom grow.
+	n := len(data)
+	d.window = make([]WindowExec, 0, n/256)
+	d.frames = make([]CallFrame, 0, n/640)
+	d.texts.Grow(n / 6)
+	arena := make([]Exec, 0, n/2048+1)
+	var out []Exec
 	slice(&d, &out, &arena, (*jr).exec)
 	if d.err == nil && d.peek() != 0 {
 		d.fail("data after the array")
