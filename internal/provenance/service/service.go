@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 	zlog "github.com/rs/zerolog/log"
@@ -32,7 +33,8 @@ type Config struct {
 	Durable string
 	// Fetch is the number of messages (batches) fetched at once; default 16.
 	Fetch int
-	// FetchWait bounds one fetch when the stream is idle; default 1s.
+	// FetchWait bounds one fetch when the stream is idle, and so how long
+	// Shutdown waits for the fetch under way; default 1s.
 	FetchWait time.Duration
 	// AckWait is how long JetStream waits for an acknowledgement before
 	// redelivering; default 60s. It must exceed the slowest store write.
@@ -149,7 +151,9 @@ func (s *Service) Start(ctx context.Context) error {
 }
 
 // Shutdown stops consuming after the batch being written (if any) is written
-// and acknowledged, or when ctx ends, whichever comes first.
+// and acknowledged and the fetch under way has ended (within FetchWait;
+// what it still brings is handed back for redelivery), or when ctx ends,
+// whichever comes first.
 func (s *Service) Shutdown(ctx context.Context) error {
 	if s.cancel == nil {
 		return nil
@@ -177,10 +181,14 @@ func (s *Service) Stats() Stats {
 func (s *Service) loop(ctx context.Context, cons jetstream.Consumer) {
 	fetchErrors := 0
 	for ctx.Err() == nil {
-		fctx, cancel := context.WithTimeout(ctx, s.cfg.FetchWait)
-		mb, err := cons.Fetch(s.cfg.Fetch, jetstream.FetchContext(fctx))
+		// The pull ends when the server says it expired, not when a
+		// client-side deadline passes: a message the server sends just
+		// before its expiry must still reach drain (which writes it, or
+		// hands it back when stopping) rather than be dropped with the
+		// subscription and wait for AckWait to pass. Stopping therefore
+		// waits for the pull under way, at most FetchWait.
+		mb, err := cons.Fetch(s.cfg.Fetch, jetstream.FetchMaxWait(s.cfg.FetchWait))
 		if err != nil {
-			cancel()
 			if ctx.Err() != nil {
 				return
 			}
@@ -191,9 +199,7 @@ func (s *Service) loop(ctx context.Context, cons jetstream.Consumer) {
 			continue
 		}
 		s.drain(ctx, mb.Messages())
-		err = mb.Error()
-		cancel()
-		if err != nil && ctx.Err() == nil && !errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, context.DeadlineExceeded) {
+		if err := mb.Error(); err != nil && ctx.Err() == nil && !errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, nats.ErrTimeout) {
 			if fetchErrors++; fetchErrors == 1 || fetchErrors%60 == 0 {
 				s.log.Warn().Err(err).Int("fetch_errors", fetchErrors).Msg("fetch provenance batches")
 			}
