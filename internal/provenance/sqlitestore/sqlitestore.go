@@ -414,6 +414,8 @@ func (w *execWriter) unstored(ctx context.Context, group []provenance.Exec) ([]p
 	return fresh, nil
 }
 
+// writeRows inserts the records of a batch of a kind other than executions
+// (see writeExecs) with st, the kind's insert.
 func writeRows(ctx context.Context, st *sql.Stmt, b provenance.Batch) error {
 	var buf []byte
 	enc := func(v any) (string, error) {
@@ -426,18 +428,6 @@ func writeRows(ctx context.Context, st *sql.Stmt, b provenance.Batch) error {
 		return err
 	}
 	switch b.Kind {
-	case natsx.ProvAnomalies, natsx.ProvNormalExecs:
-		for i := range b.Execs {
-			e := &b.Execs[i]
-			doc, err := enc(e)
-			if err != nil {
-				return err
-			}
-			if err := exec(e.PID, e.EventID, e.RID, e.TID, e.FID, e.Func, int64(e.IOStep), int64(e.Entry), int64(e.Exit),
-				int64(e.RuntimeTotal), int64(e.RuntimeExclusive), e.OutlierScore, e.IsGPUEvent, doc); err != nil {
-				return err
-			}
-		}
 	case natsx.ProvMetadata:
 		for _, m := range b.Metadata {
 			doc, err := enc(m)
