@@ -3,8 +3,10 @@ package sqlitestore
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -178,5 +180,41 @@ func TestRewritesLeaveNoOrphanDocuments(t *testing.T) {
 	got, err := s.Get(ctx, storetest.Anomalies, execs[260].PID, execs[260].EventID)
 	if err != nil || got.EventID != execs[260].EventID || got.Func != execs[260].Func {
 		t.Fatalf("record given twice: %+v, %v", got.EventID, err)
+	}
+}
+
+// TestReadsPlainJSONDocuments reads a row whose doc column is the record's
+// JSON itself, as stores written before document blocks hold them, next to
+// rows written now.
+func TestReadsPlainJSONDocuments(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(ctx, filepath.Join(t.TempDir(), "prov.db"), Options{Synchronous: "OFF"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	execs := storetest.Generate(storetest.GenConfig{Seed: 12, N: 3, Anomaly: true})
+	if err := s.Write(ctx, storetest.ExecBatch(storetest.Anomalies, execs[1:])); err != nil {
+		t.Fatal(err)
+	}
+	old := execs[0]
+	doc, err := json.Marshal(&old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.w.ExecContext(ctx, insertSQL[storetest.Anomalies], int64(old.PID), old.EventID, int64(old.RID), int64(old.TID), int64(old.FID), old.Func,
+		int64(old.IOStep), int64(old.Entry), int64(old.Exit), int64(old.RuntimeTotal), int64(old.RuntimeExclusive), old.OutlierScore, old.IsGPUEvent, string(doc)); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Get(ctx, storetest.Anomalies, old.PID, old.EventID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, old) {
+		t.Fatalf("plain JSON row read back as\n%+v\nwant\n%+v", got, old)
+	}
+	all, err := s.Query(ctx, provenance.Query{Kind: storetest.Anomalies, Limit: 10})
+	if err != nil || len(all) != 3 {
+		t.Fatalf("query over old and new rows: %d records, %v", len(all), err)
 	}
 }
