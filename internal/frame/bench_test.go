@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"testing"
 	"time"
+
+	"github.com/kipimo-hpc/kipimo/internal/procstat"
 )
 
 // reportEvents reports throughput in events per wall-clock second, and in
@@ -13,7 +15,7 @@ import (
 func reportEvents(b *testing.B, f *Frame, size int, cpu0 time.Duration) {
 	n := float64(f.NumEvents()) * float64(b.N)
 	b.ReportMetric(n/b.Elapsed().Seconds(), "events/s")
-	if cpu := cpuTime() - cpu0; cpu0 > 0 && cpu > 0 {
+	if cpu := procstat.CPUTime() - cpu0; cpu0 > 0 && cpu > 0 {
 		b.ReportMetric(n/cpu.Seconds(), "events/cpu-s")
 	}
 	b.ReportMetric(float64(size)/float64(f.NumEvents()), "B/event")
@@ -24,7 +26,7 @@ func BenchmarkEncodeBinary(b *testing.B) {
 	buf := AppendBinary(nil, f)
 	b.SetBytes(int64(len(buf)))
 	b.ReportAllocs()
-	cpu0 := cpuTime()
+	cpu0 := procstat.CPUTime()
 	for b.Loop() {
 		buf = AppendBinary(buf[:0], f)
 	}
@@ -40,7 +42,7 @@ func BenchmarkDecodeBinary(b *testing.B) {
 	}
 	b.SetBytes(int64(len(buf)))
 	b.ReportAllocs()
-	cpu0 := cpuTime()
+	cpu0 := procstat.CPUTime()
 	for b.Loop() {
 		if _, err := DecodeBinary(buf, &g); err != nil {
 			b.Fatal(err)
@@ -57,7 +59,7 @@ func BenchmarkEncodeJSON(b *testing.B) {
 	}
 	b.SetBytes(int64(len(buf)))
 	b.ReportAllocs()
-	cpu0 := cpuTime()
+	cpu0 := procstat.CPUTime()
 	for b.Loop() {
 		buf, _ = AppendJSON(buf[:0], f)
 	}
@@ -76,7 +78,7 @@ func BenchmarkDecodeJSON(b *testing.B) {
 	}
 	b.SetBytes(int64(len(buf)))
 	b.ReportAllocs()
-	cpu0 := cpuTime()
+	cpu0 := procstat.CPUTime()
 	for b.Loop() {
 		if err := DecodeJSON(buf, &g); err != nil {
 			b.Fatal(err)
@@ -98,7 +100,7 @@ func BenchmarkReader(b *testing.B) {
 	var g Frame
 	b.SetBytes(int64(len(stream)))
 	b.ReportAllocs()
-	cpu0 := cpuTime()
+	cpu0 := procstat.CPUTime()
 	for b.Loop() {
 		r := NewReader(bytes.NewReader(stream))
 		for range frames {
@@ -109,7 +111,7 @@ func BenchmarkReader(b *testing.B) {
 	}
 	n := float64(f.NumEvents()) * frames * float64(b.N)
 	b.ReportMetric(n/b.Elapsed().Seconds(), "events/s")
-	if cpu := cpuTime() - cpu0; cpu0 > 0 && cpu > 0 {
+	if cpu := procstat.CPUTime() - cpu0; cpu0 > 0 && cpu > 0 {
 		b.ReportMetric(n/cpu.Seconds(), "events/cpu-s")
 	}
 }
