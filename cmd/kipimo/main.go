@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -16,6 +17,12 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := cli.Execute(ctx, os.Args[1:])
 	stop()
+	// A command run under kipimo (run --exec) that failed: exit with its
+	// status, as if it had run alone.
+	var ec interface{ ExitCode() int }
+	if errors.As(err, &ec) {
+		os.Exit(ec.ExitCode())
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "kipimo:", err)
 		os.Exit(1)

@@ -17,6 +17,11 @@ type counters struct {
 	syncs, syncFailures, droppedSummaries            atomic.Uint64
 	modelErrors, evictedLaunches                     atomic.Uint64
 	unmatchedCorrelations                            atomic.Uint64
+	// sourceDropped is the latest count the rank's event source reported
+	// of frames it dropped before they reached NATS (SourceDroppedHeader).
+	sourceDropped atomic.Uint64
+	// ended is set once the rank's stream ended (end-of-stream message).
+	ended atomic.Bool
 }
 
 // Stats is a snapshot of a detector's counts.
@@ -59,6 +64,13 @@ type Stats struct {
 	ModelErrors           uint64 `json:"model_errors"`
 	EvictedLaunches       uint64 `json:"evicted_launches"`
 	UnmatchedCorrelations uint64 `json:"unmatched_correlations"`
+	// SourceDroppedFrames are frames the rank's event source (the in-process
+	// event library) dropped before they reached NATS: its queue was full
+	// or the server was gone.
+	SourceDroppedFrames uint64 `json:"source_dropped_frames"`
+	// Ended tells whether the rank's stream ended with an end-of-stream
+	// message (Add leaves it alone).
+	Ended bool `json:"ended"`
 }
 
 // Stats returns the detector's counts; safe for concurrent use.
@@ -75,6 +87,8 @@ func (d *Detector) Stats() Stats {
 		Lag:         d.sync.lag.Load(),
 		ModelErrors: c.modelErrors.Load(), EvictedLaunches: c.evictedLaunches.Load(),
 		UnmatchedCorrelations: c.unmatchedCorrelations.Load(),
+		SourceDroppedFrames:   c.sourceDropped.Load(),
+		Ended:                 c.ended.Load(),
 	}
 }
 
@@ -99,6 +113,7 @@ func (s *Stats) Add(o Stats) {
 	s.ModelErrors += o.ModelErrors
 	s.EvictedLaunches += o.EvictedLaunches
 	s.UnmatchedCorrelations += o.UnmatchedCorrelations
+	s.SourceDroppedFrames += o.SourceDroppedFrames
 }
 
 // Collector exports the counts of a set of detectors as Prometheus metrics
@@ -159,6 +174,7 @@ type metricDef struct {
 var metricDefs = []metricDef{
 	{"kipimo_ad_frames_total", "Frames processed.", false, func(s *Stats) uint64 { return s.Frames }},
 	{"kipimo_ad_bad_frames_total", "Frames rejected as malformed or misrouted.", false, func(s *Stats) uint64 { return s.BadFrames }},
+	{"kipimo_ad_source_dropped_frames_total", "Frames the rank's event source dropped before they reached NATS.", false, func(s *Stats) uint64 { return s.SourceDroppedFrames }},
 	{"kipimo_ad_events_total", "Events (function, counter, comm) processed.", false, func(s *Stats) uint64 { return s.Events }},
 	{"kipimo_ad_executions_total", "Executions completed.", false, func(s *Stats) uint64 { return s.Executions }},
 	{"kipimo_ad_anomalies_total", "Executions labelled anomalous.", false, func(s *Stats) uint64 { return s.Anomalies }},

@@ -24,6 +24,12 @@ import (
 // the same.
 const EndOfStreamHeader = "Kipimo-End-Of-Stream"
 
+// SourceDroppedHeader, on a message of a rank's frame subject, carries the
+// number of frames the rank's event source has dropped so far (the
+// in-process event library drops frames rather than hold the application
+// back). Detectors report the latest value as SourceDroppedFrames.
+const SourceDroppedHeader = "Kipimo-Source-Dropped"
+
 // ControlMessage is a run-wide message on natsx.Subjects.Control().
 type ControlMessage struct {
 	// Kind is "end_of_run" (every detector closes as at the end of its
@@ -43,6 +49,11 @@ type ServeConfig struct {
 	Run   string
 	PID   uint32
 	Ranks []uint32
+	// Discover, with no Ranks, serves every rank that publishes on the run's
+	// frame subjects, of any program id: a rank's detector starts with its
+	// first message. Serve then returns on an end_of_run control message or
+	// when ctx is done, never because streams ended (more ranks may come).
+	Discover bool
 	// Detector is the configuration of every detector (PID and Rank are set
 	// per rank; Sink and Syncer are shared).
 	Detector Config
@@ -72,14 +83,20 @@ func Serve(ctx context.Context, cfg ServeConfig) ([]Stats, error) {
 	if err := natsx.ValidRun(cfg.Run); err != nil {
 		return nil, fmt.Errorf("serve detectors: %w", err)
 	}
-	if len(cfg.Ranks) == 0 {
+	if len(cfg.Ranks) == 0 && !cfg.Discover {
 		return nil, errors.New("serve detectors: no ranks given")
+	}
+	if len(cfg.Ranks) > 0 && cfg.Discover {
+		return nil, errors.New("serve detectors: ranks given and discovery asked for")
 	}
 	if cfg.PendingFrames <= 0 {
 		cfg.PendingFrames = 256
 	}
 	if cfg.CloseTimeout <= 0 {
 		cfg.CloseTimeout = 10 * time.Second
+	}
+	if cfg.Discover {
+		return serveDiscovered(ctx, cfg)
 	}
 	subj := natsx.Subjects{Run: cfg.Run}
 	type rankState struct {
@@ -190,7 +207,7 @@ func Serve(ctx context.Context, cfg ServeConfig) ([]Stats, error) {
 		labels := pprof.Labels("component", "ad", "rank", strconv.FormatUint(uint64(rs.d.cfg.Rank), 10))
 		go pprof.Do(ctx, labels, func(ctx context.Context) {
 			defer wg.Done()
-			errs[i] = serveRank(ctx, rs.d, rs.sub, endAll, cfg.CloseTimeout)
+			errs[i] = serveRank(ctx, rs.d, subSource{rs.sub}, endAll, cfg.CloseTimeout)
 		})
 	}
 	done := make(chan struct{})
@@ -232,7 +249,7 @@ func respondCallstack(m *nats.Msg, d *Detector) {
 // serveRank feeds one detector until its stream ends or ctx is done, then
 // closes it. After an end_of_run control message the frames already queued
 // are processed first.
-func serveRank(ctx context.Context, d *Detector, sub *nats.Subscription, endAll <-chan struct{}, closeTimeout time.Duration) error {
+func serveRank(ctx context.Context, d *Detector, sub msgSource, endAll <-chan struct{}, closeTimeout time.Duration) error {
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
@@ -245,24 +262,31 @@ func serveRank(ctx context.Context, d *Detector, sub *nats.Subscription, endAll 
 	var f frame.Frame
 	dropped := 0
 	for {
-		msg, err := sub.NextMsgWithContext(rctx)
+		msg, err := sub.nextContext(rctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				break
 			}
-			if n, _, _ := sub.Pending(); n == 0 {
+			if sub.pending() == 0 {
 				break
 			}
-			if msg, err = sub.NextMsg(time.Second); err != nil {
+			if msg, err = sub.next(time.Second); err != nil {
 				break
 			}
 		}
-		if n, _ := sub.Dropped(); n > dropped {
+		if n := sub.dropped(); n > dropped {
 			d.stats.badFrames.Add(uint64(n - dropped))
 			d.cfg.Logger.Warn().Int("dropped", n-dropped).Msg("frames dropped: the detector is slower than its input")
 			dropped = n
 		}
+		if v := msg.Header.Get(SourceDroppedHeader); v != "" {
+			if n, err := strconv.ParseUint(v, 10, 64); err == nil && n > d.stats.sourceDropped.Load() {
+				d.stats.sourceDropped.Store(n)
+				d.cfg.Logger.Warn().Uint64("source_dropped_frames", n).Msg("the rank's event source dropped frames")
+			}
+		}
 		if msg.Header.Get(EndOfStreamHeader) != "" || len(msg.Data) == 0 {
+			d.stats.ended.Store(true)
 			break
 		}
 		if err := decodeFrame(msg.Data, &f); err != nil {

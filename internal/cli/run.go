@@ -2,7 +2,9 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"io"
 	"os"
 	"time"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/kipimo-hpc/kipimo/internal/ad"
 	"github.com/kipimo-hpc/kipimo/internal/config"
+	"github.com/kipimo-hpc/kipimo/internal/instrument"
 	"github.com/kipimo-hpc/kipimo/internal/replay"
 	"github.com/kipimo-hpc/kipimo/internal/run"
 	"github.com/kipimo-hpc/kipimo/internal/workload"
@@ -25,16 +28,29 @@ func newRunCmd() *cobra.Command {
 		jsonOut     bool
 		keepServing bool
 		ignore      []string
+		execMode    bool
+		injects     []string
 	)
 	cmd := &cobra.Command{
-		Use:   "run [flags] [--input FILES --format FORMAT]",
-		Short: "Run the whole pipeline in one process, on a synthetic run or on traces",
+		Use:   "run [flags] [--input FILES --format FORMAT | --exec -- COMMAND [ARGS...]]",
+		Short: "Run the whole pipeline in one process, on a live program, a synthetic run or traces",
 		Long: `Run starts everything Kipimo needs in one process, with nothing installed: an
 embedded NATS server with JetStream (data under --out), the parameter server and
 its dashboard, the provenance service on a SQLite store, one detector per rank,
 and the summary writer. The input is a synthetic MPI application with injected
-anomalies (the default; --ranks, --steps, --seed, --gpu) or traces made by other
-tools (--input with --format tau|caliper|chrome|frames).
+anomalies (the default; --ranks, --steps, --seed, --gpu), traces made by other
+tools (--input with --format tau|caliper|chrome|frames), or a program running
+now (--exec -- COMMAND).
+
+With --exec, the command runs with Kipimo's event library preloaded (built
+from its embedded C sources with the system's cc and mpicc on first use, then
+cached): MPI calls of unmodified dynamically linked MPI programs are seen
+through PMPI, every function of code built with -finstrument-functions, and
+regions marked with the kipimo.h API. Each rank cuts an io_step every --period
+and streams it to the detectors while the command runs; the dashboard is live
+meanwhile. The command's output and exit status are its own: kipimo exits with
+the command's status. --inject FUNC:PROB:DELAY delays calls on purpose and
+scores the detection against them.
 
 At the end it prints what was found (with precision and recall against the
 injected anomalies for synthetic runs), how fast, how much data was kept, where
@@ -42,11 +58,34 @@ the results are, and the commands to explore them.`,
 		Example: `  kipimo run
   kipimo run --ranks 16 --steps 100 --gpu --algorithm hbos
   kipimo run --input trace.json.gz --format chrome --step 100ms
-  kipimo run --keep-serving --http 127.0.0.1:8080`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+  kipimo run --keep-serving --http 127.0.0.1:8080
+  kipimo run --exec -- mpirun -np 4 ./app input.dat
+  kipimo run --exec --inject MPI_Send:0.004:25ms -- mpirun -np 2 lmp -in in.lj`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if execMode && len(args) == 0 {
+				return errors.New("--exec needs a command after --, e.g. kipimo run --exec -- mpirun -np 4 ./app")
+			}
+			if !execMode && len(args) > 0 {
+				return fmt.Errorf("unexpected arguments %q: to run a program, give --exec -- COMMAND; trace files go to --input", args)
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := config.Apply(cmd.Flags(), nil); err != nil {
 				return err
+			}
+			if execMode {
+				cfg.Live.Command = args
+				for _, s := range injects {
+					in, err := instrument.ParseInjection(s)
+					if err != nil {
+						return fmt.Errorf("--inject: %w", err)
+					}
+					cfg.Live.Inject = append(cfg.Live.Inject, in)
+				}
+				cfg.Live.Seed = wl.Seed
+			} else if len(injects) > 0 || len(cfg.Live.Exclude) > 0 {
+				return errors.New("--inject and --exclude apply to a program run with --exec")
 			}
 			if scale != 1 {
 				wl.Rates = wl.Rates.Scale(scale)
@@ -92,6 +131,10 @@ the results are, and the commands to explore them.`,
 	f.IntVar(&cfg.MaxLag, "max-lag", 16, "io_steps a rank's input may run ahead of its detector before the input waits (back-pressure)")
 	f.StringVar(&cfg.NATSURL, "nats", "", "use this NATS server instead of an embedded one")
 	f.BoolVar(&jsonOut, "json", false, "print the summary as JSON")
+	f.BoolVar(&execMode, "exec", false, "run the command given after -- under the event library and monitor it live")
+	f.DurationVar(&cfg.Live.Period, "period", time.Second, "--exec: io_step period of each rank (like TAU_ADIOS2_PERIOD)")
+	f.StringSliceVar(&cfg.Live.Exclude, "exclude", nil, "--exec: shell patterns of functions not recorded (repeat or comma-separate)")
+	f.StringArrayVar(&injects, "inject", nil, "--exec: FUNC:PROB:DELAY, delay FUNC by DELAY with probability PROB per call and score detection against it (repeatable)")
 	return cmd
 }
 
@@ -131,6 +174,11 @@ func runPipeline(ctx context.Context, stdout, stderr io.Writer, cfg run.Config, 
 			fmt.Fprintf(stderr, "\r\033[Kstep %s  %d frames  %.2fM events/s  %d anomalies%s", steps, pr.Frames, rate/1e6, pr.Anomalies, behind)
 		}
 	}
+	if len(cfg.Live.Command) > 0 {
+		// The command's own output shares the terminal: no progress line.
+		progress = nil
+		fmt.Fprintf(stderr, "monitoring %q as run %s\n", strings.Join(cfg.Live.Command, " "), p.RunID())
+	}
 	sum, err := p.Execute(ctx, progress)
 	if tty {
 		fmt.Fprint(stderr, "\r\033[K")
@@ -149,6 +197,9 @@ func runPipeline(ctx context.Context, stdout, stderr io.Writer, cfg run.Config, 
 	if keepServing {
 		fmt.Fprintf(stderr, "serving the dashboard at %s until interrupted\n", p.DashboardURL())
 		p.Wait(ctx)
+	}
+	if l := sum.Live; l != nil && l.ExitCode != 0 {
+		return &run.ExitError{Code: l.ExitCode}
 	}
 	return nil
 }

@@ -29,6 +29,10 @@ type Config struct {
 
 	// Workload is the synthetic run, used when Inputs is empty.
 	Workload workload.Config
+	// Live, when its Command is set, runs that command with the event
+	// library preloaded and monitors it live instead of a synthetic run.
+	Live LiveConfig
+
 	// Inputs are trace files of InputFormat (replay.Formats) to run instead.
 	Inputs      []string
 	InputFormat string
@@ -66,7 +70,14 @@ func (c *Config) Validate() error {
 	if err := natsx.ValidRun(c.RunID); err != nil {
 		return err
 	}
-	if len(c.Inputs) == 0 {
+	if len(c.Live.Command) > 0 {
+		if len(c.Inputs) > 0 {
+			return errors.New("a command to run (--exec) and input traces (--input) exclude each other")
+		}
+		if c.Live.Period < 0 || (c.Live.Period > 0 && c.Live.Period < time.Millisecond) {
+			return fmt.Errorf("period %s: want at least 1ms", c.Live.Period)
+		}
+	} else if len(c.Inputs) == 0 {
 		if c.Workload.Ranks == 0 {
 			c.Workload = workload.DefaultConfig()
 		}

@@ -160,6 +160,9 @@ func (p *Pipeline) startPServer(ctx context.Context, addr string) error {
 	return nil
 }
 
+// RunID is the run's id (given, or made from the time by Validate).
+func (p *Pipeline) RunID() string { return p.cfg.RunID }
+
 // DashboardURL is the parameter server's web page.
 func (p *Pipeline) DashboardURL() string { return "http://" + p.ps.HTTPAddr() + "/" }
 
@@ -221,6 +224,9 @@ type Progress struct {
 // progress, when set, is called about four times a second.
 func (p *Pipeline) Execute(ctx context.Context, progress func(Progress)) (*Summary, error) {
 	cfg := p.cfg
+	if len(cfg.Live.Command) > 0 {
+		return p.executeLive(ctx, progress)
+	}
 	start := time.Now()
 	src, truth, ranks, err := p.source()
 	if err != nil {

@@ -3,6 +3,7 @@ package run
 import (
 	"sort"
 
+	"github.com/kipimo-hpc/kipimo/internal/instrument"
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
 	"github.com/kipimo-hpc/kipimo/internal/workload"
 )
@@ -25,6 +26,14 @@ type Score struct {
 	Precision     float64     `json:"precision"`
 	Recall        float64     `json:"recall"`
 	Kinds         []KindScore `json:"kinds"`
+	// Live runs with injected delays only (ScoreInjected): Propagated are
+	// flagged executions of the injected functions that overlap an injected
+	// delay on another rank (the delay reached them through a message),
+	// counted in Flagged but neither true nor false positives;
+	// FlaggedOtherFunctions are anomalies in functions nobody injected
+	// into, not counted in Flagged.
+	Propagated            int `json:"propagated,omitempty"`
+	FlaggedOtherFunctions int `json:"flagged_other_functions,omitempty"`
 }
 
 type execKey struct {
@@ -71,5 +80,65 @@ func ScoreAnomalies(truth []workload.Truth, anomalies []provenance.Exec) Score {
 		s.Kinds = append(s.Kinds, *ks)
 	}
 	sort.Slice(s.Kinds, func(i, j int) bool { return s.Kinds[i].Kind < s.Kinds[j].Kind })
+	return s
+}
+
+// ScoreInjected scores a live run's anomalies against the delays its event
+// library injected (truth, from the processes' status files). Only
+// executions of the injected functions count. A flagged execution is a true
+// positive when it is an injected one (same program, rank, thread, function
+// and entry time); propagated when it overlaps in time an injected delay on
+// another rank; otherwise a false positive. Precision is true positives over
+// flagged minus propagated; recall true positives over injected.
+func ScoreInjected(truth []workload.Truth, inj []instrument.Injection, anomalies []provenance.Exec) Score {
+	funcs := map[string]bool{}
+	for _, in := range inj {
+		funcs[in.Func] = true
+	}
+	byEntry := append([]workload.Truth(nil), truth...)
+	sort.Slice(byEntry, func(i, j int) bool { return byEntry[i].Entry < byEntry[j].Entry })
+	var longest uint64
+	for _, t := range byEntry {
+		longest = max(longest, t.Exit-t.Entry)
+	}
+	var ours []provenance.Exec
+	other := 0
+	for _, a := range anomalies {
+		if funcs[a.Func] {
+			ours = append(ours, a)
+		} else {
+			other++
+		}
+	}
+	s := ScoreAnomalies(truth, ours)
+	s.FlaggedOtherFunctions = other
+	injected := make(map[execKey]bool, len(truth))
+	for _, t := range truth {
+		injected[execKey{t.PID, t.Rank, t.Tid, t.Entry, t.Func}] = true
+	}
+	for _, a := range ours {
+		if injected[execKey{a.PID, a.RID, a.TID, a.Entry, a.Func}] {
+			continue
+		}
+		// Delays that may overlap [a.Entry, a.Exit]: entries from
+		// a.Entry-longest up to a.Exit.
+		lo := uint64(0)
+		if a.Entry > longest {
+			lo = a.Entry - longest
+		}
+		i := sort.Search(len(byEntry), func(i int) bool { return byEntry[i].Entry >= lo })
+		for ; i < len(byEntry) && byEntry[i].Entry < a.Exit; i++ {
+			t := byEntry[i]
+			if t.Rank != a.RID && t.Exit > a.Entry {
+				s.Propagated++
+				break
+			}
+		}
+	}
+	if d := s.Flagged - s.Propagated; d > 0 {
+		s.Precision = float64(s.TruePositives) / float64(d)
+	} else {
+		s.Precision = 0
+	}
 	return s
 }

@@ -70,6 +70,9 @@ type Summary struct {
 	// Backpressure is how long the input waited for detectors that fell
 	// behind, and how far behind they fell.
 	Backpressure *Backpressure `json:"backpressure"`
+	// Live reports on the command of a live run (--exec) and on the event
+	// library in its processes.
+	Live *LiveReport `json:"live,omitempty"`
 
 	Store       string `json:"provenance_store"`
 	ProfilesDir string `json:"tau_profiles"`
@@ -333,9 +336,24 @@ func (s *Summary) WriteText(w io.Writer) error {
 	fmt.Fprintf(tw, "speed\t%.2fM events/s (detection %.1fs, wall %.1fs)\n", s.EventsPerSecond/1e6, s.DetectSeconds, s.WallSeconds)
 	fmt.Fprintf(tw, "anomalies\t%d flagged; stored %d anomalies, %d normal executions, %d metadata\n",
 		s.Anomalies, s.Stored[natsx.ProvAnomalies], s.Stored[natsx.ProvNormalExecs], s.Stored[natsx.ProvMetadata])
+	if l := s.Live; l != nil {
+		fmt.Fprintf(tw, "command\t%s (exit status %d)\n", commandLine(l.Command), l.ExitCode)
+		fmt.Fprintf(tw, "event library\t%d processes: %d frames cut, %d sent, %d dropped (%d too large); %d events dropped (full buffers)\n",
+			l.Processes, l.Frames, l.FramesSent, l.FramesDropped, l.OversizeFrames, l.EventsDropped)
+		if l.RanksNotEnded > 0 {
+			fmt.Fprintf(tw, "  \t%d ranks never ended their streams (killed?)\n", l.RanksNotEnded)
+		}
+		for _, e := range l.Errors {
+			fmt.Fprintf(tw, "  \t%s\n", e)
+		}
+	}
 	if sc := s.Score; sc != nil {
 		fmt.Fprintf(tw, "vs. ground truth\tprecision %.3f, recall %.3f (%d of %d injected found, %d flagged)\n",
 			sc.Precision, sc.Recall, sc.TruePositives, sc.Injected, sc.Flagged)
+		if s.Live != nil {
+			fmt.Fprintf(tw, "  \t%d flags propagated to other ranks' executions of the injected functions; %d anomalies in other functions\n",
+				sc.Propagated, sc.FlaggedOtherFunctions)
+		}
 		for _, k := range sc.Kinds {
 			fmt.Fprintf(tw, "  %s\t%d/%d found (recall %.3f)\n", k.Kind, k.Found, k.Injected, k.Recall)
 		}

@@ -1,0 +1,280 @@
+package ad
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/kipimo-hpc/kipimo/internal/natsx"
+	"github.com/kipimo-hpc/kipimo/internal/psync"
+)
+
+// msgSource is where a rank's detector takes its messages from: its own
+// subscription (fixed ranks) or a queue fed by the run-wide subscription
+// (discovered ranks).
+type msgSource interface {
+	nextContext(ctx context.Context) (*nats.Msg, error)
+	next(timeout time.Duration) (*nats.Msg, error)
+	// pending is how many messages wait; dropped how many were dropped
+	// because the detector was behind.
+	pending() int
+	dropped() int
+}
+
+type subSource struct{ s *nats.Subscription }
+
+func (s subSource) nextContext(ctx context.Context) (*nats.Msg, error) {
+	return s.s.NextMsgWithContext(ctx)
+}
+func (s subSource) next(d time.Duration) (*nats.Msg, error) { return s.s.NextMsg(d) }
+func (s subSource) pending() int                            { n, _, _ := s.s.Pending(); return n }
+func (s subSource) dropped() int                            { n, _ := s.s.Dropped(); return n }
+
+// queueSource is a bounded queue of one rank's messages; the run-wide
+// subscription's handler pushes without waiting and counts what did not fit.
+type queueSource struct {
+	ch    chan *nats.Msg
+	drops int64
+	mu    sync.Mutex
+}
+
+func (q *queueSource) push(m *nats.Msg) {
+	select {
+	case q.ch <- m:
+	default:
+		q.mu.Lock()
+		q.drops++
+		q.mu.Unlock()
+	}
+}
+
+func (q *queueSource) nextContext(ctx context.Context) (*nats.Msg, error) {
+	select {
+	case m := <-q.ch:
+		return m, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func (q *queueSource) next(d time.Duration) (*nats.Msg, error) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case m := <-q.ch:
+		return m, nil
+	case <-t.C:
+		return nil, nats.ErrTimeout
+	}
+}
+
+func (q *queueSource) pending() int { return len(q.ch) }
+
+func (q *queueSource) dropped() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return int(q.drops)
+}
+
+type rankKey struct{ pid, rank uint32 }
+
+// discovered is a rank found on the frame subjects, with its detector.
+type discovered struct {
+	d   *Detector
+	q   *queueSource
+	sub *nats.Subscription // its call-stack probe
+}
+
+// parseFrameSubject reads the program id and rank of a frame subject
+// kipimo.<run>.frames.<pid>.<rank>.
+func parseFrameSubject(subject, prefix string) (rankKey, error) {
+	rest, ok := strings.CutPrefix(subject, prefix)
+	if !ok {
+		return rankKey{}, fmt.Errorf("subject %q is not a frame subject", subject)
+	}
+	p, r, ok := strings.Cut(rest, ".")
+	pid, err1 := strconv.ParseUint(p, 10, 32)
+	rank, err2 := strconv.ParseUint(r, 10, 32)
+	if !ok || err1 != nil || err2 != nil {
+		return rankKey{}, fmt.Errorf("subject %q: want kipimo.<run>.frames.<pid>.<rank>", subject)
+	}
+	return rankKey{uint32(pid), uint32(rank)}, nil
+}
+
+// serveDiscovered is Serve for cfg.Discover: one subscription to every frame
+// subject of the run, a detector started per (program, rank) on its first
+// message.
+func serveDiscovered(ctx context.Context, cfg ServeConfig) ([]Stats, error) {
+	subj := natsx.Subjects{Run: cfg.Run}
+	prefix := "kipimo." + cfg.Run + ".frames."
+	endAll := make(chan struct{})
+	var endOnce sync.Once
+	var (
+		mu      sync.Mutex
+		ranks   = map[rankKey]*discovered{}
+		order   []*discovered
+		errs    []error
+		wg      sync.WaitGroup
+		badSubj uint64
+		stopped bool
+	)
+	start := func(k rankKey) (*discovered, error) {
+		dc := cfg.Detector
+		dc.PID, dc.Rank = k.pid, k.rank
+		dc.Logger = cfg.Logger.With().Uint32("pid", k.pid).Uint32("rank", k.rank).Logger()
+		d, err := New(dc)
+		if err != nil {
+			return nil, fmt.Errorf("rank %d of program %d: %w", k.rank, k.pid, err)
+		}
+		r := &discovered{d: d, q: &queueSource{ch: make(chan *nats.Msg, cfg.PendingFrames)}}
+		if r.sub, err = cfg.Conn.Subscribe(subj.Callstack(k.pid, k.rank), func(m *nats.Msg) { respondCallstack(m, d) }); err != nil {
+			return nil, fmt.Errorf("subscribe to the call-stack probe of rank %d: %w", k.rank, err)
+		}
+		if cfg.Collector != nil {
+			cfg.Collector.Add(d)
+		}
+		wg.Add(1)
+		labels := pprof.Labels("component", "ad", "rank", strconv.FormatUint(uint64(k.rank), 10))
+		go pprof.Do(ctx, labels, func(ctx context.Context) {
+			defer wg.Done()
+			if err := serveRank(ctx, d, r.q, endAll, cfg.CloseTimeout); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		})
+		cfg.Logger.Info().Uint32("pid", k.pid).Uint32("rank", k.rank).Msg("rank discovered: detector started")
+		return r, nil
+	}
+	frames, err := cfg.Conn.Subscribe(subj.AllFrames(), func(m *nats.Msg) {
+		k, err := parseFrameSubject(m.Subject, prefix)
+		mu.Lock()
+		defer mu.Unlock()
+		if stopped {
+			return
+		}
+		if err != nil {
+			badSubj++
+			if badSubj&(badSubj-1) == 0 {
+				cfg.Logger.Warn().Err(err).Uint64("bad_subjects", badSubj).Msg("message on a malformed frame subject ignored")
+			}
+			return
+		}
+		r := ranks[k]
+		if r == nil {
+			if r, err = start(k); err != nil {
+				errs = append(errs, err)
+				ranks[k] = &discovered{} // not retried for every message
+				return
+			}
+			ranks[k] = r
+			order = append(order, r)
+		}
+		if r.q != nil {
+			r.q.push(m)
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("subscribe to %s: %w", subj.AllFrames(), err)
+	}
+	// The run-wide subscription must not be the bottleneck: each rank's
+	// queue bounds what waits for it.
+	if err := frames.SetPendingLimits(-1, -1); err != nil {
+		return nil, fmt.Errorf("frame subscription limits: %w", err)
+	}
+	subs := []*nats.Subscription{frames}
+	defer func() {
+		for _, s := range subs {
+			_ = s.Unsubscribe()
+		}
+	}()
+	all, err := cfg.Conn.Subscribe(subj.AllCallstacks(), func(m *nats.Msg) {
+		var req psync.CallstackRequest
+		if len(m.Data) > 0 && json.Unmarshal(m.Data, &req) != nil {
+			return
+		}
+		mu.Lock()
+		list := append([]*discovered(nil), order...)
+		mu.Unlock()
+		for _, r := range list {
+			if req.Rank == nil || *req.Rank == r.d.cfg.Rank {
+				respondCallstack(m, r.d)
+			}
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("subscribe to %s: %w", subj.AllCallstacks(), err)
+	}
+	subs = append(subs, all)
+	snapshot := make(chan struct{}, 1)
+	ctl, err := cfg.Conn.Subscribe(subj.Control(), func(m *nats.Msg) {
+		var c ControlMessage
+		if json.Unmarshal(m.Data, &c) != nil {
+			return
+		}
+		switch c.Kind {
+		case ControlEndOfRun:
+			endOnce.Do(func() { close(endAll) })
+		case ControlSnapshot:
+			select {
+			case snapshot <- struct{}{}:
+			default:
+			}
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("subscribe to %s: %w", subj.Control(), err)
+	}
+	subs = append(subs, ctl)
+	fctx, fcancel := context.WithTimeout(ctx, 10*time.Second)
+	err = cfg.Conn.FlushWithContext(fctx)
+	fcancel()
+	if err != nil {
+		return nil, fmt.Errorf("subscribe to frames: %w", err)
+	}
+	if cfg.Ready != nil {
+		cfg.Ready()
+	}
+	cfg.Logger.Info().Str("run", cfg.Run).Str("algorithm", cfg.Detector.Algorithm).Msg("detectors waiting for ranks")
+wait:
+	for {
+		select {
+		case <-snapshot:
+			mu.Lock()
+			for _, r := range order {
+				r.d.requestProfiles.Store(true)
+			}
+			mu.Unlock()
+		case <-endAll:
+			break wait
+		case <-ctx.Done():
+			break wait
+		}
+	}
+	// No new rank from here on; the known ones finish what they hold.
+	if err := frames.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+		cfg.Logger.Warn().Err(err).Msg("unsubscribe from frames")
+	}
+	mu.Lock()
+	stopped = true
+	list := append([]*discovered(nil), order...)
+	mu.Unlock()
+	wg.Wait()
+	out := make([]Stats, len(list))
+	for i, r := range list {
+		out[i] = r.d.Stats()
+		_ = r.sub.Unsubscribe()
+	}
+	cfg.Logger.Info().Int("ranks", len(list)).Msg("detectors stopped")
+	mu.Lock()
+	defer mu.Unlock()
+	return out, errors.Join(errs...)
+}
