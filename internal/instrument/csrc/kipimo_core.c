@@ -167,8 +167,9 @@ static struct {
 	_Atomic uint32_t next_tid;
 
 	pthread_mutex_t meta_mu;
-	kp_meta *meta;
-	size_t nmeta, cap_meta;
+	kp_meta *meta; /* every entry so far: a reconnect sends them all again */
+	size_t nmeta, cap_meta, sent_meta;
+	int resend; /* collector: the next frame repeats every name and metadata entry */
 
 	/* collector */
 	pthread_t collector;
@@ -974,6 +975,14 @@ static void cut(void) {
 			k++;
 		}
 	}
+	/* After a reconnect the server may have consumers that never saw the
+	 * names: the next frame carries them all again. */
+	if (K.resend) {
+		K.funcs.sent = 0;
+		K.counters.sent = 0;
+		K.sent_meta = 0;
+		K.resend = 0;
+	}
 	/* function dictionary: names new since the last frame, excluded ones left out */
 	{
 		uint32_t n = 0;
@@ -995,15 +1004,13 @@ static void cut(void) {
 	}
 	K.counters.sent = cn_to;
 	pthread_mutex_lock(&K.meta_mu);
-	put_uvarint(K.nmeta);
-	for (size_t i = 0; i < K.nmeta; i++) {
+	put_uvarint(K.nmeta - K.sent_meta);
+	for (size_t i = K.sent_meta; i < K.nmeta; i++) {
 		put_uvarint(K.meta[i].tid);
 		put_string(K.meta[i].key);
 		put_string(K.meta[i].value);
-		free(K.meta[i].key);
-		free(K.meta[i].value);
 	}
-	K.nmeta = 0;
+	K.sent_meta = K.nmeta;
 	pthread_mutex_unlock(&K.meta_mu);
 
 	/* function events */
@@ -1125,7 +1132,8 @@ static void cut(void) {
 		         K.blen, (unsigned long long)K.max_payload);
 		return;
 	}
-	if (K.qbytes + K.blen > K.queue_bytes) {
+	/* the bound applies to what waits behind the frame being sent */
+	if (K.qhead && K.qbytes + K.blen > K.queue_bytes) {
 		K.frames_dropped++;
 		return;
 	}
@@ -1267,6 +1275,8 @@ static void send_connect(void) {
 	}
 	K.pings_sent++;
 	K.state = 3;
+	if (K.connects > 0)
+		K.resend = 1;
 	K.connects++;
 	K.backoff_ns = 0;
 }

@@ -15,7 +15,9 @@
  *       MPI_Allreduce                ITERS (one double)
  *     finish                         1 call
  *
- * Usage: ring ITERS INNER BYTES. It prints one line per rank: the rank, the
+ * Usage: ring ITERS INNER BYTES [SLEEP_US]; SLEEP_US (default 0) makes each
+ * iteration sleep that long (in libc, so unrecorded), to make runs last.
+ * It prints one line per rank: the rank, the
  * number of ranks and a checksum, so that runs with and without Kipimo can be
  * compared.
  */
@@ -24,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static volatile double sink;
 
@@ -72,11 +75,15 @@ int main(int argc, char **argv) {
 	int iters = argc > 1 ? atoi(argv[1]) : 100;
 	int inner = argc > 2 ? atoi(argv[2]) : 10;
 	int bytes = argc > 3 ? atoi(argv[3]) : 1024;
+	int pause = argc > 4 ? atoi(argv[4]) : 0;
 	char *out = malloc((size_t)bytes), *in = malloc((size_t)bytes);
 	setup(out, bytes, rank);
 	double sum = 0;
-	for (int it = 0; it < iters; it++)
+	for (int it = 0; it < iters; it++) {
 		sum += iterate(rank, size, out, in, bytes, inner);
+		if (pause > 0)
+			usleep((useconds_t)pause);
+	}
 	sink = sum;
 	finish(rank, size, sum);
 	free(out);
