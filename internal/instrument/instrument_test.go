@@ -125,10 +125,10 @@ type stream struct {
 	mismatch int
 	// unnamed counts events whose function id had no name yet; used the
 	// ids seen in events.
-	unnamed  int
-	used     map[uint32]bool
-	eos      bool
-	dropped  string // last Kipimo-Source-Dropped header seen
+	unnamed int
+	used    map[uint32]bool
+	eos     bool
+	dropped string // last Kipimo-Source-Dropped header seen
 }
 
 type execution struct {
