@@ -67,6 +67,9 @@ type LiveReport struct {
 	// from the stream itself (it is less than FramesDropped when the stream
 	// was cut before the count could travel).
 	DetectorSeenDropped uint64 `json:"detector_seen_dropped"`
+	// FramesWhileRunning are the frames the detectors had processed when
+	// the command exited: the stream was live.
+	FramesWhileRunning uint64 `json:"frames_while_running"`
 	// RanksNotEnded are ranks whose stream never ended (killed processes).
 	RanksNotEnded int `json:"ranks_not_ended"`
 	// Errors are the distinct last errors the processes reported.
@@ -109,6 +112,9 @@ func (p *Pipeline) executeLive(ctx context.Context, progress func(Progress)) (*S
 	cfg := p.cfg
 	lc := cfg.Live
 	start := time.Now()
+	if _, err := exec.LookPath(lc.Command[0]); err != nil {
+		return nil, fmt.Errorf("the command to run: %w", err)
+	}
 	lib, err := buildLibrary(ctx, lc)
 	if err != nil {
 		return nil, err
@@ -196,6 +202,10 @@ wait:
 			report()
 		}
 	}
+	var whileRunning uint64
+	for _, s := range collector.Stats() {
+		whileRunning += s.Frames
+	}
 	exitCode := 0
 	var ee *exec.ExitError
 	switch {
@@ -253,6 +263,7 @@ wait:
 		sum.Score = &sc
 	}
 	sum.Live = liveReport(lc, lib, exitCode, status, s.stats)
+	sum.Live.FramesWhileRunning = whileRunning
 	if len(s.stats) == 0 {
 		p.log.Warn().Msg("no rank streamed a frame: is the program dynamically linked against MPI, or built with -finstrument-functions or the kipimo.h API?")
 	}

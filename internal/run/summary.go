@@ -333,7 +333,12 @@ func (s *Summary) WriteText(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "run\t%s (%d ranks, %s)\n", s.RunID, s.Ranks, strings.ToUpper(s.Algorithm))
 	fmt.Fprintf(tw, "input\t%d frames, %d events, %d executions\n", s.Frames, s.Events, s.Executions)
-	fmt.Fprintf(tw, "speed\t%.2fM events/s (detection %.1fs, wall %.1fs)\n", s.EventsPerSecond/1e6, s.DetectSeconds, s.WallSeconds)
+	if s.Live != nil {
+		// A live stream goes at the program's pace, not the detectors'.
+		fmt.Fprintf(tw, "stream\t%.0f events/s from the program over %.1fs (wall %.1fs)\n", s.EventsPerSecond, s.DetectSeconds, s.WallSeconds)
+	} else {
+		fmt.Fprintf(tw, "speed\t%.2fM events/s (detection %.1fs, wall %.1fs)\n", s.EventsPerSecond/1e6, s.DetectSeconds, s.WallSeconds)
+	}
 	fmt.Fprintf(tw, "anomalies\t%d flagged; stored %d anomalies, %d normal executions, %d metadata\n",
 		s.Anomalies, s.Stored[natsx.ProvAnomalies], s.Stored[natsx.ProvNormalExecs], s.Stored[natsx.ProvMetadata])
 	if l := s.Live; l != nil {

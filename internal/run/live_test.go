@@ -1,0 +1,152 @@
+package run
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kipimo-hpc/kipimo/internal/instrument"
+	"github.com/kipimo-hpc/kipimo/internal/natsx"
+)
+
+// needLive skips a live test without a C compiler, MPI or LAMMPS, unless
+// KIPIMO_REQUIRE_MPI=1 (CI), where it fails.
+func needLive(t *testing.T, tools ...string) {
+	t.Helper()
+	for _, tool := range append([]string{"cc"}, tools...) {
+		if _, err := exec.LookPath(tool); err != nil {
+			if os.Getenv("KIPIMO_REQUIRE_MPI") == "1" {
+				t.Fatalf("%s not found and KIPIMO_REQUIRE_MPI=1", tool)
+			}
+			t.Skipf("%s not found", tool)
+		}
+	}
+}
+
+func liveEnv(t *testing.T) {
+	t.Setenv("OMPI_ALLOW_RUN_AS_ROOT", "1")
+	t.Setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+	t.Setenv("OMPI_MCA_rmaps_base_oversubscribe", "1")
+}
+
+// thermoTable is LAMMPS's thermodynamic output without its timings.
+func thermoTable(out string) string {
+	var b strings.Builder
+	in := false
+	sc := bufio.NewScanner(strings.NewReader(out))
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if strings.HasPrefix(line, "Step") {
+			in = true
+		}
+		if strings.HasPrefix(line, "Loop time") {
+			in = false
+		}
+		if in {
+			b.WriteString(line + "\n")
+		}
+	}
+	return b.String()
+}
+
+// `kipimo run --exec -- mpirun -np 2 lmp ...` with delays injected into
+// MPI_Send: LAMMPS streams live, its output is unchanged, and the detectors
+// find the injected delays with precision and recall of at least 0.8.
+func TestLiveLAMMPSInjectedDelays(t *testing.T) {
+	needLive(t, "mpicc", "mpirun", "lmp")
+	liveEnv(t)
+	input, err := filepath.Abs("../instrument/testdata/lj.in")
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"mpirun", "-np", "2", "lmp", "-in", input, "-log", "none", "-var", "steps", "1500"}
+	plain, err := exec.Command(args[0], args[1:]...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("lmp alone: %v\n%s", err, plain)
+	}
+	var out bytes.Buffer
+	cfg := Config{Out: t.TempDir(), RunID: "lammps", Live: LiveConfig{
+		Command: args, Period: 250 * time.Millisecond, Seed: 1,
+		Inject: []instrument.Injection{{Func: "MPI_Send", Prob: 0.004, Delay: 25 * time.Millisecond}},
+		Build:  instrument.BuildOptions{CacheDir: t.TempDir()}, Stdout: &out, Stderr: &out,
+	}}
+	_, sum := execute(t, cfg, nil, nil)
+	l := sum.Live
+	if l == nil || l.ExitCode != 0 || l.Processes != 2 || sum.Ranks != 2 {
+		t.Fatalf("live report %+v with %d ranks: want LAMMPS's 2 ranks, exit status 0", l, sum.Ranks)
+	}
+	if got, want := thermoTable(out.String()), thermoTable(string(plain)); got != want || want == "" {
+		t.Errorf("thermo output under Kipimo:\n%s\nalone:\n%s", got, want)
+	}
+	if l.FramesWhileRunning == 0 || l.FramesDropped != 0 || l.EventsDropped != 0 || l.RanksNotEnded != 0 {
+		t.Errorf("live report %+v: want frames while running, nothing dropped, every stream ended", l)
+	}
+	sc := sum.Score
+	if sc == nil || sc.Injected < 10 || sc.Precision < 0.8 || sc.Recall < 0.8 {
+		t.Fatalf("score %+v: want at least 10 injected delays found with precision and recall >= 0.8", sc)
+	}
+	if sum.Stored[natsx.ProvAnomalies] != int64(sum.Anomalies) || sum.Stored[natsx.ProvMetadata] == 0 {
+		t.Errorf("stored %v for %d anomalies: want every anomaly and the processes' metadata", sum.Stored, sum.Anomalies)
+	}
+	profiles, _ := filepath.Glob(filepath.Join(sum.ProfilesDir, "profile.*"))
+	if len(profiles) < 2 {
+		t.Errorf("%d TAU profiles, want one per rank at least", len(profiles))
+	}
+	t.Logf("injected %d, flagged %d (precision %.3f, recall %.3f), %d propagated, %d in other functions; %d of %d frames while running",
+		sc.Injected, sc.Flagged, sc.Precision, sc.Recall, sc.Propagated, sc.FlaggedOtherFunctions, l.FramesWhileRunning, sum.FramesProcessed)
+}
+
+// A program without MPI, built with -finstrument-functions, that exits with
+// status 3: it is monitored, and its status is the run's.
+func TestLiveSerialProgramExitStatus(t *testing.T) {
+	needLive(t)
+	dir := t.TempDir()
+	opts := instrument.BuildOptions{CacheDir: filepath.Join(dir, "cache")}
+	lib, err := instrument.Build(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prog := filepath.Join(dir, "serial-program")
+	cmdArgs := append(append([]string{"-O1"}, strings.Fields(lib.CFlags())...), "../instrument/testdata/serial.c", "-o", prog)
+	cmdArgs = append(cmdArgs, strings.Fields(lib.LDFlags())...)
+	if b, err := exec.Command("cc", cmdArgs...).CombinedOutput(); err != nil {
+		t.Fatalf("cc: %v\n%s", err, b)
+	}
+	var out bytes.Buffer
+	cfg := Config{Out: dir, RunID: "serial", Live: LiveConfig{
+		Command: []string{prog, "20000"}, Period: 50 * time.Millisecond, Build: opts, Stdout: &out, Stderr: &out,
+	}}
+	_, sum := execute(t, cfg, nil, nil)
+	if sum.Live.ExitCode != 3 || out.String() != "serial done 0\n" {
+		t.Errorf("exit status %d, output %q: want the program's own (3, \"serial done 0\")", sum.Live.ExitCode, out.String())
+	}
+	// main + 20000 outer + 40000 inner + 2000 marked.
+	if sum.Executions != 62001 || sum.Ranks != 1 {
+		t.Errorf("%d executions on %d ranks, want 62001 on 1", sum.Executions, sum.Ranks)
+	}
+}
+
+func TestLiveCommandNotFound(t *testing.T) {
+	needLive(t)
+	cfg := Config{Out: t.TempDir(), RunID: "missing", Live: LiveConfig{
+		Command: []string{"/nonexistent/app"}, Build: instrument.BuildOptions{CacheDir: t.TempDir()},
+	}}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	p, err := Start(ctx, cfg, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(context.Background())
+	_, err = p.Execute(ctx, nil)
+	if err == nil || !strings.Contains(err.Error(), "/nonexistent/app") || !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("error %v: want one naming the missing command", err)
+	}
+}
