@@ -53,6 +53,8 @@ type LiveConfig struct {
 type LiveReport struct {
 	Command  []string `json:"command"`
 	ExitCode int      `json:"exit_code"`
+	// CommandSeconds is the command's wall time, from its start to its exit.
+	CommandSeconds float64 `json:"command_seconds"`
 	// Library is the event library's directory.
 	Library string `json:"library"`
 	// Processes is how many instrumented processes reported at their exit;
@@ -168,6 +170,7 @@ func (p *Pipeline) executeLive(ctx context.Context, progress func(Progress)) (*S
 	// ranks) and ten seconds before it is killed.
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 	cmd.WaitDelay = 10 * time.Second
+	cmdStart := time.Now()
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", lc.Command[0], err)
 	}
@@ -193,10 +196,12 @@ func (p *Pipeline) executeLive(ctx context.Context, progress func(Progress)) (*S
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
 	var runErr error
+	var cmdTime time.Duration
 wait:
 	for {
 		select {
 		case runErr = <-waitErr:
+			cmdTime = time.Since(cmdStart)
 			break wait
 		case <-tick.C:
 			report()
@@ -264,6 +269,7 @@ wait:
 	}
 	sum.Live = liveReport(lc, lib, exitCode, status, s.stats)
 	sum.Live.FramesWhileRunning = whileRunning
+	sum.Live.CommandSeconds = cmdTime.Seconds()
 	if len(s.stats) == 0 {
 		p.log.Warn().Msg("no rank streamed a frame: is the program dynamically linked against MPI, or built with -finstrument-functions or the kipimo.h API?")
 	}
