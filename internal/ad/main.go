@@ -88,7 +88,10 @@ executions and publishes provenance records to the run's JetStream stream. It
 answers live call-stack probes on kipimo.<run>.ad.<pid>.<rank>.callstack and
 kipimo.<run>.ad.callstack. A rank's stream ends with a message carrying the
 header %s (or an empty body), or for all ranks with {"kind":"end_of_run"} on
-kipimo.<run>.control; SIGINT/SIGTERM also end it, after a flush.
+kipimo.<run>.control; SIGINT/SIGTERM also end it, after a flush. With
+--ranks auto, a detector starts for each rank whose frames appear (programs
+instrumented with Kipimo's event library publish to their node's server), and
+only end_of_run or a signal ends the process.
 
 Flags (also KIPIMO_<FLAG> environment variables and --config YAML keys):
 `, EndOfStreamHeader)
@@ -97,7 +100,7 @@ Flags (also KIPIMO_<FLAG> environment variables and --config YAML keys):
 	natsURL := fs.String("nats", "nats://127.0.0.1:4222", "NATS server URL(s), comma-separated")
 	run := fs.String("run", "", "run id (letters, digits, '-' and '_'); required")
 	pid := fs.Uint32("pid", 0, "program id of the ranks served")
-	ranksFlag := fs.String("ranks", "0", `ranks served by this process, e.g. "0-7" or "0,4,8"`)
+	ranksFlag := fs.String("ranks", "0", `ranks served by this process, e.g. "0-7" or "0,4,8"; "auto": every rank (of any --pid) that publishes frames on this NATS server`)
 	algo := fs.String("algorithm", HBOS, "outlier algorithm: sstd, hbos or copod")
 	sigma := fs.Float64("sigma", 6, "SSTD threshold in standard deviations")
 	thres := fs.Float64("threshold", 0.99, "HBOS/COPOD threshold, fraction of the score range")
@@ -142,9 +145,12 @@ Flags (also KIPIMO_<FLAG> environment variables and --config YAML keys):
 	if err := natsx.ValidRun(*run); err != nil {
 		return fmt.Errorf("--run: %w", err)
 	}
-	ranks, err := ParseRanks(*ranksFlag)
-	if err != nil {
-		return fmt.Errorf("--ranks: %w", err)
+	var ranks []uint32
+	discover := *ranksFlag == "auto"
+	if !discover {
+		if ranks, err = ParseRanks(*ranksFlag); err != nil {
+			return fmt.Errorf("--ranks: %w", err)
+		}
 	}
 	var ov Overflow
 	switch *overflow {
@@ -197,7 +203,7 @@ Flags (also KIPIMO_<FLAG> environment variables and --config YAML keys):
 	}
 	defer stopMetrics()
 	stats, serr := Serve(ctx, ServeConfig{
-		Conn: nc, Run: *run, PID: *pid, Ranks: ranks, Detector: dc,
+		Conn: nc, Run: *run, PID: *pid, Ranks: ranks, Discover: discover, Detector: dc,
 		PendingFrames: *pending, Collector: coll, Logger: log,
 	})
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)

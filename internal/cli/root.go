@@ -42,6 +42,8 @@ and context, and keeps them for queries, dashboards and TAU profiles.`,
 		newRunCmd(),
 		newBenchCmd(),
 		newComponentCmd(),
+		newExecCmd(),
+		newLibCmd(),
 	)
 	return root
 }

@@ -15,7 +15,8 @@
  *
  * Environment (set by `kipimo run --exec` and `kipimo exec`):
  *   KIPIMO_NATS          nats://[user:pass@|token@]host:port (default nats://127.0.0.1:4222)
- *   KIPIMO_RUN           run id (default "live")
+ *   KIPIMO_RUN           run id; without it the library stays off, so a program
+ *                        linked with it runs as if it were not
  *   KIPIMO_PID           program id (default 0)
  *   KIPIMO_RANK          rank; otherwise OMPI_COMM_WORLD_RANK, PMIX_RANK, PMI_RANK,
  *                        SLURM_PROCID, else 0 (MPI_Init sets it too)
@@ -1635,10 +1636,14 @@ int kp_ensure_started(void) { return atomic_load_explicit(&K.on, memory_order_re
 
 __attribute__((constructor)) static void kp_init(void) {
 	const char *dis = env("KIPIMO_DISABLE");
-	if (dis && strcmp(dis, "0") != 0)
+	if ((dis && strcmp(dis, "0") != 0) || !env("KIPIMO_RUN"))
 		return;
 	parse_nats_url(env("KIPIMO_NATS") ? env("KIPIMO_NATS") : "nats://127.0.0.1:4222");
-	snprintf(K.run, sizeof K.run, "%s", env("KIPIMO_RUN") ? env("KIPIMO_RUN") : "live");
+	snprintf(K.run, sizeof K.run, "%s", env("KIPIMO_RUN"));
+	for (const char *c = K.run; *c; c++) {
+		if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '-' || *c == '_'))
+			return; /* not a subject token: the run cannot be named, stay off */
+	}
 	K.pid = env("KIPIMO_PID") ? (uint32_t)strtoul(env("KIPIMO_PID"), NULL, 10) : 0;
 	atomic_store(&K.rank, env_rank());
 	K.period_ns = 1000000000ull;
