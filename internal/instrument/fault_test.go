@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kipimo-hpc/kipimo/internal/mpitest"
 	"github.com/kipimo-hpc/kipimo/internal/natsx"
 )
 
@@ -45,7 +46,7 @@ func TestConsumerKilledMidRun(t *testing.T) {
 			run := strings.ReplaceAll(tc.name, " ", "-")
 			c := collect(t, connect(t, first), run)
 			status := t.TempDir()
-			base := mpirunEnv(append(os.Environ(), "OMP_NUM_THREADS=1"))
+			base := mpitest.Env(append(os.Environ(), "OMP_NUM_THREADS=1"))
 			// 150 iterations of 10 ms: 1.5 s; frames of 20 ms; a queue that
 			// holds only a few frames.
 			args := []string{"-np", "2", prog, "150", "2", "512", "10000"}
@@ -58,10 +59,19 @@ func TestConsumerKilledMidRun(t *testing.T) {
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
 			}
-			select {
-			case <-c.arrived:
-			case <-time.After(20 * time.Second):
-				t.Fatal("no frame arrived")
+			// Both ranks stream before the server goes.
+			deadline := time.Now().Add(20 * time.Second)
+			for {
+				c.mu.Lock()
+				n := len(c.ranks)
+				c.mu.Unlock()
+				if n == 2 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("%d of 2 ranks streamed within 20s", n)
+				}
+				time.Sleep(5 * time.Millisecond)
 			}
 			first.Shutdown()
 			var c2 *collector

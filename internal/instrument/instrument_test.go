@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/kipimo-hpc/kipimo/internal/frame"
+	"github.com/kipimo-hpc/kipimo/internal/mpitest"
 	"github.com/kipimo-hpc/kipimo/internal/natsx"
 )
 
@@ -39,18 +40,12 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// requireMPI skips a test that needs an MPI installation, unless
-// KIPIMO_REQUIRE_MPI=1 (CI), where a missing MPI fails it.
+// requireMPI skips a test that needs an MPI installation (failing in CI
+// instead) and holds the machine's MPI test lock until it ends.
 func requireMPI(t testing.TB) {
 	t.Helper()
-	for _, tool := range []string{"mpicc", "mpirun"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			if os.Getenv("KIPIMO_REQUIRE_MPI") == "1" {
-				t.Fatalf("%s not found and KIPIMO_REQUIRE_MPI=1", tool)
-			}
-			t.Skipf("%s not found (install openmpi-bin and libopenmpi-dev)", tool)
-		}
-	}
+	mpitest.Require(t, "mpicc", "mpirun")
+	mpitest.Lock(t)
 }
 
 // library builds the event library (with the MPI wrappers when mpicc is

@@ -11,19 +11,18 @@ import (
 	"time"
 
 	"github.com/kipimo-hpc/kipimo/internal/frame"
+	"github.com/kipimo-hpc/kipimo/internal/mpitest"
 )
 
 // requireLAMMPS skips a test without Debian's lammps (lmp), unless
 // KIPIMO_REQUIRE_MPI=1, where it fails.
 func requireLAMMPS(t testing.TB) string {
 	t.Helper()
+	mpitest.Require(t, "lmp")
 	requireMPI(t)
 	lmp, err := exec.LookPath("lmp")
 	if err != nil {
-		if os.Getenv("KIPIMO_REQUIRE_MPI") == "1" {
-			t.Fatal("lmp not found and KIPIMO_REQUIRE_MPI=1 (apt-get install lammps)")
-		}
-		t.Skip("lmp not found (apt-get install lammps)")
+		t.Fatal(err)
 	}
 	return lmp
 }
@@ -100,7 +99,7 @@ func TestLAMMPSStreamsItsMPICalls(t *testing.T) {
 		t.Fatal(err)
 	}
 	args := []string{"-np", "2", lmp, "-in", input, "-log", "none", "-var", "steps", "600"}
-	base := mpirunEnv(os.Environ())
+	base := mpitest.Env(os.Environ())
 
 	plain, code := runProgram(t, base, "mpirun", args...)
 	if code != 0 {

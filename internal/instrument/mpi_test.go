@@ -8,13 +8,8 @@ import (
 	"time"
 
 	"github.com/kipimo-hpc/kipimo/internal/frame"
+	"github.com/kipimo-hpc/kipimo/internal/mpitest"
 )
-
-// mpirunArgs are the arguments every test run of mpirun starts with: root is
-// allowed (CI runs as root) and ranks may outnumber cores.
-func mpirunEnv(env []string) []string {
-	return append(env, "OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1", "OMPI_MCA_rmaps_base_oversubscribe=1")
-}
 
 // The ring program on 2 ranks with 2 OpenMP threads each: every call
 // arrives, nested as the program nests it, on the thread that made it; the
@@ -39,7 +34,7 @@ func TestMPIRingProgram(t *testing.T) {
 	)
 	c := collect(t, nc, run)
 	status := t.TempDir()
-	base := mpirunEnv(append(os.Environ(), fmt.Sprintf("OMP_NUM_THREADS=%d", threads)))
+	base := mpitest.Env(append(os.Environ(), fmt.Sprintf("OMP_NUM_THREADS=%d", threads)))
 	env := lib.Environ(Env{
 		NATSURL: ns.ClientURL(), Run: run, Period: 50 * time.Millisecond, StatusDir: status,
 		Inject: []Injection{{Func: "exchange", Prob: 0.05, Delay: 20 * time.Millisecond}}, Seed: 7,

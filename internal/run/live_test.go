@@ -13,28 +13,9 @@ import (
 	"time"
 
 	"github.com/kipimo-hpc/kipimo/internal/instrument"
+	"github.com/kipimo-hpc/kipimo/internal/mpitest"
 	"github.com/kipimo-hpc/kipimo/internal/natsx"
 )
-
-// needLive skips a live test without a C compiler, MPI or LAMMPS, unless
-// KIPIMO_REQUIRE_MPI=1 (CI), where it fails.
-func needLive(t *testing.T, tools ...string) {
-	t.Helper()
-	for _, tool := range append([]string{"cc"}, tools...) {
-		if _, err := exec.LookPath(tool); err != nil {
-			if os.Getenv("KIPIMO_REQUIRE_MPI") == "1" {
-				t.Fatalf("%s not found and KIPIMO_REQUIRE_MPI=1", tool)
-			}
-			t.Skipf("%s not found", tool)
-		}
-	}
-}
-
-func liveEnv(t *testing.T) {
-	t.Setenv("OMPI_ALLOW_RUN_AS_ROOT", "1")
-	t.Setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-	t.Setenv("OMPI_MCA_rmaps_base_oversubscribe", "1")
-}
 
 // thermoTable is LAMMPS's thermodynamic output without its timings.
 func thermoTable(out string) string {
@@ -60,13 +41,17 @@ func thermoTable(out string) string {
 // MPI_Send: LAMMPS streams live, its output is unchanged, and the detectors
 // find the injected delays with precision and recall of at least 0.8.
 func TestLiveLAMMPSInjectedDelays(t *testing.T) {
-	needLive(t, "mpicc", "mpirun", "lmp")
-	liveEnv(t)
+	mpitest.Require(t, "cc", "mpicc", "mpirun", "lmp")
+	mpitest.Lock(t)
 	input, err := filepath.Abs("../instrument/testdata/lj.in")
 	if err != nil {
 		t.Fatal(err)
 	}
 	args := []string{"mpirun", "-np", "2", "lmp", "-in", input, "-log", "none", "-var", "steps", "1500"}
+	for _, kv := range mpitest.Env(nil) {
+		k, v, _ := strings.Cut(kv, "=")
+		t.Setenv(k, v)
+	}
 	plain, err := exec.Command(args[0], args[1:]...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("lmp alone: %v\n%s", err, plain)
@@ -106,7 +91,7 @@ func TestLiveLAMMPSInjectedDelays(t *testing.T) {
 // A program without MPI, built with -finstrument-functions, that exits with
 // status 3: it is monitored, and its status is the run's.
 func TestLiveSerialProgramExitStatus(t *testing.T) {
-	needLive(t)
+	mpitest.Require(t, "cc")
 	dir := t.TempDir()
 	opts := instrument.BuildOptions{CacheDir: filepath.Join(dir, "cache")}
 	lib, err := instrument.Build(context.Background(), opts)
@@ -134,7 +119,7 @@ func TestLiveSerialProgramExitStatus(t *testing.T) {
 }
 
 func TestLiveCommandNotFound(t *testing.T) {
-	needLive(t)
+	mpitest.Require(t, "cc")
 	cfg := Config{Out: t.TempDir(), RunID: "missing", Live: LiveConfig{
 		Command: []string{"/nonexistent/app"}, Build: instrument.BuildOptions{CacheDir: t.TempDir()},
 	}}

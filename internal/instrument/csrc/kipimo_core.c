@@ -1128,6 +1128,7 @@ static void cut(void) {
 	if (K.max_payload && K.blen + (size_t)hl > K.max_payload) {
 		K.oversize++;
 		K.frames_dropped++;
+		K.resend = 1; /* the names it carried go with the next frame */
 		snprintf(K.last_error, sizeof K.last_error,
 		         "a frame of %zu bytes exceeds the server's max_payload of %llu: raise max_payload or shorten KIPIMO_PERIOD",
 		         K.blen, (unsigned long long)K.max_payload);
@@ -1136,6 +1137,7 @@ static void cut(void) {
 	/* the bound applies to what waits behind the frame being sent */
 	if (K.qhead && K.qbytes + K.blen > K.queue_bytes) {
 		K.frames_dropped++;
+		K.resend = 1;
 		return;
 	}
 	char line[400];
@@ -1143,6 +1145,7 @@ static void cut(void) {
 	kp_msg *m = malloc(sizeof *m + (size_t)ll + (size_t)hl + K.blen + 2);
 	if (!m) {
 		K.frames_dropped++;
+		K.resend = 1;
 		return;
 	}
 	m->next = NULL;
@@ -1305,9 +1308,37 @@ static void handle_line(char *line) {
 	}
 }
 
+/* consume_input takes bytes the server sent and handles every complete
+ * line; a line longer than the buffer (an INFO with huge lists) is skipped.
+ * It stops when a line made the connection drop. */
+static void consume_input(const char *p, size_t n) {
+	while (n > 0 && K.fd >= 0) {
+		size_t room = sizeof K.in - 1 - K.inlen;
+		size_t take = n < room ? n : room;
+		memcpy(K.in + K.inlen, p, take);
+		K.inlen += take;
+		K.in[K.inlen] = 0;
+		p += take;
+		n -= take;
+		char *start = K.in, *end = K.in + K.inlen, *nl;
+		while (K.fd >= 0 && start < end && (nl = memmem(start, (size_t)(end - start), "\r\n", 2))) {
+			*nl = 0;
+			handle_line(start);
+			start = nl + 2;
+		}
+		if (K.fd < 0)
+			return;
+		K.inlen -= (size_t)(start - K.in);
+		memmove(K.in, start, K.inlen);
+		if (K.inlen == sizeof K.in - 1)
+			K.inlen = 0;
+	}
+}
+
 static void nats_read(void) {
+	char b[4096];
 	for (;;) {
-		ssize_t n = recv(K.fd, K.in + K.inlen, sizeof K.in - 1 - K.inlen, 0);
+		ssize_t n = recv(K.fd, b, sizeof b, 0);
 		if (n == 0) {
 			disconnect("the NATS server closed the connection");
 			return;
@@ -1318,20 +1349,9 @@ static void nats_read(void) {
 			disconnect("read from the NATS server failed");
 			return;
 		}
-		K.inlen += (size_t)n;
-		K.in[K.inlen] = 0;
-		char *start = K.in, *nl;
-		while (K.fd >= 0 && (nl = strstr(start, "\r\n"))) {
-			*nl = 0;
-			handle_line(start);
-			start = nl + 2;
-		}
+		consume_input(b, (size_t)n);
 		if (K.fd < 0)
 			return;
-		K.inlen -= (size_t)(start - K.in);
-		memmove(K.in, start, K.inlen);
-		if (K.inlen == sizeof K.in - 1)
-			K.inlen = 0; /* a line longer than the buffer: INFO with huge lists; skip it */
 	}
 }
 
