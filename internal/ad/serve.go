@@ -167,36 +167,14 @@ func Serve(ctx context.Context, cfg ServeConfig) ([]Stats, error) {
 		return nil, fmt.Errorf("subscribe to %s: %w", subj.AllCallstacks(), err)
 	}
 	subs = append(subs, all)
-	endAll := make(chan struct{})
-	var endOnce sync.Once
-	snapshot := make(chan struct{}, 1)
-	ctl, err := cfg.Conn.Subscribe(subj.Control(), func(m *nats.Msg) {
-		var c ControlMessage
-		if json.Unmarshal(m.Data, &c) != nil {
-			return
-		}
-		switch c.Kind {
-		case ControlEndOfRun:
-			endOnce.Do(func() { close(endAll) })
-		case ControlSnapshot:
-			select {
-			case snapshot <- struct{}{}:
-			default:
-			}
-		}
-	})
+	ctl, err := subscribeControl(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("subscribe to %s: %w", subj.Control(), err)
+		return nil, err
 	}
-	subs = append(subs, ctl)
-	fctx, fcancel := context.WithTimeout(ctx, 10*time.Second)
-	err = cfg.Conn.FlushWithContext(fctx)
-	fcancel()
-	if err != nil {
-		return nil, fmt.Errorf("subscribe to frames: %w", err)
-	}
-	if cfg.Ready != nil {
-		cfg.Ready()
+	subs = append(subs, ctl.sub)
+	endAll, snapshot := ctl.endAll, ctl.snapshot
+	if err := ready(ctx, cfg); err != nil {
+		return nil, err
 	}
 	cfg.Logger.Info().Str("run", cfg.Run).Uint32("pid", cfg.PID).Int("ranks", len(ranks)).Str("algorithm", cfg.Detector.Algorithm).Msg("detectors started")
 
@@ -233,6 +211,56 @@ wait:
 	}
 	cfg.Logger.Info().Int("ranks", len(ranks)).Msg("detectors stopped")
 	return out, errors.Join(errs...)
+}
+
+// control is the run's control subscription: endAll closes on end_of_run,
+// snapshot receives on each snapshot request.
+type control struct {
+	sub      *nats.Subscription
+	endAll   chan struct{}
+	snapshot chan struct{}
+}
+
+// subscribeControl subscribes to the run's control messages.
+func subscribeControl(cfg ServeConfig) (*control, error) {
+	subj := natsx.Subjects{Run: cfg.Run}
+	c := &control{endAll: make(chan struct{}), snapshot: make(chan struct{}, 1)}
+	var endOnce sync.Once
+	sub, err := cfg.Conn.Subscribe(subj.Control(), func(m *nats.Msg) {
+		var msg ControlMessage
+		if json.Unmarshal(m.Data, &msg) != nil {
+			return
+		}
+		switch msg.Kind {
+		case ControlEndOfRun:
+			endOnce.Do(func() { close(c.endAll) })
+		case ControlSnapshot:
+			select {
+			case c.snapshot <- struct{}{}:
+			default:
+			}
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("subscribe to %s: %w", subj.Control(), err)
+	}
+	c.sub = sub
+	return c, nil
+}
+
+// ready waits until the server has every subscription made so far, then
+// calls cfg.Ready.
+func ready(ctx context.Context, cfg ServeConfig) error {
+	fctx, fcancel := context.WithTimeout(ctx, 10*time.Second)
+	err := cfg.Conn.FlushWithContext(fctx)
+	fcancel()
+	if err != nil {
+		return fmt.Errorf("subscribe to frames: %w", err)
+	}
+	if cfg.Ready != nil {
+		cfg.Ready()
+	}
+	return nil
 }
 
 func respondCallstack(m *nats.Msg, d *Detector) {

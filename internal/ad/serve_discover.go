@@ -115,8 +115,14 @@ func parseFrameSubject(subject, prefix string) (rankKey, error) {
 func serveDiscovered(ctx context.Context, cfg ServeConfig) ([]Stats, error) {
 	subj := natsx.Subjects{Run: cfg.Run}
 	prefix := "kipimo." + cfg.Run + ".frames."
-	endAll := make(chan struct{})
-	var endOnce sync.Once
+	// The control subscription comes first: a detector started by the
+	// first frame already ends on end_of_run.
+	ctl, err := subscribeControl(cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = ctl.sub.Unsubscribe() }()
+	endAll, snapshot := ctl.endAll, ctl.snapshot
 	var (
 		mu      sync.Mutex
 		ranks   = map[rankKey]*discovered{}
@@ -214,34 +220,8 @@ func serveDiscovered(ctx context.Context, cfg ServeConfig) ([]Stats, error) {
 		return nil, fmt.Errorf("subscribe to %s: %w", subj.AllCallstacks(), err)
 	}
 	subs = append(subs, all)
-	snapshot := make(chan struct{}, 1)
-	ctl, err := cfg.Conn.Subscribe(subj.Control(), func(m *nats.Msg) {
-		var c ControlMessage
-		if json.Unmarshal(m.Data, &c) != nil {
-			return
-		}
-		switch c.Kind {
-		case ControlEndOfRun:
-			endOnce.Do(func() { close(endAll) })
-		case ControlSnapshot:
-			select {
-			case snapshot <- struct{}{}:
-			default:
-			}
-		}
-	})
-	if err != nil {
-		return nil, fmt.Errorf("subscribe to %s: %w", subj.Control(), err)
-	}
-	subs = append(subs, ctl)
-	fctx, fcancel := context.WithTimeout(ctx, 10*time.Second)
-	err = cfg.Conn.FlushWithContext(fctx)
-	fcancel()
-	if err != nil {
-		return nil, fmt.Errorf("subscribe to frames: %w", err)
-	}
-	if cfg.Ready != nil {
-		cfg.Ready()
+	if err := ready(ctx, cfg); err != nil {
+		return nil, err
 	}
 	cfg.Logger.Info().Str("run", cfg.Run).Str("algorithm", cfg.Detector.Algorithm).Msg("detectors waiting for ranks")
 wait:

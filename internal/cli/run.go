@@ -130,7 +130,7 @@ the results are, and the commands to explore them.`,
 	f.StringVar(&cfg.TaudbDSN, "taudb", "", "PostgreSQL DSN: also store the run as a TAUdb trial (env KIPIMO_TAUDB or KIPIMO_TAUDB_DSN)")
 	f.IntVar(&cfg.MaxLag, "max-lag", 16, "io_steps a rank's input may run ahead of its detector before the input waits (back-pressure)")
 	f.StringVar(&cfg.NATSURL, "nats", "", "use this NATS server instead of an embedded one")
-	f.BoolVar(&jsonOut, "json", false, "print the summary as JSON")
+	f.BoolVar(&jsonOut, "json", false, "print the summary as JSON (with --exec: the last line of stdout, after the command's output)")
 	f.BoolVar(&execMode, "exec", false, "run the command given after -- under the event library and monitor it live")
 	f.DurationVar(&cfg.Live.Period, "period", time.Second, "--exec: io_step period of each rank (like TAU_ADIOS2_PERIOD)")
 	f.StringSliceVar(&cfg.Live.Exclude, "exclude", nil, "--exec: shell patterns of functions not recorded (repeat or comma-separate)")

@@ -375,3 +375,42 @@ func TestSerialProgramStreamsEveryCall(t *testing.T) {
 		t.Errorf("status %+v: want %d frames sent, none dropped", st[0], s.frames)
 	}
 }
+
+func TestBuildErrors(t *testing.T) {
+	if _, err := exec.LookPath("cc"); err != nil {
+		t.Skip("no C compiler")
+	}
+	tests := []struct {
+		name string
+		opts BuildOptions
+		want error
+	}{
+		{"no C compiler", BuildOptions{CC: "/nonexistent/cc"}, ErrNoCompiler},
+		{"no mpicc", BuildOptions{MPICC: "/nonexistent/mpicc", MPI: true}, ErrNoMPI},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.opts.CacheDir = t.TempDir()
+			_, err := Build(context.Background(), tc.opts)
+			if !errors.Is(err, tc.want) || !strings.Contains(err.Error(), "apt-get install") {
+				t.Errorf("error %v, want %v saying what to install", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestEnviron(t *testing.T) {
+	lib := &Library{Dir: "/lib", Core: "/lib/libkipimo.so", MPI: "/lib/libkipimo-mpi.so"}
+	got := lib.Environ(Env{
+		NATSURL: "nats://127.0.0.1:4222", Run: "r1", PID: 2, Period: 250 * time.Millisecond,
+		Exclude: []string{"std::*", "*_omp_fn*"}, Inject: []Injection{{"MPI_Send", 0.004, 25 * time.Millisecond}}, Seed: 9,
+	}, []string{"PATH=/bin", "LD_PRELOAD=/opt/other.so", "KIPIMO_RUN=stale"})
+	want := []string{
+		"PATH=/bin", "KIPIMO_EXCLUDE=std::*,*_omp_fn*", "KIPIMO_INJECT=MPI_Send:0.004:25000us", "KIPIMO_NATS=nats://127.0.0.1:4222",
+		"KIPIMO_PERIOD=250000us", "KIPIMO_PID=2", "KIPIMO_RUN=r1", "KIPIMO_SEED=9",
+		"LD_PRELOAD=/lib/libkipimo-mpi.so /lib/libkipimo.so /opt/other.so",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("Environ:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}

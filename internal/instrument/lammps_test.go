@@ -1,7 +1,6 @@
 package instrument
 
 import (
-	"bufio"
 	"fmt"
 	"os"
 	"os/exec"
@@ -25,27 +24,6 @@ func requireLAMMPS(t testing.TB) string {
 		t.Fatal(err)
 	}
 	return lmp
-}
-
-// thermo keeps LAMMPS's thermodynamic output (the table between "Step" and
-// "Loop time"): what the simulation computed, without its timings.
-func thermo(out string) string {
-	var b strings.Builder
-	in := false
-	sc := bufio.NewScanner(strings.NewReader(out))
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		switch {
-		case strings.HasPrefix(line, "Step"):
-			in = true
-		case strings.HasPrefix(line, "Loop time"):
-			in = false
-		}
-		if in {
-			b.WriteString(line + "\n")
-		}
-	}
-	return b.String()
 }
 
 // mpiCounts are what testdata/mpicount.c counted on one rank.
@@ -107,7 +85,7 @@ func TestLAMMPSStreamsItsMPICalls(t *testing.T) {
 	}
 	countDir := t.TempDir()
 	counted, code := runProgram(t, append(base, "LD_PRELOAD="+counter, "MPICOUNT_DIR="+countDir), "mpirun", args...)
-	if code != 0 || thermo(counted) != thermo(plain) {
+	if code != 0 || mpitest.LAMMPSThermo(counted) != mpitest.LAMMPSThermo(plain) {
 		t.Fatalf("lmp under the PMPI counter: status %d, thermo output differs", code)
 	}
 
@@ -145,7 +123,7 @@ func TestLAMMPSStreamsItsMPICalls(t *testing.T) {
 	if n := <-liveFrames; n == 0 {
 		t.Error("no frame arrived while LAMMPS ran")
 	}
-	if got, want := thermo(outb.String()), thermo(plain); got != want || want == "" {
+	if got, want := mpitest.LAMMPSThermo(outb.String()), mpitest.LAMMPSThermo(plain); got != want || want == "" {
 		t.Errorf("thermo output under Kipimo:\n%s\nalone:\n%s", got, want)
 	}
 	c.waitEOS(t, 2)

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 )
@@ -52,4 +53,25 @@ func Lock(t testing.TB) {
 		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
 		f.Close()
 	})
+}
+
+// LAMMPSThermo is LAMMPS's thermodynamic output (the table from its "Step"
+// header to "Loop time"): what the simulation computed, without timings, so
+// runs with and without instrumentation compare equal.
+func LAMMPSThermo(out string) string {
+	var b strings.Builder
+	in := false
+	for _, line := range strings.Split(out, "\n") {
+		line = strings.TrimSpace(line)
+		switch {
+		case strings.HasPrefix(line, "Step"):
+			in = true
+		case strings.HasPrefix(line, "Loop time"):
+			in = false
+		}
+		if in {
+			b.WriteString(line + "\n")
+		}
+	}
+	return b.String()
 }

@@ -228,13 +228,7 @@ wait:
 		return nil, fmt.Errorf("detectors: %w", s.err)
 	}
 	detectTime := time.Since(start)
-	if err := p.sink.Flush(ctx); err != nil {
-		return nil, fmt.Errorf("flush provenance records: %w", err)
-	}
-	if err := p.ps.Finish(ctx); err != nil {
-		return nil, fmt.Errorf("final statistics: %w", err)
-	}
-	if err := p.drain(ctx); err != nil {
+	if err := p.finishDetection(ctx); err != nil {
 		return nil, err
 	}
 	status, serr := instrument.ReadStatus(statusDir)

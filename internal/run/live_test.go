@@ -1,7 +1,6 @@
 package run
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -16,26 +15,6 @@ import (
 	"github.com/kipimo-hpc/kipimo/internal/mpitest"
 	"github.com/kipimo-hpc/kipimo/internal/natsx"
 )
-
-// thermoTable is LAMMPS's thermodynamic output without its timings.
-func thermoTable(out string) string {
-	var b strings.Builder
-	in := false
-	sc := bufio.NewScanner(strings.NewReader(out))
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if strings.HasPrefix(line, "Step") {
-			in = true
-		}
-		if strings.HasPrefix(line, "Loop time") {
-			in = false
-		}
-		if in {
-			b.WriteString(line + "\n")
-		}
-	}
-	return b.String()
-}
 
 // `kipimo run --exec -- mpirun -np 2 lmp ...` with delays injected into
 // MPI_Send: LAMMPS streams live, its output is unchanged, and the detectors
@@ -67,7 +46,7 @@ func TestLiveLAMMPSInjectedDelays(t *testing.T) {
 	if l == nil || l.ExitCode != 0 || l.Processes != 2 || sum.Ranks != 2 {
 		t.Fatalf("live report %+v with %d ranks: want LAMMPS's 2 ranks, exit status 0", l, sum.Ranks)
 	}
-	if got, want := thermoTable(out.String()), thermoTable(string(plain)); got != want || want == "" {
+	if got, want := mpitest.LAMMPSThermo(out.String()), mpitest.LAMMPSThermo(string(plain)); got != want || want == "" {
 		t.Errorf("thermo output under Kipimo:\n%s\nalone:\n%s", got, want)
 	}
 	if l.FramesWhileRunning == 0 || l.FramesDropped != 0 || l.EventsDropped != 0 || l.RanksNotEnded != 0 {
@@ -134,4 +113,43 @@ func TestLiveCommandNotFound(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "/nonexistent/app") || !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("error %v: want one naming the missing command", err)
 	}
+}
+
+// The instrumentation tests' MPI+OpenMP ring program, built with
+// -finstrument-functions, with delays injected into one of its own
+// functions: the pipeline finds them.
+func TestLiveRingInjectedDelays(t *testing.T) {
+	mpitest.Require(t, "cc", "mpicc", "mpirun")
+	mpitest.Lock(t)
+	for _, kv := range mpitest.Env([]string{"OMP_NUM_THREADS=2"}) {
+		k, v, _ := strings.Cut(kv, "=")
+		t.Setenv(k, v)
+	}
+	dir := t.TempDir()
+	opts := instrument.BuildOptions{CacheDir: filepath.Join(dir, "cache")}
+	lib, err := instrument.Build(context.Background(), instrument.BuildOptions{CacheDir: opts.CacheDir, MPI: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prog := filepath.Join(dir, "ring-program")
+	args := append(append([]string{"-O1", "-fopenmp"}, strings.Fields(lib.CFlags())...), "../instrument/testdata/ring.c", "-o", prog)
+	if b, err := exec.Command("mpicc", args...).CombinedOutput(); err != nil {
+		t.Fatalf("mpicc: %v\n%s", err, b)
+	}
+	var out bytes.Buffer
+	cfg := Config{Out: dir, RunID: "ring", Live: LiveConfig{
+		Command: []string{"mpirun", "-np", "2", prog, "600", "20", "2048", "2000"}, Period: 200 * time.Millisecond, Seed: 3,
+		Inject: []instrument.Injection{{Func: "compute", Prob: 0.02, Delay: 15 * time.Millisecond}},
+		Build:  opts, Stdout: &out, Stderr: &out,
+	}}
+	_, sum := execute(t, cfg, nil, nil)
+	sc := sum.Score
+	if sum.Live.ExitCode != 0 || sum.Ranks != 2 {
+		t.Fatalf("exit %d, %d ranks\n%s", sum.Live.ExitCode, sum.Ranks, out.String())
+	}
+	if sc == nil || sc.Injected < 10 || sc.Precision < 0.8 || sc.Recall < 0.8 {
+		t.Fatalf("score %+v: want at least 10 injected delays found with precision and recall >= 0.8", sc)
+	}
+	t.Logf("injected %d, flagged %d (precision %.3f, recall %.3f), %d propagated, %d in other functions",
+		sc.Injected, sc.Flagged, sc.Precision, sc.Recall, sc.Propagated, sc.FlaggedOtherFunctions)
 }

@@ -320,13 +320,7 @@ func (p *Pipeline) Execute(ctx context.Context, progress func(Progress)) (*Summa
 		return nil, fmt.Errorf("detectors: %w", s.err)
 	}
 	detectTime := time.Since(start)
-	if err := p.sink.Flush(ctx); err != nil {
-		return nil, fmt.Errorf("flush provenance records: %w", err)
-	}
-	if err := p.ps.Finish(ctx); err != nil {
-		return nil, fmt.Errorf("final statistics: %w", err)
-	}
-	if err := p.drain(ctx); err != nil {
+	if err := p.finishDetection(ctx); err != nil {
 		return nil, err
 	}
 	if truth != nil {
@@ -338,6 +332,19 @@ func (p *Pipeline) Execute(ctx context.Context, progress func(Progress)) (*Summa
 	}
 	sum.Backpressure = flow.report()
 	return sum, nil
+}
+
+// finishDetection ends a run's detection once the detectors have stopped:
+// their records flushed, the pserver's final statistics published, and
+// everything in the provenance store.
+func (p *Pipeline) finishDetection(ctx context.Context) error {
+	if err := p.sink.Flush(ctx); err != nil {
+		return fmt.Errorf("flush provenance records: %w", err)
+	}
+	if err := p.ps.Finish(ctx); err != nil {
+		return fmt.Errorf("final statistics: %w", err)
+	}
+	return p.drain(ctx)
 }
 
 // endOfStream tells rank r's detector its input has ended.
