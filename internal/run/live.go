@@ -207,6 +207,9 @@ wait:
 			report()
 		}
 	}
+	if p.onCommandExit != nil {
+		p.onCommandExit()
+	}
 	var whileRunning uint64
 	for _, s := range collector.Stats() {
 		whileRunning += s.Frames

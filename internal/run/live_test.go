@@ -3,6 +3,8 @@ package run
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"net/http"
 	"errors"
 	"os"
 	"os/exec"
@@ -14,6 +16,7 @@ import (
 	"github.com/kipimo-hpc/kipimo/internal/instrument"
 	"github.com/kipimo-hpc/kipimo/internal/mpitest"
 	"github.com/kipimo-hpc/kipimo/internal/natsx"
+	"github.com/kipimo-hpc/kipimo/internal/pserver"
 )
 
 // `kipimo run --exec -- mpirun -np 2 lmp ...` with delays injected into
@@ -41,7 +44,25 @@ func TestLiveLAMMPSInjectedDelays(t *testing.T) {
 		Inject: []instrument.Injection{{Func: "MPI_Send", Prob: 0.004, Delay: 25 * time.Millisecond}},
 		Build:  instrument.BuildOptions{CacheDir: t.TempDir()}, Stdout: &out, Stderr: &out,
 	}}
-	_, sum := execute(t, cfg, nil, nil)
+	// What the dashboard shows the moment LAMMPS exits: it was live.
+	var live pserver.Summary
+	setup := func(p *Pipeline) {
+		p.onCommandExit = func() {
+			resp, err := http.Get(p.DashboardURL() + "api/summary")
+			if err != nil {
+				t.Errorf("dashboard: %v", err)
+				return
+			}
+			defer resp.Body.Close()
+			if err := json.NewDecoder(resp.Body).Decode(&live); err != nil {
+				t.Errorf("dashboard summary: %v", err)
+			}
+		}
+	}
+	_, sum := execute(t, cfg, setup, nil)
+	if live.Ranks != 2 || live.Totals.Executions == 0 || live.Totals.Anomalies == 0 {
+		t.Errorf("dashboard when LAMMPS exited: %+v; want its 2 ranks with executions and anomalies", live)
+	}
 	l := sum.Live
 	if l == nil || l.ExitCode != 0 || l.Processes != 2 || sum.Ranks != 2 {
 		t.Fatalf("live report %+v with %d ranks: want LAMMPS's 2 ranks, exit status 0", l, sum.Ranks)

@@ -54,6 +54,10 @@ type Pipeline struct {
 	// wrapSink, when set, wraps the sink the detectors publish their
 	// records to (tests slow a detector down there).
 	wrapSink  func(ad.Sink) ad.Sink
+	// onCommandExit, when set, runs as soon as a live run's command has
+	// exited, before its streams are ended (tests look at the dashboard
+	// there).
+	onCommandExit func()
 	paceStart time.Time
 	paceT0    uint64
 	stepWidth uint64
