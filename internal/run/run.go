@@ -53,14 +53,14 @@ type Pipeline struct {
 	afterReady func()
 	// wrapSink, when set, wraps the sink the detectors publish their
 	// records to (tests slow a detector down there).
-	wrapSink  func(ad.Sink) ad.Sink
+	wrapSink func(ad.Sink) ad.Sink
 	// onCommandExit, when set, runs as soon as a live run's command has
 	// exited, before its streams are ended (tests look at the dashboard
 	// there).
 	onCommandExit func()
-	paceStart time.Time
-	paceT0    uint64
-	stepWidth uint64
+	paceStart     time.Time
+	paceT0        uint64
+	stepWidth     uint64
 }
 
 // Start brings up NATS, the provenance service, the parameter server and
