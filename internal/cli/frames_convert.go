@@ -3,6 +3,7 @@ package cli
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"strings"
 	"time"
 
@@ -62,7 +63,15 @@ Formats:
            traces); one rank per file, GPU kernels and copies on GPU threads.
 
 It prints a one-line summary: frames, events, executions (completed calls read
-from the input), threads and gpu_threads (GPU streams or queues found).`,
+from the input), threads and gpu_threads (GPU streams or queues found), then one
+line per kind of input it could not carry into the frames as it was, with the
+count and the first example: unclosed (begins never ended), end-without-begin,
+overlap (spans overlapping their parent's end, moved whole to an extra thread),
+instant, flow, async-step, bad-timestamp, counter-value, unsupported,
+duplicate-input (TAU's merged tau.trc given with its per-thread files),
+unknown-event. --json prints the same as one JSON object, the kinds under
+"losses". It fails only when the input holds nothing the frames can carry, or
+is damaged (the frames before the damage are written). See docs/trace-inputs.md.`,
 		Example: `  kipimo frames convert --format tau --out run trace_dir/
   kipimo frames convert --format chrome --out run --step 10ms --json trace.json.gz`,
 		Args: cobra.MinimumNArgs(1),
@@ -79,6 +88,7 @@ from the input), threads and gpu_threads (GPU streams or queues found).`,
 			}
 			st, err := replay.Convert(cmd.Context(), src, out)
 			if err != nil {
+				writeLosses(cmd.ErrOrStderr(), st.Losses)
 				return fmt.Errorf("convert: %w", err)
 			}
 			if asJSON {
@@ -89,9 +99,12 @@ from the input), threads and gpu_threads (GPU streams or queues found).`,
 				_, err = fmt.Fprintln(cmd.OutOrStdout(), string(b))
 				return err
 			}
-			_, err = fmt.Fprintf(cmd.OutOrStdout(), "wrote %d frames (%d events, %d executions, %d threads, %d GPU threads) to %s\n",
-				st.Frames, st.Events, st.Executions, st.Threads, st.GPUThreads, out)
-			return err
+			w := cmd.OutOrStdout()
+			if _, err := fmt.Fprintf(w, "wrote %d frames (%d events, %d executions, %d threads, %d GPU threads) to %s from %d input events\n",
+				st.Frames, st.Events, st.Executions, st.Threads, st.GPUThreads, out, st.InputEvents); err != nil {
+				return err
+			}
+			return writeLosses(w, st.Losses)
 		},
 	}
 	tf.register(cmd, []string{replay.FormatTAU, replay.FormatCaliper, replay.FormatChrome}, "")
@@ -108,8 +121,26 @@ type convertSummary struct {
 	Executions int `json:"executions"`
 	Threads    int `json:"threads"`
 	GPUThreads int `json:"gpu_threads"`
+	// InputEvents is what the reader read (trace events or records);
+	// Losses what of it the frames do not carry as it was, per kind.
+	InputEvents int           `json:"input_events"`
+	Losses      replay.Losses `json:"losses"`
 }
 
 func summaryOf(st replay.Stats) convertSummary {
-	return convertSummary{st.Frames, st.Events, st.Executions, st.Threads, st.GPUThreads}
+	l := st.Losses
+	if l == nil {
+		l = replay.Losses{}
+	}
+	return convertSummary{st.Frames, st.Events, st.Executions, st.Threads, st.GPUThreads, st.InputEvents, l}
+}
+
+// writeLosses prints one line per kind of loss.
+func writeLosses(w io.Writer, l replay.Losses) error {
+	for _, line := range l.Lines() {
+		if _, err := fmt.Fprintf(w, "not in the frames: %s\n", line); err != nil {
+			return err
+		}
+	}
+	return nil
 }

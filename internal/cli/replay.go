@@ -42,7 +42,9 @@ has passed; Nx runs N times faster than recorded (0.5x is half speed).
 
 Without --nats an embedded NATS server is started on 127.0.0.1; nothing else
 is subscribed to it then, so this only checks the input and measures speed.
-On a terminal a progress line (events, frames, rate, ETA) is drawn on stderr.`,
+On a terminal a progress line (events, frames, rate, ETA) is drawn on stderr.
+What a trace held that the frames do not carry is reported as "kipimo frames
+convert" reports it: one line per kind, and "losses" in --json.`,
 		Example: `  kipimo replay --nats nats://127.0.0.1:4222 --run r1 --format frames run/
   kipimo replay --nats nats://host:4222 --run r1 --format chrome --speed realtime trace.json.gz`,
 		Args: cobra.MinimumNArgs(1),
@@ -95,6 +97,7 @@ On a terminal a progress line (events, frames, rate, ETA) is drawn on stderr.`,
 				bar.done()
 			}
 			if err != nil {
+				writeLosses(stderr, st.Losses)
 				return fmt.Errorf("replay: %w (%d frames published)", err, c.Frames)
 			}
 			if asJSON {
@@ -110,9 +113,12 @@ On a terminal a progress line (events, frames, rate, ETA) is drawn on stderr.`,
 				_, err = fmt.Fprintln(cmd.OutOrStdout(), string(b))
 				return err
 			}
-			_, err = fmt.Fprintf(cmd.OutOrStdout(), "published %d frames (%d events, %d executions, %d threads, %d GPU threads) to run %s in %s\n",
-				c.Frames, c.Events, st.Executions, st.Threads, st.GPUThreads, run, c.Elapsed.Round(time.Millisecond))
-			return err
+			w := cmd.OutOrStdout()
+			if _, err := fmt.Fprintf(w, "published %d frames (%d events, %d executions, %d threads, %d GPU threads) to run %s in %s\n",
+				c.Frames, c.Events, st.Executions, st.Threads, st.GPUThreads, run, c.Elapsed.Round(time.Millisecond)); err != nil {
+				return err
+			}
+			return writeLosses(w, st.Losses)
 		},
 	}
 	tf.register(cmd, replay.Formats, replay.FormatFrames)

@@ -38,6 +38,19 @@ var Formats = []string{FormatTAU, FormatCaliper, FormatChrome, FormatFrames}
 // Stats counts what a Source produced; see steps.Stats.
 type Stats = steps.Stats
 
+// Losses counts, per kind, what an input held that its reader did not turn
+// into frames as it was (unclosed spans, instants, overlaps moved to extra
+// threads, skipped files...); see steps.Losses and the steps.Loss* kinds.
+type Losses = steps.Losses
+
+// Loss is one kind of loss: its count and first example.
+type Loss = steps.Loss
+
+// ErrNothingUsable is wrapped by the error of a trace Source whose input
+// held no event the frames carry (no function, counter or message event):
+// metadata-only or profile-only inputs.
+var ErrNothingUsable = errors.New("the input holds no event frames can carry")
+
 // Source yields frames. Frames calls emit with each frame, every rank's frames
 // in step order (ranks may interleave); the frame is owned by the Source and
 // reused after emit returns. An error from emit stops the source and is
@@ -92,7 +105,11 @@ type traceSource struct {
 func (s *traceSource) Frames(ctx context.Context, emit func(*frame.Frame) error) (Stats, error) {
 	b := steps.New(s.cfg, emit)
 	err := s.read(ctx, s.files, b)
-	return b.Stats(), err
+	st := b.Stats()
+	if err == nil && st.Events == 0 {
+		err = fmt.Errorf("%w (%d input events read, none a function, counter or message event)", ErrNothingUsable, st.InputEvents)
+	}
+	return st, err
 }
 
 // FrameFiles is a Source of Kipimo binary frame files (any number per rank).
@@ -232,11 +249,12 @@ func (s *FrameFiles) Frames(ctx context.Context, emit func(*frame.Frame) error) 
 		}
 	}
 	st.Threads, st.GPUThreads = len(threads), len(gpu)
+	st.InputEvents = st.Events
 	return st, nil
 }
 
 func isStreamKey(k string) bool {
-	for _, api := range []string{"CUDA", "ROCm", "OpenCL", "SYCL"} {
+	for _, api := range []string{"CUDA", "ROCm", "OpenCL", "SYCL", "GPU"} {
 		if k == api+steps.KeyStream {
 			return true
 		}

@@ -8,10 +8,15 @@
 // event.begin#A=v, event.end#A=v or event.set#A=v opens or closes region v of
 // attribute A on the snapshot's thread: regions become functions (named v for
 // the attributes function, region, annotation, loop and kernel, else "A=v"),
-// begin/end become entry/exit. Times come from time.offset (µs) when the
-// snapshot has it; otherwise the timeline is rebuilt from the inclusive
-// durations Caliper records at each end (time.inclusive.duration): an end is
-// at its region's begin plus that duration, a begin at the thread's clock.
+// begin/end become entry/exit. An attribute of class.iteration, or named
+// iteration#<loop> (Caliper's loop iteration numbers), is one function named after the
+// attribute, so every iteration of a loop is an execution of the same
+// function; the iteration number is sampled as a counter of that name at
+// each entry. Times come from time.offset.ns (ns, Caliper 2.10 and later) or
+// time.offset (µs) when the snapshot has it; otherwise the timeline is
+// rebuilt from the inclusive durations Caliper records at each end
+// (time.inclusive.duration.ns or time.inclusive.duration): an end is at its
+// region's begin plus that duration, a begin at the thread's clock.
 // Each file is a rank (mpi.rank when present, else its position) and
 // thread.id, omp.thread.num or pthread.id give the thread. Caliper's
 // attribute:value context (globals and the non-region, non-event attributes of
@@ -113,6 +118,8 @@ type reader struct {
 	nodes   map[uint64]node
 	attrs   map[uint64]string // attribute node id -> name
 	regions map[string]bool   // attributes with begin/end/set events
+	iters   map[string]bool   // attributes of class.iteration
+	iterCID map[string]uint32 // counter of an iteration attribute
 	funcs   map[string]uint32
 	threads map[string]uint32
 	th      []*thread
@@ -184,13 +191,38 @@ func (r *reader) node(rec Record) error {
 	r.nodes[id] = node{attr, data, parent}
 	if attr == 8 {
 		r.attrs[id] = data
+		if r.isIteration(parent) {
+			r.iters[data] = true
+		}
 		for _, p := range []string{"event.begin#", "event.end#", "event.set#"} {
 			if a, ok := strings.CutPrefix(data, p); ok {
 				r.regions[a] = true
+				// Caliper may write the first begin of a loop's
+				// iterations before the class.iteration attribute
+				// itself; its name, iteration#<loop>, says it already.
+				if strings.HasPrefix(a, "iteration#") {
+					r.iters[a] = true
+				}
 			}
 		}
 	}
 	return nil
+}
+
+// isIteration reports whether the property chain of an attribute, from its
+// parent node up, holds class.iteration=true.
+func (r *reader) isIteration(parent int64) bool {
+	for depth := 0; parent >= 0 && depth < maxDepth; depth++ {
+		n, ok := r.nodes[uint64(parent)]
+		if !ok {
+			return false
+		}
+		if n.data == "true" && r.attrs[n.attr] == "class.iteration" {
+			return true
+		}
+		parent = n.parent
+	}
+	return false
 }
 
 func one(rec Record, key string) (uint64, error) {
@@ -209,8 +241,11 @@ var plainNames = map[string]bool{"function": true, "region": true, "annotation":
 
 func (r *reader) fid(attr, value string) uint32 {
 	name := attr + "=" + value
-	if plainNames[attr] {
+	switch {
+	case plainNames[attr]:
 		name = value
+	case r.iters[attr]:
+		name = attr
 	}
 	if id, ok := r.funcs[name]; ok {
 		return id
@@ -277,9 +312,17 @@ func (r *reader) snapshot(rec Record, globals bool) error {
 			if v, ok := num(e.value); ok {
 				offset, hasOffset = v, true
 			}
+		case "time.offset.ns":
+			if v, ok := num(e.value); ok {
+				offset, hasOffset = (v+500)/1000, true
+			}
 		case "time.inclusive.duration":
 			if v, ok := num(e.value); ok {
 				incl, hasIncl = v, true
+			}
+		case "time.inclusive.duration.ns":
+			if v, ok := num(e.value); ok {
+				incl, hasIncl = (v+500)/1000, true
 			}
 		}
 	}
@@ -288,6 +331,7 @@ func (r *reader) snapshot(rec Record, globals bool) error {
 		r.globals = append(r.globals, es...)
 		return nil
 	}
+	r.b.Read(1)
 	tid, ok := r.threads[tkey]
 	if !ok {
 		tid = uint32(len(r.threads))
@@ -322,11 +366,11 @@ func (r *reader) snapshot(rec Record, globals bool) error {
 				return err
 			}
 		case "event.end#":
-			if err := r.end(th, tid, attr, now, hasOffset, incl, hasIncl); err != nil {
+			if err := r.end(th, tid, attr, e.value, now, hasOffset, incl, hasIncl, true); err != nil {
 				return err
 			}
 		case "event.set#":
-			if err := r.end(th, tid, attr, now, hasOffset, incl, hasIncl); err != nil {
+			if err := r.end(th, tid, attr, e.value, now, hasOffset, incl, hasIncl, false); err != nil {
 				return err
 			}
 			if err := r.begin(th, tid, attr, e.value, th.clock); err != nil {
@@ -354,17 +398,37 @@ func (r *reader) begin(th *thread, tid uint32, attr, value string, ts uint64) er
 	fid := r.fid(attr, value)
 	th.open = append(th.open, regionOpen{attr, value, fid, ts})
 	r.maxTS = max(r.maxTS, ts)
-	return r.b.Enter(r.rank, tid, fid, ts)
+	if err := r.b.Enter(r.rank, tid, fid, ts); err != nil {
+		return err
+	}
+	if r.iters[attr] {
+		if v, err := strconv.ParseUint(value, 10, 64); err == nil {
+			cid, ok := r.iterCID[attr]
+			if !ok {
+				cid = uint32(len(r.iterCID))
+				r.iterCID[attr] = cid
+				r.b.CounterName(r.rank, cid, attr)
+			}
+			return r.b.Counter(r.rank, tid, cid, v, ts)
+		}
+	}
+	return nil
 }
 
-// end closes the innermost open region of attr (if any).
-func (r *reader) end(th *thread, tid uint32, attr string, now uint64, hasOffset bool, incl uint64, hasIncl bool) error {
+// end closes the innermost open region of attr (if any); an end (not a
+// set) that finds none is counted as a loss.
+func (r *reader) end(th *thread, tid uint32, attr, value string, now uint64, hasOffset bool, incl uint64, hasIncl bool, isEnd bool) error {
 	i := len(th.open) - 1
 	for i >= 0 && th.open[i].attr != attr {
 		i--
 	}
 	if i < 0 {
-		return nil // set of a fresh attribute, or an end without begin
+		if isEnd {
+			r.b.Lose(steps.LossEndWithoutBegin, 1, func() string {
+				return fmt.Sprintf("%s: event.end#%s=%s at %d µs on thread %d with no open %s", r.name, attr, value, now, tid, attr)
+			})
+		}
+		return nil
 	}
 	o := th.open[i]
 	th.open = append(th.open[:i], th.open[i+1:]...)
@@ -381,7 +445,7 @@ func (r *reader) end(th *thread, tid uint32, attr string, now uint64, hasOffset 
 // ReadFile reads one .cali stream as rank into b. It does not finish b.
 func ReadFile(ctx context.Context, in io.Reader, name string, rank uint32, b *steps.Builder) error {
 	r := &reader{name: name, b: b, rank: rank, nodes: map[uint64]node{}, attrs: map[uint64]string{8: "cali.attribute.name", 9: "cali.attribute.type", 10: "cali.attribute.prop"},
-		regions: map[string]bool{}, funcs: map[string]uint32{}, threads: map[string]uint32{}}
+		regions: map[string]bool{}, iters: map[string]bool{}, iterCID: map[string]uint32{}, funcs: map[string]uint32{}, threads: map[string]uint32{}}
 	for id, t := range []string{"usr", "int", "uint", "string", "addr", "double", "bool", "type"} {
 		r.nodes[uint64(id)] = node{attr: 9, data: t, parent: -1}
 	}

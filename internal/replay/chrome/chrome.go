@@ -60,6 +60,10 @@ type event struct {
 	ID   json.RawMessage `json:"id"`
 	Bp   string          `json:"bp"`
 	Args args            `json:"args"`
+	// rawArgs is the args object as read (valid while the event is added).
+	rawArgs []byte
+	// badTime describes a ts or dur that is not a number.
+	badTime string
 }
 
 // span is one completed call.
@@ -83,15 +87,29 @@ type flow struct {
 type threadInfo struct {
 	pid, tid                string
 	gpu                     bool
+	api                     string // GPU API of a device thread; "" for the file's CUDA or ROCm
+	accel                   string // the accelerator of an API "GPU" thread (MTIA)
 	device, stream, context string
 	name                    string
-	open                    []int // open B events: index into opens
 }
 
-type openB struct {
-	start float64
-	name  uint32
-	order uint32
+// edge is a begin or end event (B/E, async b/e, S/F), matched once the
+// whole file is read, in time order per thread as Chrome does.
+type edge struct {
+	ts     float64
+	thread uint32
+	name   uint32
+	order  uint32
+	end    bool
+	named  bool // an end event that names what it ends
+}
+
+// sample is one counter value (a "C" event's numeric arg).
+type sample struct {
+	ts     float64
+	thread uint32
+	cid    uint32
+	value  uint64
 }
 
 // File is one parsed trace.
@@ -100,10 +118,13 @@ type File struct {
 	Rank     int // distributedInfo.rank, or -1
 	names    []string
 	nameIdx  map[string]uint32
+	cnames   []string
+	cnameIdx map[string]uint32
 	threads  []*threadInfo
 	thIdx    map[string]uint32
 	spans    []span
-	opens    []openB
+	edges    []edge
+	samples  []sample
 	flowS    []flow
 	flowF    []flow
 	procName string
@@ -111,11 +132,35 @@ type File struct {
 	maxStart float64
 	minTS    float64
 	hasTS    bool
+	events   int // trace event objects read
+	settled  bool
+	losses   steps.Losses
 	// Err is set when the file was damaged; the spans before it are kept.
 	Err error
 }
 
-var gpuCats = map[string]bool{"kernel": true, "gpu_memcpy": true, "gpu_memset": true, "gpu_user_annotation": true}
+// Categories of accelerator work (PyTorch profiler / Kineto activity
+// types): device-side events, with the API their threads are marked with
+// ("" is the file's CUDA or ROCm), and the host-side runtime calls that
+// launch them.
+var (
+	deviceCats = map[string]string{
+		"kernel": "", "gpu_memcpy": "", "gpu_memset": "", "gpu_user_annotation": "", "cuda_profiler_range": "",
+		"mtia_ccp_events": "GPU", "mtia_insight": "GPU",
+	}
+	launchCats = map[string]bool{
+		"cuda_runtime": true, "cuda_driver": true, "mtia_runtime": true, "xpu_runtime": true,
+		"privateuse1_runtime": true, "privateuse1_driver": true,
+	}
+)
+
+// accelerator names the device of an API "GPU" thread by its category.
+func accelerator(cat string) string {
+	if strings.HasPrefix(cat, "mtia_") {
+		return "MTIA"
+	}
+	return "accelerator"
+}
 
 func (f *File) intern(s string) uint32 {
 	if i, ok := f.nameIdx[s]; ok {
@@ -124,6 +169,16 @@ func (f *File) intern(s string) uint32 {
 	i := uint32(len(f.names))
 	f.names = append(f.names, strings.ToValidUTF8(s, "\uFFFD"))
 	f.nameIdx[s] = i
+	return i
+}
+
+func (f *File) internCounter(s string) uint32 {
+	if i, ok := f.cnameIdx[s]; ok {
+		return i
+	}
+	i := uint32(len(f.cnames))
+	f.cnames = append(f.cnames, strings.ToValidUTF8(s, "\uFFFD"))
+	f.cnameIdx[s] = i
 	return i
 }
 
@@ -152,8 +207,7 @@ func rawInt(r json.RawMessage) (int64, bool) {
 	return 0, false
 }
 
-func (f *File) thread(pid, tid json.RawMessage) uint32 {
-	p, t := rawString(pid), rawString(tid)
+func (f *File) threadKey(p, t string) uint32 {
 	k := p + "\x00" + t
 	if i, ok := f.thIdx[k]; ok {
 		return i
@@ -162,6 +216,21 @@ func (f *File) thread(pid, tid json.RawMessage) uint32 {
 	f.threads = append(f.threads, &threadInfo{pid: p, tid: t})
 	f.thIdx[k] = i
 	return i
+}
+
+func (f *File) thread(pid, tid json.RawMessage) uint32 {
+	return f.threadKey(rawString(pid), rawString(tid))
+}
+
+// asyncThread is the virtual thread of the async spans of one id: async
+// spans of an id nest among themselves but not with the thread's calls.
+func (f *File) asyncThread(e *event) uint32 {
+	pid, id := rawString(e.Pid), rawString(e.ID)
+	th := f.threadKey(pid, "async "+e.Cat+" "+id)
+	if ti := f.threads[th]; ti.name == "" {
+		ti.name = "async " + e.Cat + " " + id
+	}
+	return th
 }
 
 func (f *File) note(ts float64) {
@@ -173,20 +242,45 @@ func (f *File) note(ts float64) {
 	}
 }
 
+// lose counts one loss of kind, describing e when it is the first.
+func (f *File) lose(kind string, e *event, why string) {
+	ex := ""
+	if f.losses.Count(kind) == 0 {
+		ex = fmt.Sprintf("ph %q %q at ts %s on pid %s tid %s", e.Ph, e.Name, fmtTS(e.Ts), rawString(e.Pid), rawString(e.Tid))
+		if why != "" {
+			ex += " (" + why + ")"
+		}
+	}
+	f.losses.Add(kind, 1, ex)
+}
+
+// maxTime bounds timestamps and durations (µs): about 3,000 years.
+const maxTime = 1e17
+
 func (f *File) add(e *event) error {
-	if math.IsNaN(e.Ts) || math.IsInf(e.Ts, 0) || e.Ts < 0 || e.Ts > 1e17 || math.IsNaN(e.Dur) || e.Dur < 0 || e.Dur > 1e17 {
-		return fmt.Errorf("event %q (ph %q): timestamp %v or duration %v out of range", e.Name, e.Ph, e.Ts, e.Dur)
+	f.events++
+	if e.Ph == "M" {
+		f.meta(e)
+		return nil
+	}
+	if e.badTime != "" {
+		f.lose(steps.LossBadTime, e, e.badTime+" is not a number")
+		return nil
+	}
+	if math.IsNaN(e.Ts) || e.Ts < 0 || e.Ts > maxTime || math.IsNaN(e.Dur) || e.Dur < 0 || e.Dur > maxTime {
+		f.lose(steps.LossBadTime, e, fmt.Sprintf("dur %v", e.Dur))
+		return nil
 	}
 	switch e.Ph {
 	case "X":
 		th := f.thread(e.Pid, e.Tid)
 		s := span{start: e.Ts, end: e.Ts + e.Dur, name: f.intern(e.Name), thread: th, order: uint32(len(f.spans))}
 		s.corr, s.hasCorr = rawInt(e.Args.Correlation)
-		if gpuCats[e.Cat] {
+		if api, ok := deviceCats[e.Cat]; ok {
 			s.device = true
 			ti := f.threads[th]
 			if !ti.gpu {
-				ti.gpu = true
+				ti.gpu, ti.api = true, api
 				ti.device, ti.stream, ti.context = rawString(e.Args.Device), rawString(e.Args.Stream), rawString(e.Args.Context)
 				if ti.device == "" {
 					ti.device = ti.pid
@@ -197,8 +291,11 @@ func (f *File) add(e *event) error {
 				if ti.context == "" {
 					ti.context = "0"
 				}
+				if api != "" {
+					ti.accel = accelerator(e.Cat)
+				}
 			}
-		} else if e.Cat == "cuda_runtime" || e.Cat == "cuda_driver" {
+		} else if launchCats[e.Cat] {
 			s.launch = true
 			if strings.HasPrefix(e.Name, "hip") {
 				f.hip = true
@@ -206,26 +303,27 @@ func (f *File) add(e *event) error {
 		}
 		f.note(e.Ts)
 		f.spans = append(f.spans, s)
-	case "B":
-		th := f.thread(e.Pid, e.Tid)
+	case "B", "E":
 		f.note(e.Ts)
-		f.threads[th].open = append(f.threads[th].open, len(f.opens))
-		f.opens = append(f.opens, openB{start: e.Ts, name: f.intern(e.Name), order: uint32(len(f.spans))})
-	case "E":
-		th := f.thread(e.Pid, e.Tid)
-		ti := f.threads[th]
-		if n := len(ti.open); n > 0 {
-			o := f.opens[ti.open[n-1]]
-			ti.open = ti.open[:n-1]
-			end := max(e.Ts, o.start)
-			f.spans = append(f.spans, span{start: o.start, end: end, name: o.name, thread: th, order: uint32(len(f.spans))})
-		}
-	case "s", "f":
-		if e.Cat != "ac2g" {
+		f.edges = append(f.edges, edge{ts: e.Ts, thread: f.thread(e.Pid, e.Tid), name: f.intern(e.Name), order: uint32(len(f.edges)), end: e.Ph == "E"})
+	case "b", "e", "S", "F":
+		if e.ID == nil {
+			f.lose(steps.LossUnsupported, e, "async event without an id")
 			return nil
 		}
+		f.note(e.Ts)
+		end := e.Ph == "e" || e.Ph == "F"
+		f.edges = append(f.edges, edge{ts: e.Ts, thread: f.asyncThread(e), name: f.intern(e.Name), order: uint32(len(f.edges)), end: end, named: end && e.Name != ""})
+	case "T", "p":
+		f.lose(steps.LossAsyncStep, e, "")
+	case "C":
+		f.counter(e)
+	case "i", "I", "n", "R":
+		f.lose(steps.LossInstant, e, "")
+	case "s", "t", "f":
 		id, ok := rawInt(e.ID)
-		if !ok {
+		if e.Cat != "ac2g" || !ok || e.Ph == "t" {
+			f.lose(steps.LossFlow, e, "cat "+e.Cat)
 			return nil
 		}
 		fl := flow{thread: f.thread(e.Pid, e.Tid), ts: e.Ts, id: id}
@@ -234,18 +332,108 @@ func (f *File) add(e *event) error {
 		} else {
 			f.flowF = append(f.flowF, fl)
 		}
-	case "M":
-		th := f.thread(e.Pid, e.Tid)
-		switch e.Name {
-		case "thread_name":
-			f.threads[th].name = rawString(e.Args.Name)
-		case "process_name":
-			if f.procName == "" {
-				f.procName = rawString(e.Args.Name)
-			}
-		}
+	default:
+		f.lose(steps.LossUnsupported, e, "")
 	}
 	return nil
+}
+
+func (f *File) meta(e *event) {
+	switch e.Name {
+	case "thread_name":
+		f.threads[f.thread(e.Pid, e.Tid)].name = rawString(e.Args.Name)
+	case "process_name":
+		if f.procName == "" {
+			f.procName = rawString(e.Args.Name)
+		}
+	}
+}
+
+// counter turns the numeric args of a "C" event into samples of counters
+// named "<name> <arg>" (as Perfetto names them), on the event's thread, or
+// the process's main thread (tid = pid) when it has no tid.
+func (f *File) counter(e *event) {
+	tid := e.Tid
+	if len(bytes.TrimSpace(tid)) == 0 {
+		tid = e.Pid
+	}
+	th := f.thread(e.Pid, tid)
+	if len(e.rawArgs) == 0 {
+		f.lose(steps.LossCounterValue, e, "no args")
+		return
+	}
+	_ = fields(e.rawArgs, func(k, v []byte) error {
+		x, ok := num(v)
+		if !ok || math.IsNaN(x) || x < 0 || x >= 1<<63 {
+			f.lose(steps.LossCounterValue, e, fmt.Sprintf("%s = %.20s", k, v))
+			return nil
+		}
+		f.note(e.Ts)
+		f.samples = append(f.samples, sample{ts: e.Ts, thread: th, cid: f.internCounter(e.Name + " " + string(k)), value: uint64(math.Round(x))})
+		return nil
+	})
+}
+
+// settle matches begin and end events into spans, per thread in time order
+// (file order among equal times), as Chrome's importer does: an end closes
+// the innermost open begin (for async ends that name a span, the innermost
+// of that name, dropping the unclosed begins inside it).
+func (f *File) settle() {
+	if f.settled {
+		return
+	}
+	f.settled = true
+	slices.SortStableFunc(f.edges, func(x, y edge) int {
+		if x.thread != y.thread {
+			return cmp.Compare(x.thread, y.thread)
+		}
+		return cmp.Compare(x.ts, y.ts)
+	})
+	var open []edge
+	unclosed := func(o edge) {
+		ex := ""
+		if f.losses.Count(steps.LossUnclosed) == 0 {
+			ti := f.threads[o.thread]
+			ex = fmt.Sprintf("begin of %q at ts %s on pid %s tid %s", f.names[o.name], fmtTS(o.ts), ti.pid, ti.tid)
+		}
+		f.losses.Add(steps.LossUnclosed, 1, ex)
+	}
+	for i := 0; i < len(f.edges); {
+		th := f.edges[i].thread
+		open = open[:0]
+		for ; i < len(f.edges) && f.edges[i].thread == th; i++ {
+			e := f.edges[i]
+			if !e.end {
+				open = append(open, e)
+				continue
+			}
+			j := len(open) - 1
+			if e.named {
+				for j >= 0 && open[j].name != e.name {
+					j--
+				}
+			}
+			if j < 0 {
+				ex := ""
+				if f.losses.Count(steps.LossEndWithoutBegin) == 0 {
+					ti := f.threads[th]
+					ex = fmt.Sprintf("end of %q at ts %s on pid %s tid %s", f.names[e.name], fmtTS(e.ts), ti.pid, ti.tid)
+				}
+				f.losses.Add(steps.LossEndWithoutBegin, 1, ex)
+				continue
+			}
+			for _, o := range open[j+1:] {
+				unclosed(o)
+			}
+			o := open[j]
+			open = open[:j]
+			f.spans = append(f.spans, span{start: o.ts, end: max(e.ts, o.ts), name: o.name, thread: th, order: uint32(len(f.spans))})
+		}
+		for _, o := range open {
+			unclosed(o)
+		}
+	}
+	f.edges = nil
 }
 
 // Parse reads one trace from r (plain or gzipped JSON; an object with
@@ -284,6 +472,11 @@ func Parse(r io.Reader, name string) (*File, error) {
 		for dec.More() {
 			e = event{}
 			if err := dec.Decode(&raw); err != nil {
+				if bare && errors.Is(err, io.EOF) {
+					// "...},\n" and nothing more: an array left open after a
+					// comma, as TAU's exporter writes and Chrome accepts.
+					return nil
+				}
 				return where(err)
 			}
 			if len(raw) == 0 || raw[0] != '{' {
@@ -382,10 +575,16 @@ func numKey(s string) (bool, int64) {
 }
 
 // Feed gives the file's events to b as rank, with events only before cutoff
-// (µs; 0 for all).
+// (µs; 0 for all), and counts what the file held that frames do not carry.
 func (f *File) Feed(b *steps.Builder, rank uint32, cutoff uint64) (int, error) {
+	f.settle()
+	b.Read(f.events)
+	for _, l := range f.losses {
+		b.Lose(l.Kind, l.Count, func() string { return f.Name + ": " + l.Example })
+	}
 	// Thread numbering: CPU threads (the one whose tid is its pid first), then
-	// GPU streams by device and stream.
+	// GPU streams by device and stream; extra threads for overlapping spans
+	// come after all of them.
 	order := make([]uint32, len(f.threads))
 	for i := range order {
 		order[i] = uint32(i)
@@ -414,9 +613,10 @@ func (f *File) Feed(b *steps.Builder, rank uint32, cutoff uint64) (int, error) {
 	for newTid, old := range order {
 		tidOf[old] = uint32(newTid)
 	}
-	api := "CUDA"
+	nextTid := uint32(len(f.threads))
+	fileAPI := "CUDA"
 	if f.hip {
-		api = "ROCm"
+		fileAPI = "ROCm"
 	}
 	if f.procName != "" {
 		b.Meta(rank, 0, "Process Name", f.procName)
@@ -432,6 +632,20 @@ func (f *File) Feed(b *steps.Builder, rank uint32, cutoff uint64) (int, error) {
 	}
 	const corrCID = 0
 	b.CounterName(rank, corrCID, steps.CorrelationCounter)
+	for i, n := range f.cnames {
+		b.CounterName(rank, uint32(i)+1, n)
+	}
+	markGPU := func(th, tid uint32) error {
+		ti := f.threads[th]
+		api := ti.api
+		if api == "" {
+			api = fileAPI
+		}
+		if ti.accel != "" {
+			b.Meta(rank, tid, "Accelerator", ti.accel)
+		}
+		return b.GPU(rank, tid, api, ti.context, ti.device, ti.stream)
+	}
 
 	// Correlation ids: from args, else from ac2g flows.
 	type tkey struct {
@@ -484,51 +698,90 @@ func (f *File) Feed(b *steps.Builder, rank uint32, cutoff uint64) (int, error) {
 		}
 		return cmp.Compare(x.order, y.order)
 	})
-	pts := make([]point, 0, 2*len(f.spans))
-	type open struct {
-		end uint64
-		id  uint32
+	pts := make([]point, 0, 2*len(f.spans)+len(f.samples))
+	for _, c := range f.samples {
+		pts = append(pts, point{ts: us(c.ts), tid: tidOf[c.thread], kind: 2, id: c.cid + 1, value: c.value})
 	}
-	var stack []open
+	type open struct {
+		end  uint64
+		id   uint32
+		span int
+	}
+	// A lane is a stack of nested calls on one frame thread: lane 0 is the
+	// trace's thread, the others extra threads for the spans that overlap
+	// the end of their parent.
+	type lane struct {
+		tid   uint32
+		stack []open
+	}
+	var lanes []lane
 	var seq uint32
-	emitExit := func(tid uint32, o open) {
-		pts = append(pts, point{ts: o.end, tid: tid, seq: seq, kind: 1, id: o.id})
-		seq++
+	pop := func(l *lane, upTo uint64) {
+		for len(l.stack) > 0 && l.stack[len(l.stack)-1].end <= upTo {
+			o := l.stack[len(l.stack)-1]
+			pts = append(pts, point{ts: o.end, tid: l.tid, seq: seq, kind: 1, id: o.id})
+			seq++
+			l.stack = l.stack[:len(l.stack)-1]
+		}
 	}
 	for i := 0; i < len(f.spans); {
 		th := f.spans[i].thread
-		tid := tidOf[th]
-		gpu := f.threads[th].gpu
-		if gpu {
-			if err := b.GPU(rank, tid, api, f.threads[th].context, f.threads[th].device, f.threads[th].stream); err != nil {
+		ti := f.threads[th]
+		lanes = append(lanes[:0], lane{tid: tidOf[th]})
+		if ti.gpu {
+			if err := markGPU(th, tidOf[th]); err != nil {
 				return 0, err
 			}
 		}
-		stack = stack[:0]
 		for ; i < len(f.spans) && f.spans[i].thread == th; i++ {
 			s := &f.spans[i]
 			start, end := us(s.start), us(s.end)
-			for len(stack) > 0 && stack[len(stack)-1].end <= start {
-				emitExit(tid, stack[len(stack)-1])
-				stack = stack[:len(stack)-1]
+			k := 0
+			for ; k < len(lanes); k++ {
+				l := &lanes[k]
+				pop(l, start)
+				if n := len(l.stack); n == 0 || end <= l.stack[n-1].end {
+					break
+				}
 			}
-			if n := len(stack); n > 0 && end > stack[n-1].end {
-				end = stack[n-1].end // overlaps its parent's end: cut
+			if k > 0 {
+				if n := len(lanes[0].stack); n > 0 {
+					parent := f.spans[lanes[0].stack[n-1].span]
+					b.Lose(steps.LossOverlap, 1, func() string {
+						return fmt.Sprintf("%s: %q (%.0f µs from ts %.0f) ends %.0f µs after its parent %q on pid %s tid %s",
+							f.Name, f.names[s.name], s.end-s.start, s.start, s.end-parent.end, f.names[parent.name], ti.pid, ti.tid)
+					})
+				}
 			}
-			pts = append(pts, point{ts: start, tid: tid, seq: seq, kind: 0, id: s.name})
+			if k == len(lanes) {
+				tid := nextTid
+				nextTid++
+				lanes = append(lanes, lane{tid: tid})
+				name := ti.name
+				if name == "" {
+					name = "pid " + ti.pid + " tid " + ti.tid
+				}
+				b.Meta(rank, tid, "Thread Name", fmt.Sprintf("%s (overlapping spans %d)", name, k))
+				if ti.gpu {
+					if err := markGPU(th, tid); err != nil {
+						return 0, err
+					}
+				}
+			}
+			l := &lanes[k]
+			pts = append(pts, point{ts: start, tid: l.tid, seq: seq, kind: 0, id: s.name})
 			seq++
 			if s.hasCorr && (s.device || s.launch) && gpuCorr[s.corr] {
-				pts = append(pts, point{ts: start, tid: tid, seq: seq, kind: 2, id: corrCID, value: uint64(s.corr)})
+				pts = append(pts, point{ts: start, tid: l.tid, seq: seq, kind: 2, id: corrCID, value: uint64(s.corr)})
 				seq++
 			}
-			stack = append(stack, open{end, s.name})
+			l.stack = append(l.stack, open{end, s.name, i})
 		}
-		for len(stack) > 0 {
-			emitExit(tid, stack[len(stack)-1])
-			stack = stack[:len(stack)-1]
+		for k := range lanes {
+			pop(&lanes[k], math.MaxUint64)
 		}
 	}
-	slices.SortFunc(pts, func(x, y point) int {
+	slices.SortStableFunc(pts, func(x, y point) int {
 		if x.ts != y.ts {
 			return cmp.Compare(x.ts, y.ts)
 		}
@@ -568,8 +821,12 @@ func less(a, b string) bool {
 	return a < b
 }
 
-// Spans is the number of completed spans read (X events and matched B/E).
-func (f *File) Spans() int { return len(f.spans) }
+// Spans is the number of completed spans read (X events and matched
+// begin/end pairs, async ones included).
+func (f *File) Spans() int {
+	f.settle()
+	return len(f.spans)
+}
 
 // Read parses the given files and feeds them to b, one rank per file, then
 // finishes b. A damaged file stops the read after the steps before the damage
@@ -669,3 +926,6 @@ func Feed(files []*File, b *steps.Builder, damaged error) error {
 	}
 	return b.Finish()
 }
+
+// fmtTS writes a trace time (µs) without an exponent.
+func fmtTS(ts float64) string { return strconv.FormatFloat(ts, 'f', -1, 64) }

@@ -144,15 +144,17 @@ func str(v []byte) (string, error) {
 	return "", fmt.Errorf("want a string, got %.20s", v)
 }
 
-func num(v []byte) (float64, error) {
+// num reads a number, or a string holding one (as TAU's tau_trace2json and
+// other exporters write times); ok is false for anything else.
+func num(v []byte) (float64, bool) {
 	if string(v) == "null" {
-		return 0, nil
+		return 0, true
+	}
+	if len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"' {
+		v = bytes.TrimSpace(v[1 : len(v)-1])
 	}
 	f, err := strconv.ParseFloat(string(v), 64)
-	if err != nil {
-		return 0, fmt.Errorf("want a number, got %.20s", v)
-	}
-	return f, nil
+	return f, err == nil
 }
 
 // copyRaw keeps a raw value beyond the decoder's buffer.
@@ -178,13 +180,29 @@ func parseEvent(b []byte, e *event) error {
 		case "id":
 			e.ID = copyRaw(v)
 		case "ts":
-			e.Ts, err = num(v)
+			var ok bool
+			if e.Ts, ok = num(v); !ok {
+				e.badTime = fmt.Sprintf("ts %.20s", v)
+			}
 		case "dur":
-			e.Dur, err = num(v)
+			var ok bool
+			if e.Dur, ok = num(v); !ok {
+				e.badTime = fmt.Sprintf("dur %.20s", v)
+			}
+		case "id2":
+			if len(v) > 0 && v[0] == '{' {
+				err = fields(v, func(k, v []byte) error {
+					if e.ID == nil && (string(k) == "global" || string(k) == "local") {
+						e.ID = copyRaw(v)
+					}
+					return nil
+				})
+			}
 		case "args":
 			if len(v) == 0 || v[0] != '{' {
 				return nil
 			}
+			e.rawArgs = v
 			err = fields(v, func(k, v []byte) error {
 				switch string(k) {
 				case "correlation":

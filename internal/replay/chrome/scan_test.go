@@ -22,7 +22,9 @@ func TestParseEvent(t *testing.T) {
 		{"nulls", `{"name":null,"ts":null,"args":null}`, func(e event) bool { return e.Name == "" && e.Ts == 0 }, ""},
 		{"empty", `{}`, func(e event) bool { return e.Ph == "" }, ""},
 		{"name not a string", `{"name":5}`, nil, `field "name": want a string`},
-		{"ts not a number", `{"ts":"soon"}`, nil, `field "ts": want a number`},
+		{"ts not a number", `{"ts":"soon"}`, func(e event) bool { return e.badTime != "" }, ""},
+		{"ts as a string", `{"ts":"42.500000","dur":" 1e3 "}`, func(e event) bool { return e.Ts == 42.5 && e.Dur == 1000 && e.badTime == "" }, ""},
+		{"id2", `{"ph":"b","id2":{"local":"0x1"}}`, func(e event) bool { return string(e.ID) == `"0x1"` }, ""},
 		{"not an object", `[1]`, nil, "malformed"},
 	}
 	for _, tc := range cases {

@@ -12,6 +12,7 @@ package steps
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -79,6 +80,13 @@ type Stats struct {
 	GPUThreads int `json:"gpu_threads"`
 	// Unmatched counts exits that closed no open entry on their thread.
 	Unmatched int `json:"unmatched,omitempty"`
+	// InputEvents counts the events the reader read from the input (trace
+	// event objects, trace records, snapshot records), whether or not they
+	// became frame events.
+	InputEvents int `json:"input_events"`
+	// Losses counts what the input held that the frames do not carry as it
+	// was (see the Loss kinds).
+	Losses Losses `json:"losses,omitempty"`
 }
 
 // Add adds o to s.
@@ -89,6 +97,9 @@ func (s *Stats) Add(o Stats) {
 	s.Threads += o.Threads
 	s.GPUThreads += o.GPUThreads
 	s.Unmatched += o.Unmatched
+	s.InputEvents += o.InputEvents
+	s.Losses = append(Losses(nil), s.Losses...)
+	s.Losses.Merge(o.Losses)
 }
 
 // idSet is a set of uint32 ids: a bitmap for small ids, a map above.
@@ -203,7 +214,27 @@ func (b *Builder) SetRankOrigin(rank uint32, ts uint64) {
 }
 
 // Stats returns the counts so far.
-func (b *Builder) Stats() Stats { return b.stats }
+func (b *Builder) Stats() Stats {
+	st := b.stats
+	st.Losses = append(Losses(nil), b.stats.Losses...)
+	return st
+}
+
+// Lose counts n losses of kind (one of the Loss constants); example
+// describes the first one and is only called when it is the first.
+func (b *Builder) Lose(kind string, n int, example func() string) {
+	if n <= 0 {
+		return
+	}
+	ex := ""
+	if b.stats.Losses.Count(kind) == 0 {
+		ex = example()
+	}
+	b.stats.Losses.Add(kind, n, ex)
+}
+
+// Read counts n events read from the input (Stats.InputEvents).
+func (b *Builder) Read(n int) { b.stats.InputEvents += n }
 
 // CompleteSteps says how many steps of the slowest rank have been emitted.
 func (b *Builder) CompleteSteps() uint64 {
@@ -503,6 +534,9 @@ func (b *Builder) Exit(rank, tid, fid uint32, ts uint64) error {
 			b.stats.Executions++
 		} else {
 			b.stats.Unmatched++
+			b.Lose(LossEndWithoutBegin, 1, func() string {
+				return fmt.Sprintf("exit of %q on rank %d thread %d at %d µs", r.funcs[fid], rank, tid, ts)
+			})
 		}
 	}
 	return nil
@@ -600,6 +634,7 @@ var ErrStopped = errors.New("trace read stopped")
 // gets frames up to the last step any rank reached, so all ranks have the same
 // steps.
 func (b *Builder) Finish() error {
+	b.countOpen()
 	last := b.gstep
 	for _, r := range b.order {
 		if !r.begun {
@@ -623,4 +658,29 @@ func (b *Builder) Finish() error {
 		r.begun = false
 	}
 	return nil
+}
+
+// countOpen counts the entries still open on every thread as unclosed.
+func (b *Builder) countOpen() {
+	for _, r := range b.order {
+		check := func(tid uint32, t *thread) {
+			if n := len(t.stack); n > 0 {
+				b.Lose(LossUnclosed, n, func() string {
+					return fmt.Sprintf("entry of %q on rank %d thread %d never exited", r.funcs[t.stack[n-1]], r.rank, tid)
+				})
+				t.stack = t.stack[:0]
+			}
+		}
+		for i := range r.threads {
+			check(uint32(i), &r.threads[i])
+		}
+		tids := make([]uint32, 0, len(r.sparse))
+		for tid := range r.sparse {
+			tids = append(tids, tid)
+		}
+		slices.Sort(tids)
+		for _, tid := range tids {
+			check(tid, r.sparse[tid])
+		}
+	}
 }

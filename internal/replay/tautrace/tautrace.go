@@ -11,8 +11,10 @@
 //
 // Mapping to frames:
 //   - EntryExit events: par > 0 entry, par < 0 exit.
-//   - user events (three records at one time: 0, value, 0) become counter
-//     samples; those named "key | value" (TAU's metadata) become metadata.
+//   - user events (three records: 0, value, 0) become counter samples; those
+//     named "key | value" (TAU's metadata) become metadata. A lone record
+//     (TAU writes TauTraceClockOffsetStart/End as one record with value 0)
+//     is a sample of its value.
 //   - MESSAGE_SEND/RECV become comm events with the packed parameter decoded
 //     (length, tag, partner; see DecodeMessage).
 //   - one-sided GPU transfers (70000 send, 70001 receive, and the reciprocal
@@ -37,6 +39,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 
@@ -199,14 +202,19 @@ type thState struct {
 	pending int32 // user event id awaiting its value
 	phase   uint8 // 0 idle, 1 got leading 0, 2 got value
 	gpu     bool
+	// The leading 0 of phase 1, a sample of 0 if no value follows.
+	pdef *Def
+	pcur *cursor
+	pts  uint64
 }
 
 type reader struct {
-	b      *steps.Builder
-	th     map[thKey]*thState
-	lastK  thKey
-	lastS  *thState
-	events int64
+	b     *steps.Builder
+	th    map[thKey]*thState
+	lastK thKey
+	lastS *thState
+	// threads in phase 1, whose leading 0 may be a lone record
+	npending int
 }
 
 func (r *reader) state(nid, tid uint16) *thState {
@@ -223,16 +231,20 @@ func (r *reader) state(nid, tid uint16) *thState {
 	return s
 }
 
-func (r *reader) register(c *cursor) {
-	if c.hasLast && c.lastNid == c.nid {
+func (r *reader) register(c *cursor) { r.registerNode(c, c.nid) }
+
+// registerNode names the functions and counters of c's definitions on node
+// nid, once.
+func (r *reader) registerNode(c *cursor, nid uint16) {
+	if c.hasLast && c.lastNid == nid {
 		return
 	}
-	c.hasLast, c.lastNid = true, c.nid
-	if c.regd[c.nid] {
+	c.hasLast, c.lastNid = true, nid
+	if c.regd[nid] {
 		return
 	}
-	c.regd[c.nid] = true
-	rank := uint32(c.nid)
+	c.regd[nid] = true
+	rank := uint32(nid)
 	for _, d := range c.in.EDF.Defs() {
 		switch d.Kind {
 		case KindEntryExit:
@@ -243,8 +255,47 @@ func (r *reader) register(c *cursor) {
 	}
 }
 
+// lone emits the pending leading 0 of s as a sample of 0: no value came.
+func (r *reader) lone(s *thState, nid, tid uint16) error {
+	s.phase = 0
+	r.npending--
+	return r.trigger(s.pcur, s.pdef, s, uint32(nid), uint32(tid), 0, s.pts)
+}
+
+// flushLone emits every pending leading 0, in thread order (at the end).
+func (r *reader) flushLone() error {
+	if r.npending == 0 {
+		return nil
+	}
+	keys := make([]thKey, 0, len(r.th))
+	for k, s := range r.th {
+		if s.phase == 1 {
+			keys = append(keys, k)
+		}
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if keys[i].nid != keys[j].nid {
+			return keys[i].nid < keys[j].nid
+		}
+		return keys[i].tid < keys[j].tid
+	})
+	for _, k := range keys {
+		if err := r.lone(r.th[k], k.nid, k.tid); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // record handles the current record of c.
 func (r *reader) record(c *cursor) error {
+	if r.npending > 0 {
+		if s := r.th[thKey{c.nid, c.tid}]; s != nil && s.phase == 1 && s.pending != c.ev {
+			if err := r.lone(s, c.nid, c.tid); err != nil {
+				return err
+			}
+		}
+	}
 	if c.in.EDF.KindOf(c.ev) == KindEntryExit {
 		r.register(c)
 		switch {
@@ -279,11 +330,14 @@ func (r *reader) record(c *cursor) error {
 			s.pending = c.ev
 			if c.par == 0 {
 				s.phase = 1
+				s.pdef, s.pcur, s.pts = d, c, c.ts
+				r.npending++
 				return nil
 			}
 			s.phase = 2 // a lone value record
 		case 1:
 			s.phase = 2
+			r.npending--
 		case 2:
 			if c.par == 0 {
 				s.phase = 0
@@ -292,7 +346,7 @@ func (r *reader) record(c *cursor) error {
 			// a new event with the same id
 			s.phase = 2
 		}
-		return r.trigger(c, d, s, rank, tid)
+		return r.trigger(c, d, s, rank, tid, uint64(c.par), c.ts)
 	case KindSend, KindRecv:
 		m := DecodeMessage(c.par)
 		kind := frame.Send
@@ -314,7 +368,7 @@ func (r *reader) record(c *cursor) error {
 	return nil // KindIgnore
 }
 
-func (r *reader) trigger(c *cursor, d *Def, s *thState, rank, tid uint32) error {
+func (r *reader) trigger(c *cursor, d *Def, s *thState, rank, tid uint32, value, ts uint64) error {
 	if d.Kind == KindMeta {
 		r.b.Meta(rank, tid, d.Key, d.Value)
 		if !s.gpu && isGPUKey(d.Key) {
@@ -323,7 +377,7 @@ func (r *reader) trigger(c *cursor, d *Def, s *thState, rank, tid uint32) error 
 		}
 		return nil
 	}
-	r.register(c)
+	r.registerNode(c, uint16(rank))
 	if d.Correlation && tid != 0 && !s.gpu {
 		s.gpu = true
 		api := c.in.EDF.API
@@ -331,11 +385,11 @@ func (r *reader) trigger(c *cursor, d *Def, s *thState, rank, tid uint32) error 
 			return err
 		}
 	}
-	return r.b.Counter(rank, tid, uint32(c.ev), uint64(c.par), c.ts)
+	return r.b.Counter(rank, tid, uint32(d.ID), value, ts)
 }
 
 func isGPUKey(k string) bool {
-	for _, api := range []string{"CUDA", "ROCm", "OpenCL", "SYCL"} {
+	for _, api := range []string{"CUDA", "ROCm", "OpenCL", "SYCL", "GPU"} {
 		if k == api+steps.KeyStream {
 			return true
 		}
@@ -367,7 +421,7 @@ func ReadInputs(ctx context.Context, ins []Input, b *steps.Builder) error {
 		origin = min(origin, c.ts)
 	}
 	b.SetOrigin(origin)
-	h := curHeap(cs)
+	h := curHeap(slices.Clone(cs)) // cs keeps every cursor, for the record count
 	h.init()
 	n := 0
 	for len(h) > 0 {
@@ -395,6 +449,14 @@ func ReadInputs(ctx context.Context, ins []Input, b *steps.Builder) error {
 			}
 		}
 	}
+	if err := r.flushLone(); err != nil {
+		return stopped(err, b)
+	}
+	var recs int64
+	for _, c := range cs {
+		recs += c.rec
+	}
+	b.Read(int(recs))
 	return b.Finish()
 }
 
@@ -484,6 +546,26 @@ func Expand(paths []string) ([]string, error) {
 	return out, nil
 }
 
+// dropMerged returns files without the merged traces when per-thread traces
+// are among them, counting each one dropped as a loss.
+func dropMerged(files []string, b *steps.Builder) []string {
+	var per, merged []string
+	for _, f := range files {
+		if perThread.MatchString(filepath.Base(f)) {
+			per = append(per, f)
+		} else {
+			merged = append(merged, f)
+		}
+	}
+	if len(per) == 0 || len(merged) == 0 {
+		return files
+	}
+	b.Lose(steps.LossDuplicateInput, len(merged), func() string {
+		return fmt.Sprintf("%s: a merged trace given with %d per-thread traces (tautrace.<node>.<ctx>.<thread>.trc) that hold the same events; the per-thread ones are read", merged[0], len(per))
+	})
+	return per
+}
+
 // EDFPath is the definition file that goes with a trace file:
 // events.<node>.edf for tautrace.<node>.<ctx>.<thread>.trc, else the trace's
 // name with .edf (tau.trc -> tau.edf).
@@ -496,11 +578,15 @@ func EDFPath(trc string) string {
 }
 
 // Read reads the given trace files (see Expand) into b and finishes it.
+// Given both per-thread traces and merged ones (tau_merge's tau.trc holds
+// the same events again, on another clock), it reads the per-thread ones and
+// counts each merged file as a steps.LossDuplicateInput.
 func Read(ctx context.Context, paths []string, b *steps.Builder) error {
 	files, err := Expand(paths)
 	if err != nil {
 		return err
 	}
+	files = dropMerged(files, b)
 	edfs := map[string]*EDF{}
 	var ins []Input
 	for _, f := range files {

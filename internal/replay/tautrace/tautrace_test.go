@@ -9,6 +9,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
@@ -241,7 +242,9 @@ func TestMergedMatchesPerThread(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a != m {
+	// The merged file has its own count of records; the rest is the same.
+	a.InputEvents, m.InputEvents = 0, 0
+	if !reflect.DeepEqual(a, m) {
 		t.Errorf("per-thread files give %+v, merged tau.trc gives %+v", a, m)
 	}
 }
@@ -315,7 +318,7 @@ func TestBigEndian(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if le != be {
+	if !reflect.DeepEqual(le, be) {
 		t.Errorf("little-endian %+v, big-endian %+v", le, be)
 	}
 }
