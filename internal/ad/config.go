@@ -57,6 +57,10 @@ const (
 	Inclusive = "inclusive"
 )
 
+// MaxCallPathDepth is the most frames a call path keeps; deeper recursion
+// loses frames on the root side.
+const MaxCallPathDepth = 128
+
 // Config configures one detector (one program rank). The zero value plus PID
 // and Rank is valid after Validate fills the defaults.
 type Config struct {
@@ -76,12 +80,23 @@ type Config struct {
 	// SlowOnly flags only executions slower than the model's mean (Chimbuko
 	// flags unusually fast ones too).
 	SlowOnly bool
-	// ByCallPath keys models by call path ("a => b => f", CallPathDepth frames)
-	// instead of by function name.
+	// ByCallPath keys models by call path ("a => b => f", the execution's
+	// last ModelPathDepth frames) instead of by function name.
 	ByCallPath bool
+	// ModelPathDepth is how many frames key a model with ByCallPath
+	// (default 2).
+	ModelPathDepth int
+	// ProfilePaths bounds the call-path nodes a detector keeps (default
+	// 8192): executions on paths met once it is reached count in their
+	// function's flat profile only (Stats.PathOverflows), so memory stays
+	// bounded on codes whose call trees never repeat.
+	ProfilePaths int
 	// CallPathDepth is how many frames a call path keeps, the execution's own
-	// included (TAU's TAU_CALLPATH_DEPTH; default 2). It bounds both the
-	// profile's call paths and the per-call-path models.
+	// included (TAU's TAU_CALLPATH_DEPTH). The default, 0, keeps full paths
+	// from the thread's root, up to MaxCallPathDepth frames; deeper paths
+	// (and every path, with a limit) lose frames on the root side, as TAU
+	// cuts them. It bounds both the profile's call paths and the
+	// per-call-path models.
 	CallPathDepth int
 	// MinRuntime is a floor in µs: executions whose statistic is below it are
 	// never flagged.
@@ -182,10 +197,22 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("statistic %q is not exclusive or inclusive", c.Statistic)
 	}
 	if c.CallPathDepth == 0 {
-		c.CallPathDepth = 2
+		c.CallPathDepth = MaxCallPathDepth
 	}
-	if c.CallPathDepth < 1 || c.CallPathDepth > 64 {
-		return fmt.Errorf("call-path depth %d must be in [1, 64]", c.CallPathDepth)
+	if c.CallPathDepth < 1 || c.CallPathDepth > MaxCallPathDepth {
+		return fmt.Errorf("call-path depth %d must be in [1, %d] (0: full paths)", c.CallPathDepth, MaxCallPathDepth)
+	}
+	if c.ModelPathDepth == 0 {
+		c.ModelPathDepth = 2
+	}
+	if c.ModelPathDepth < 1 || c.ModelPathDepth > MaxCallPathDepth {
+		return fmt.Errorf("model path depth %d must be in [1, %d]", c.ModelPathDepth, MaxCallPathDepth)
+	}
+	if c.ProfilePaths == 0 {
+		c.ProfilePaths = 1 << 13
+	}
+	if c.ProfilePaths < 1 || c.ProfilePaths >= int(pathOverflow) {
+		return fmt.Errorf("profile paths %d must be positive", c.ProfilePaths)
 	}
 	if c.MinRuntime < 0 {
 		return fmt.Errorf("minimum runtime %v must not be negative", c.MinRuntime)

@@ -208,15 +208,29 @@ func (d *Detector) funcName(fid uint32) string {
 	return "fid_" + strconv.FormatUint(uint64(fid), 10)
 }
 
+// pathOverflow is the call-path node of every path met once the table holds
+// Config.ProfilePaths nodes, and of every path below such a path, so that
+// each node's ancestors are nodes too.
+const pathOverflow = ^uint32(0)
+
 // intern returns the call-path node of fid called from node parent, keeping
 // at most CallPathDepth frames.
 func (d *Detector) intern(parent, fid uint32) uint32 {
+	if parent == pathOverflow {
+		return pathOverflow
+	}
 	for int(d.nodes[parent].depth)+1 > d.cfg.CallPathDepth {
-		parent = d.suffix(parent)
+		if parent = d.suffix(parent); parent == pathOverflow {
+			return pathOverflow
+		}
 	}
 	k := uint64(parent)<<32 | uint64(fid)
 	if n, ok := d.pathTab.get(k); ok {
 		return n
+	}
+	if len(d.nodes) > d.cfg.ProfilePaths {
+		d.stats.pathOverflows.Add(1)
+		return pathOverflow
 	}
 	n := uint32(len(d.nodes))
 	d.nodes = append(d.nodes, pathNode{parent: parent, fid: fid, depth: d.nodes[parent].depth + 1})
@@ -233,8 +247,30 @@ func (d *Detector) suffix(n uint32) uint32 {
 		return nd.suffix - 1
 	}
 	s := d.intern(d.suffix(nd.parent), nd.fid)
-	d.nodes[n].suffix = s + 1
+	if s != pathOverflow {
+		d.nodes[n].suffix = s + 1
+	}
 	return s
+}
+
+// modelPathName is "a => b => f" for the last ModelPathDepth frames of
+// execution e of thread t, read from its open callers.
+func (d *Detector) modelPathName(t *thread, e *execRec) string {
+	fids := []uint32{e.fid}
+	for p := e; len(fids) < d.cfg.ModelPathDepth && p.parent != 0; {
+		if p = t.rec(p.parent - 1); p == nil {
+			break
+		}
+		fids = append(fids, p.fid)
+	}
+	var b []byte
+	for i := len(fids) - 1; i >= 0; i-- {
+		b = append(b, d.funcName(fids[i])...)
+		if i > 0 {
+			b = append(b, " => "...)
+		}
+	}
+	return string(b)
 }
 
 // pathName is "a => b => f" for node n.
@@ -253,26 +289,40 @@ func (d *Detector) pathName(n uint32) string {
 	return string(b)
 }
 
-// keyOf returns the model key of a completed execution, creating it.
-func (d *Detector) keyOf(e *execRec) int32 {
+// keyOf returns the model key of a completed execution of thread t,
+// creating it. It is first asked when the execution completes, while its
+// callers are still open.
+func (d *Detector) keyOf(t *thread, e *execRec) int32 {
+	if e.key != 0 {
+		return e.key - 1
+	}
 	if !d.cfg.ByCallPath && int(e.fid) < len(d.fidKey) {
 		if k := d.fidKey[e.fid]; k >= 0 {
+			e.key = k + 1
 			return k
 		}
 	}
-	return d.newKey(e)
+	k := d.newKey(t, e)
+	e.key = k + 1
+	return k
 }
 
-func (d *Detector) newKey(e *execRec) int32 {
+func (d *Detector) newKey(t *thread, e *execRec) int32 {
 	if d.cfg.ByCallPath {
-		if int(e.path) < len(d.pathKey) && d.pathKey[e.path] >= 0 {
+		// The key is the execution's last ModelPathDepth frames. A call-path
+		// node that holds at least as many frames as that names them once
+		// for all its executions.
+		cached := e.path != pathOverflow && d.cfg.CallPathDepth >= d.cfg.ModelPathDepth
+		if cached && int(e.path) < len(d.pathKey) && d.pathKey[e.path] >= 0 {
 			return d.pathKey[e.path]
 		}
-		k := d.modelFor(d.pathName(e.path), e.fid)
-		for len(d.pathKey) <= int(e.path) {
-			d.pathKey = append(d.pathKey, -1)
+		k := d.modelFor(d.modelPathName(t, e), e.fid)
+		if cached {
+			for len(d.pathKey) <= int(e.path) {
+				d.pathKey = append(d.pathKey, -1)
+			}
+			d.pathKey[e.path] = k
 		}
-		d.pathKey[e.path] = k
 		return k
 	}
 	if int(e.fid) < len(d.fidKey) && d.fidKey[e.fid] >= 0 {
@@ -496,7 +546,7 @@ func (d *Detector) complete(t *thread, ts uint64, flags uint8) {
 		}
 	}
 	t.profileAdd(e)
-	m := d.models[d.keyOf(e)]
+	m := d.models[d.keyOf(t, e)]
 	x := d.value(e)
 	m.step.Push(x)
 	if d.cfg.Algorithm != SSTD {

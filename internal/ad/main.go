@@ -108,7 +108,9 @@ Flags (also KIPIMO_<FLAG> environment variables and --config YAML keys):
 	statistic := fs.String("statistic", Exclusive, "runtime the models are built on: exclusive or inclusive")
 	slowOnly := fs.Bool("slow-only", false, "flag only executions slower than the model's mean")
 	byPath := fs.Bool("by-call-path", false, "key models by call path instead of by function")
-	depth := fs.Int("call-path-depth", 2, "frames kept in a call path (profiles and per-call-path models)")
+	depth := fs.Int("call-path-depth", 0, "frames kept in the profiles' call paths (0: full paths from the root, as Hatchet needs; a limit cuts frames on the root side, as TAU does)")
+	modelDepth := fs.Int("model-path-depth", 2, "frames of the call path that keys a model with --by-call-path")
+	profilePaths := fs.Int("profile-paths", 8192, "most call-path nodes kept per rank; executions on further paths count in their function's flat profile only")
 	minRuntime := fs.Float64("min-runtime", 0, "never flag executions whose runtime (µs) is below this")
 	ignore := fs.StringSlice("ignore", nil, "function names never flagged (repeat or comma-separate)")
 	isolation := fs.Int("isolation", 0, "HBOS/COPOD isolation window half-width in bins (0: Chimbuko's rule)")
@@ -164,6 +166,7 @@ Flags (also KIPIMO_<FLAG> environment variables and --config YAML keys):
 	dc := Config{
 		Algorithm: *algo, Sigma: *sigma, Threshold: *thres, Bins: *bins, Statistic: *statistic,
 		SlowOnly: *slowOnly, ByCallPath: *byPath, CallPathDepth: *depth, MinRuntime: *minRuntime,
+		ModelPathDepth: *modelDepth, ProfilePaths: *profilePaths,
 		Ignore: *ignore, Isolation: *isolation, MaxMass: *maxMass, Window: *window,
 		NormalRate: *normalRate, ProfileEvery: *profileEvery, Shards: *shards,
 		SyncWait: *syncWait, SyncTimeout: *syncTimeout,

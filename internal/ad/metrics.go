@@ -20,6 +20,9 @@ type counters struct {
 	// sourceDropped is the latest count the rank's event source reported
 	// of frames it dropped before they reached NATS (SourceDroppedHeader).
 	sourceDropped atomic.Uint64
+	// pathOverflows are executions whose call path found no room in the
+	// call-path table (Config.ProfilePaths).
+	pathOverflows atomic.Uint64
 	// ended is set once the rank's stream ended (end-of-stream message).
 	ended atomic.Bool
 }
@@ -68,6 +71,10 @@ type Stats struct {
 	// event library) dropped before they reached NATS: its queue was full
 	// or the server was gone.
 	SourceDroppedFrames uint64 `json:"source_dropped_frames"`
+	// PathOverflows are executions whose call path found no room in the
+	// call-path table (Config.ProfilePaths): they count in their function's
+	// flat profile only.
+	PathOverflows uint64 `json:"path_overflows"`
 	// Ended tells whether the rank's stream ended with an end-of-stream
 	// message (Add leaves it alone).
 	Ended bool `json:"ended"`
@@ -89,6 +96,7 @@ func (d *Detector) Stats() Stats {
 		UnmatchedCorrelations: c.unmatchedCorrelations.Load(),
 		SourceDroppedFrames:   c.sourceDropped.Load(),
 		Ended:                 c.ended.Load(),
+		PathOverflows:         c.pathOverflows.Load(),
 	}
 }
 
@@ -114,6 +122,7 @@ func (s *Stats) Add(o Stats) {
 	s.EvictedLaunches += o.EvictedLaunches
 	s.UnmatchedCorrelations += o.UnmatchedCorrelations
 	s.SourceDroppedFrames += o.SourceDroppedFrames
+	s.PathOverflows += o.PathOverflows
 }
 
 // Collector exports the counts of a set of detectors as Prometheus metrics

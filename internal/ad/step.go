@@ -135,7 +135,7 @@ func (d *Detector) prepare(m *model) {
 
 // label scores one completed execution against its model.
 func (d *Detector) label(t *thread, seq uint64, e *execRec, final bool, sum *psync.StepSummary, funcs map[int32]*psync.FuncAnomalyMetrics) {
-	key := d.keyOf(e)
+	key := d.keyOf(t, e)
 	m := d.models[key]
 	x := d.value(e)
 	sum.Executions++
@@ -216,7 +216,7 @@ func sample(tid uint32, seq uint64) float64 {
 // addRecord creates the provenance record of an execution labelled in this
 // step; its "after" window is filled in by finishPending.
 func (d *Detector) addRecord(t *thread, seq uint64, e *execRec, anomaly bool) {
-	m := d.models[d.keyOf(e)]
+	m := d.models[d.keyOf(t, e)]
 	r := &provenance.Exec{
 		Entry:            e.entry,
 		Exit:             e.exit,
@@ -469,6 +469,24 @@ func (d *Detector) Profiles(final bool) []provenance.ThreadProfile {
 				f = &timerAcc{}
 				flat[fid] = f
 				fids = append(fids, fid)
+			}
+			f.calls += a.calls
+			f.subrs += a.subrs
+			f.incl += a.incl
+			f.excl += a.excl
+			f.sqIncl += a.sqIncl
+			f.sqExcl += a.sqExcl
+		}
+		for fid := range t.over {
+			a := &t.over[fid]
+			if a.calls == 0 {
+				continue
+			}
+			f := flat[uint32(fid)]
+			if f == nil {
+				f = &timerAcc{}
+				flat[uint32(fid)] = f
+				fids = append(fids, uint32(fid))
 			}
 			f.calls += a.calls
 			f.subrs += a.subrs

@@ -33,7 +33,8 @@ type execRec struct {
 	pstep     uint32 // the parent's event id (valid when parent != 0)
 	pidx      uint32
 	fid       uint32
-	path      uint32 // call-path node
+	path      uint32 // call-path node (pathOverflow when the table was full)
+	key       int32  // model key + 1, once known
 	nchild    uint32
 	score     float32
 	label     int8
@@ -99,7 +100,10 @@ type thread struct {
 	comms    []attachedComm
 
 	paths []timerAcc // by call-path node; flat timers are their sums by function
-	ctrs  map[uint32]*counterAcc
+	// over are executions whose call path found no room in the table
+	// (Config.ProfilePaths), by function: they count in the flat timers only.
+	over []timerAcc
+	ctrs map[uint32]*counterAcc
 
 	// per-frame cursors into the frame's counter and comm events of this thread
 	ctrIdx, commIdx []int32
@@ -184,10 +188,18 @@ func (t *thread) metaGPU(key, value string) {
 // profileAdd accumulates a completed execution into the thread's profile.
 func (t *thread) profileAdd(e *execRec) {
 	in, ex := e.incl(), e.excl()
-	if int(e.path) >= len(t.paths) {
-		t.paths = growTimers(t.paths, int(e.path)+1)
+	var p *timerAcc
+	if e.path == pathOverflow {
+		if int(e.fid) >= len(t.over) {
+			t.over = growTimers(t.over, int(e.fid)+1)
+		}
+		p = &t.over[e.fid]
+	} else {
+		if int(e.path) >= len(t.paths) {
+			t.paths = growTimers(t.paths, int(e.path)+1)
+		}
+		p = &t.paths[e.path]
 	}
-	p := &t.paths[e.path]
 	p.calls++
 	p.subrs += uint64(e.nchild)
 	p.incl += in

@@ -122,6 +122,7 @@ the results are, and the commands to explore them.`,
 	f.IntVar(&cfg.Detector.Window, "window", 5, "executions kept before and after each anomaly (exec_window)")
 	f.BoolVar(&cfg.Detector.SlowOnly, "slow-only", false, "flag only executions slower than normal")
 	f.BoolVar(&cfg.Detector.ByCallPath, "by-call-path", false, "key models by call path instead of by function")
+	f.IntVar(&cfg.Detector.CallPathDepth, "call-path-depth", 0, "frames kept in the profiles' call paths (0: full paths from the root, as Hatchet needs; a limit cuts frames on the root side, as TAU does)")
 	f.Float64Var(&cfg.Detector.MinRuntime, "min-runtime", 0, "never flag executions shorter than this (µs)")
 	f.StringSliceVar(&ignore, "ignore", nil, "functions never flagged (repeat or comma-separate)")
 	f.Float64Var(&cfg.Detector.NormalRate, "normal-rate", 0, "fraction of normal executions also stored")

@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/kipimo-hpc/kipimo/internal/hatchetread"
 	"github.com/kipimo-hpc/kipimo/internal/taudb"
 	"github.com/kipimo-hpc/kipimo/internal/taudb/pgtest"
 )
@@ -118,6 +119,9 @@ func TestTaudbCommands(t *testing.T) {
 	back, err := taudb.ReadDir(dir, "cpi")
 	if err != nil {
 		t.Fatalf("exported profiles do not parse: %v", err)
+	}
+	if _, err := hatchetread.Read(dir); err != nil {
+		t.Errorf("exported profiles break Hatchet's rules: %v", err)
 	}
 	if len(back.Callpaths) != len(tr.Callpaths) || back.TotalThreads != 4 {
 		t.Errorf("exported trial has %d call paths and %d threads, want %d and 4", len(back.Callpaths), back.TotalThreads, len(tr.Callpaths))

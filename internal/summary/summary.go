@@ -35,8 +35,9 @@ const DefaultGroup = "TAU_USER"
 // rank with no such thread apply to all the rank's threads, entries for an
 // unknown rank to every thread), plus "pid". The root timer's values are
 // rounded to whole microseconds, since hatchet's TAU reader reads them as
-// integers. Derived threads, percents and the trial-level metadata are
-// computed as TAU's loader does.
+// integers (Hatchet reads them with int()). Derived threads, percents and the trial-level metadata are
+// computed as TAU's loader does. Each thread's lines come in the order
+// treeTimers gives: its root first, then its call paths from the root.
 func BuildTrial(name string, profiles []provenance.ThreadProfile, meta []provenance.Metadata) (*taudb.Trial, error) {
 	latest := map[[2]uint32]*provenance.ThreadProfile{}
 	for i := range profiles {
@@ -83,31 +84,165 @@ func BuildTrial(name string, profiles []provenance.ThreadProfile, meta []provena
 	return tr, nil
 }
 
-func addTimers(tr *taudb.Trial, th *taudb.Thread, m *taudb.Metric, p *provenance.ThreadProfile) error {
-	// The root goes first (hatchet reads line 3 as the root): the first node
-	// of any call path, or else the flat timer with the largest inclusive
-	// time.
-	timers := append([]provenance.TimerProfile(nil), p.Timers...)
-	root := ""
+// ApplicationRoot is the root timer TAU gives every thread; the summary adds
+// it to a thread that has more than one top-level function, so that each
+// thread has one root, as Hatchet needs.
+const ApplicationRoot = ".TAU application"
+
+// profileLine is one line of a thread's profile, in file order.
+type profileLine struct {
+	provenance.TimerProfile
+	// keep writes the line even with no calls: a call path's prefix that
+	// had not completed when the profile was taken.
+	keep bool
+}
+
+// treeTimers orders a thread's timers as TAU writes a deep call-path profile
+// and as Hatchet reads one: the thread's root first, then every call path
+// from that root, each after its prefix, then the other flat timers. The
+// root is the thread's only top-level function, or else ApplicationRoot,
+// added with a path to each top-level function and above every path. A
+// function's top-level calls are its flat values less those of the paths
+// that end in it.
+func treeTimers(timers []provenance.TimerProfile) []profileLine {
+	type fn struct {
+		flat  provenance.TimerProfile
+		top   provenance.TimerProfile // flat less the paths ending in it
+		first int                     // order of first appearance
+	}
+	funcs := map[string]*fn{}
+	var order []string
+	get := func(name string) *fn {
+		f := funcs[name]
+		if f == nil {
+			f = &fn{first: len(order)}
+			funcs[name] = f
+			order = append(order, name)
+		}
+		return f
+	}
+	var paths []provenance.TimerProfile
 	for _, t := range timers {
-		if nodes := taudb.SplitCallpath(taudb.NormalizeName(t.Name)); len(nodes) > 1 {
-			root = nodes[0]
-			break
+		t.Name = taudb.NormalizeName(t.Name)
+		nodes := taudb.SplitCallpath(t.Name)
+		if len(nodes) == 1 {
+			f := get(t.Name)
+			f.flat, f.top = t, t
+			continue
+		}
+		paths = append(paths, t)
+	}
+	for _, p := range paths {
+		nodes := taudb.SplitCallpath(p.Name)
+		f := get(nodes[len(nodes)-1])
+		f.top.Calls -= min(f.top.Calls, p.Calls)
+		f.top.Subrs -= min(f.top.Subrs, p.Subrs)
+		f.top.Inclusive = max(0, f.top.Inclusive-p.Inclusive)
+		f.top.Exclusive = max(0, f.top.Exclusive-p.Exclusive)
+		f.top.SumSqInclusive = max(0, f.top.SumSqInclusive-p.SumSqInclusive)
+		f.top.SumSqExclusive = max(0, f.top.SumSqExclusive-p.SumSqExclusive)
+		// a path's first frame ran at the top level
+		get(nodes[0])
+	}
+	var roots []string
+	isRoot := map[string]bool{}
+	for _, name := range order {
+		f := funcs[name]
+		if f.top.Calls > 0 {
+			roots = append(roots, name)
+			isRoot[name] = true
 		}
 	}
-	if root == "" {
-		best := -1.0
-		for _, t := range timers {
-			if n := taudb.NormalizeName(t.Name); !strings.Contains(n, "=>") && t.Inclusive > best {
-				root, best = n, t.Inclusive
+	// Paths cut on the root side (a call-path depth limit) do not start at
+	// a root: they are kept as they are, under no added root.
+	full := true
+	for _, p := range paths {
+		full = full && isRoot[taudb.SplitCallpath(p.Name)[0]]
+	}
+	out := make([]profileLine, 0, len(timers)+len(roots)+1)
+	have := map[string]bool{}
+	prefix := ""
+	switch {
+	case len(roots) == 1:
+		out = append(out, profileLine{TimerProfile: funcs[roots[0]].flat})
+		have[roots[0]] = true
+	case len(roots) > 1 && !full:
+		// The largest top-level function first, as TAU's own files have it.
+		best := roots[0]
+		for _, r := range roots {
+			if funcs[r].flat.Inclusive > funcs[best].flat.Inclusive {
+				best = r
 			}
 		}
+		out = append(out, profileLine{TimerProfile: funcs[best].flat})
+		have[best] = true
+	case len(roots) > 1:
+		root := provenance.TimerProfile{Name: ApplicationRoot, Group: "TAU_DEFAULT", Calls: 1}
+		for _, r := range roots {
+			top := funcs[r].top
+			root.Subrs += top.Calls
+			root.Inclusive += top.Inclusive
+		}
+		out = append(out, profileLine{TimerProfile: root})
+		have[ApplicationRoot] = true
+		prefix = ApplicationRoot + " => "
+		for _, r := range roots {
+			top := funcs[r].top
+			top.Name = prefix + r
+			paths = append(paths, top)
+		}
 	}
-	sort.SliceStable(timers, func(i, j int) bool {
-		return taudb.NormalizeName(timers[i].Name) == root && taudb.NormalizeName(timers[j].Name) != root
+	for i := range paths {
+		if prefix != "" && !strings.HasPrefix(paths[i].Name, prefix) {
+			paths[i].Name = prefix + paths[i].Name
+		}
+	}
+	// A prefix sorts before the paths that extend it.
+	sort.SliceStable(paths, func(i, j int) bool {
+		return lessPath(taudb.SplitCallpath(paths[i].Name), taudb.SplitCallpath(paths[j].Name))
 	})
-	for _, t := range timers {
-		if t.Calls == 0 {
+	for _, p := range paths {
+		nodes := taudb.SplitCallpath(p.Name)
+		for k := 2; k < len(nodes); k++ {
+			pre := strings.Join(nodes[:k], " => ")
+			if !have[pre] {
+				have[pre] = true
+				out = append(out, profileLine{TimerProfile: provenance.TimerProfile{Name: pre, Group: p.Group}, keep: true})
+			}
+		}
+		if !have[p.Name] {
+			have[p.Name] = true
+			out = append(out, profileLine{TimerProfile: p})
+		}
+	}
+	for _, name := range order {
+		if !have[name] && funcs[name].flat.Name != "" {
+			have[name] = true
+			out = append(out, profileLine{TimerProfile: funcs[name].flat})
+		}
+	}
+	return out
+}
+
+// lessPath orders call paths frame by frame, a prefix first.
+func lessPath(a, b []string) bool {
+	for i := 0; i < len(a) && i < len(b); i++ {
+		if a[i] != b[i] {
+			return a[i] < b[i]
+		}
+	}
+	return len(a) < len(b)
+}
+
+func addTimers(tr *taudb.Trial, th *taudb.Thread, m *taudb.Metric, p *provenance.ThreadProfile) error {
+	lines := treeTimers(p.Timers)
+	root := ""
+	if len(lines) > 0 {
+		root = lines[0].Name
+	}
+	for _, l := range lines {
+		t := l.TimerProfile
+		if t.Calls == 0 && !l.keep {
 			continue // TAU writes no line for a timer that was never called
 		}
 		if math.IsNaN(t.Inclusive) || math.IsNaN(t.Exclusive) {
