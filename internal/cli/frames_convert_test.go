@@ -81,3 +81,66 @@ func TestFramesConvertErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestFramesConvertLosses: what a trace held that the frames do not carry is
+// printed one line per kind and listed under "losses" in --json; a trace
+// with nothing the frames carry fails, naming what it had.
+func TestFramesConvertLosses(t *testing.T) {
+	field := filepath.Join("..", "replay", "chrome", "testdata", "field")
+	metaOnly := filepath.Join(t.TempDir(), "meta.json")
+	if err := os.WriteFile(metaOnly, []byte(`{"traceEvents":[{"ph":"M","name":"process_name","pid":1,"args":{"name":"p"}},{"ph":"i","name":"tick","pid":1,"tid":1,"ts":5}]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name, input string
+		// Counted by hand (see internal/replay/chrome/field_test.go).
+		lines []string
+		fails bool
+	}{
+		{"unclosed", filepath.Join(field, "catapult_main_thread_has_unclosed_slices.json"), []string{"4 unclosed"}, false},
+		{"async", filepath.Join(field, "catapult_nestable_async.json"), []string{"2 instant", "1 unclosed", "1 end-without-begin"}, false},
+		{"string and negative times", filepath.Join(field, "openclcourse_L5_Profiling_tau_trace.json"), []string{"1 bad-timestamp", "1 unclosed"}, false},
+		{"metadata only", metaOnly, []string{"1 instant"}, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			out, errOut, err := runCLI(t, "frames", "convert", "--format", "chrome", "--out", t.TempDir(), tc.input)
+			if tc.fails {
+				if err == nil || !strings.Contains(err.Error(), "holds no event frames can carry") {
+					t.Fatalf("err = %v, want nothing usable", err)
+				}
+				out = errOut
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			lossLines := 0
+			for _, l := range strings.Split(out, "\n") {
+				if strings.HasPrefix(l, "not in the frames: ") {
+					lossLines++
+				}
+			}
+			if lossLines != len(tc.lines) {
+				t.Errorf("%d loss lines, want %d:\n%s", lossLines, len(tc.lines), out)
+			}
+			for _, w := range tc.lines {
+				if !strings.Contains(out, "not in the frames: "+w+" (") || !strings.Contains(out, "e.g. ") {
+					t.Errorf("no line %q with an example in:\n%s", w, out)
+				}
+			}
+			if tc.fails {
+				return
+			}
+			js, _, err := runCLI(t, "frames", "convert", "--format", "chrome", "--out", t.TempDir(), "--json", tc.input)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var s convertSummary
+			if err := json.Unmarshal([]byte(js), &s); err != nil {
+				t.Fatal(err)
+			}
+			if len(s.Losses) != len(tc.lines) || s.InputEvents == 0 {
+				t.Errorf("--json losses %+v (%d input events), want %d kinds", s.Losses, s.InputEvents, len(tc.lines))
+			}
+		})
+	}
+}

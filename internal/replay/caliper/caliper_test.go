@@ -26,6 +26,8 @@ func collect(t testing.TB, cfg steps.Config, read func(*steps.Builder) error) ([
 		c.Funcs = append([]frame.Name(nil), f.Funcs...)
 		c.Metadata = append([]frame.Meta(nil), f.Metadata...)
 		c.Events = append([]frame.FuncEvent(nil), f.Events...)
+		c.Counters = append([]frame.Name(nil), f.Counters...)
+		c.CounterEvents = append([]frame.CounterEvent(nil), f.CounterEvents...)
 		out = append(out, c)
 		return nil
 	})
