@@ -16,6 +16,7 @@ import (
 	"github.com/kipimo-hpc/kipimo/internal/ad"
 	"github.com/kipimo-hpc/kipimo/internal/natsx"
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
+	"github.com/kipimo-hpc/kipimo/internal/replay"
 	"github.com/kipimo-hpc/kipimo/internal/replay/publish"
 	"github.com/kipimo-hpc/kipimo/internal/summary"
 	"github.com/kipimo-hpc/kipimo/internal/workload"
@@ -59,6 +60,19 @@ type Summary struct {
 	StoredBytes    int64   `json:"stored_bytes"`
 	Reduction      float64 `json:"reduction_factor"`
 	ReductionVsTAU float64 `json:"reduction_factor_vs_tau_stream"`
+	// KeptExecutions are the executions the store keeps (anomalies and
+	// the normal executions sampled or kept in anomalies' windows);
+	// KeptFraction their share of the input's executions.
+	// BytesPerAnomaly and BytesPerInputEvent divide the store's size by
+	// the anomalies and by the input's events: what finding an anomaly
+	// costs, and what a longer trace of the same kind will take.
+	KeptExecutions     int64   `json:"kept_executions"`
+	KeptFraction       float64 `json:"kept_fraction"`
+	BytesPerAnomaly    float64 `json:"stored_bytes_per_anomaly"`
+	BytesPerInputEvent float64 `json:"stored_bytes_per_input_event"`
+	// TraceInput reports on the trace read with --input: what its reader
+	// read and what of it the frames do not carry (trace inputs only).
+	TraceInput *TraceInput `json:"trace_input,omitempty"`
 
 	// Faults: everything the pipeline rejected, dropped or repaired.
 	BadFrames      uint64 `json:"bad_frames"`
@@ -81,6 +95,18 @@ type Summary struct {
 	Dashboard   string `json:"dashboard"`
 	// Explore are commands to look at the results.
 	Explore []string `json:"explore"`
+}
+
+// TraceInput is what the reader of a trace input read.
+type TraceInput struct {
+	Format string `json:"format"`
+	// InputEvents counts the events or records read from the trace;
+	// Executions the completed calls in it.
+	InputEvents int `json:"input_events"`
+	Executions  int `json:"executions"`
+	// Losses counts, per kind, what the trace held that the frames do not
+	// carry as it was (unclosed spans, instants, overlaps moved...).
+	Losses replay.Losses `json:"losses"`
 }
 
 // Backpressure reports the input's flow control: the input of a rank waits
@@ -148,6 +174,23 @@ func (p *Pipeline) summarize(ctx context.Context, st []ad.Stats, truthFn func() 
 	if sum.StoredBytes > 0 {
 		sum.Reduction = float64(sum.RawBytes) / float64(sum.StoredBytes)
 		sum.ReductionVsTAU = float64(sum.Events*tauStreamBytesPerEvent) / float64(sum.StoredBytes)
+	}
+	sum.KeptExecutions = sum.Stored[natsx.ProvAnomalies] + sum.Stored[natsx.ProvNormalExecs]
+	if inputExecs > 0 {
+		sum.KeptFraction = float64(sum.KeptExecutions) / float64(inputExecs)
+	}
+	if sum.Anomalies > 0 {
+		sum.BytesPerAnomaly = float64(sum.StoredBytes) / float64(sum.Anomalies)
+	}
+	if sum.Events > 0 {
+		sum.BytesPerInputEvent = float64(sum.StoredBytes) / float64(sum.Events)
+	}
+	if in := p.input; in != nil {
+		l := in.Losses
+		if l == nil {
+			l = replay.Losses{}
+		}
+		sum.TraceInput = &TraceInput{Format: cfg.InputFormat, InputEvents: in.InputEvents, Executions: in.Executions, Losses: l}
 	}
 	if truthFn != nil {
 		truth := truthFn()
@@ -333,6 +376,12 @@ func (s *Summary) WriteText(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "run\t%s (%d ranks, %s)\n", s.RunID, s.Ranks, strings.ToUpper(s.Algorithm))
 	fmt.Fprintf(tw, "input\t%d frames, %d events, %d executions\n", s.Frames, s.Events, s.Executions)
+	if ti := s.TraceInput; ti != nil {
+		fmt.Fprintf(tw, "  \t%s trace: %d events read, %d executions\n", ti.Format, ti.InputEvents, ti.Executions)
+		for _, line := range ti.Losses.Lines() {
+			fmt.Fprintf(tw, "  \tnot in the frames: %s\n", line)
+		}
+	}
 	if s.Live != nil {
 		// A live stream goes at the program's pace, not the detectors'.
 		fmt.Fprintf(tw, "stream\t%.0f events/s from the program over %.1fs (wall %.1fs)\n", s.EventsPerSecond, s.DetectSeconds, s.WallSeconds)
@@ -345,6 +394,9 @@ func (s *Summary) WriteText(w io.Writer) error {
 		fmt.Fprintf(tw, "command\t%s (exit status %d)\n", commandLine(l.Command), l.ExitCode)
 		fmt.Fprintf(tw, "event library\t%d processes: %d frames cut, %d sent, %d dropped (%d too large); %d events dropped (full buffers)\n",
 			l.Processes, l.Frames, l.FramesSent, l.FramesDropped, l.OversizeFrames, l.EventsDropped)
+		if l.DetectorSeenDropped > 0 {
+			fmt.Fprintf(tw, "  \t%d of the dropped frames reported in the stream to the detectors (kipimo_ad_source_dropped_frames_total)\n", l.DetectorSeenDropped)
+		}
 		if l.RanksNotEnded > 0 {
 			fmt.Fprintf(tw, "  \t%d ranks never ended their streams (killed?)\n", l.RanksNotEnded)
 		}
@@ -370,7 +422,21 @@ func (s *Summary) WriteText(w io.Writer) error {
 		}
 		fmt.Fprintf(tw, "top functions\t%s\n", strings.Join(parts, ", "))
 	}
-	fmt.Fprintf(tw, "data\t%s of frames -> %s stored (reduction %.1fx; %.0fx against TAU's %d B/event stream)\n", bytesText(s.RawBytes), bytesText(s.StoredBytes), s.Reduction, s.ReductionVsTAU, tauStreamBytesPerEvent)
+	if ti := s.TraceInput; ti != nil {
+		// A trace is already on disk: what matters is how little of it
+		// must be kept and what keeping it costs, not a ratio of two
+		// encodings (a small trace's store is mostly fixed overhead).
+		fmt.Fprintf(tw, "kept\t%d of %d executions (%s): the anomalies, their windows and sampled normal executions\n",
+			s.KeptExecutions, ti.Executions, percent(s.KeptFraction))
+		perAnomaly := "no anomaly"
+		if s.Anomalies > 0 {
+			perAnomaly = bytesText(int64(s.BytesPerAnomaly)) + " per anomaly"
+		}
+		fmt.Fprintf(tw, "data\t%s stored: %s, %.1f B per input event (%d events, %s of frames)\n",
+			bytesText(s.StoredBytes), perAnomaly, s.BytesPerInputEvent, s.Events, bytesText(s.RawBytes))
+	} else {
+		fmt.Fprintf(tw, "data\t%s of frames -> %s stored (reduction %.1fx; %.0fx against TAU's %d B/event stream)\n", bytesText(s.RawBytes), bytesText(s.StoredBytes), s.Reduction, s.ReductionVsTAU, tauStreamBytesPerEvent)
+	}
 	if b := s.Backpressure; b != nil && b.HeldFrames > 0 {
 		fmt.Fprintf(tw, "back-pressure\tinput waited %.1fs for detectors (%d frames held); at most %d steps behind (bound %d); waited longest for rank %d (%.1fs)\n",
 			b.HeldSeconds, b.HeldFrames, b.MaxBehind, b.Bound, b.SlowestRank, b.SlowestRankHeldSeconds)
@@ -402,6 +468,20 @@ func (s *Summary) WriteText(w io.Writer) error {
 func (s *Summary) WriteJSON(w io.Writer) error {
 	enc := json.NewEncoder(w)
 	return enc.Encode(s)
+}
+
+// percent writes a fraction as a percentage with the digits it needs.
+func percent(f float64) string {
+	switch p := 100 * f; {
+	case p == 0:
+		return "0%"
+	case p < 0.1:
+		return fmt.Sprintf("%.3f%%", p)
+	case p < 10:
+		return fmt.Sprintf("%.2f%%", p)
+	default:
+		return fmt.Sprintf("%.1f%%", p)
+	}
 }
 
 func bytesText(n int64) string {
