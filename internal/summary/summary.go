@@ -63,6 +63,7 @@ func BuildTrial(name string, profiles []provenance.ThreadProfile, meta []provena
 
 	tr := taudb.NewTrial(name)
 	m := tr.AddMetric(MetricName)
+	mix := indexMetadata(meta, latest)
 	for i, k := range keys {
 		p := latest[k]
 		th := tr.AddThread(int(p.Rank), 0, int(p.TID), i)
@@ -76,7 +77,7 @@ func BuildTrial(name string, profiles []provenance.ThreadProfile, meta []provena
 			}
 			v.SampleCount, v.Maximum, v.Minimum, v.Mean, v.SumSquares = float64(c.Count), c.Max, c.Min, c.Mean, c.SumSqr
 		}
-		th.Metadata = threadMetadata(p, meta, latest)
+		th.Metadata = threadMetadata(p, mix)
 	}
 	tr.UpdateShape()
 	tr.ComputeDerived()
@@ -296,24 +297,42 @@ func addTimers(tr *taudb.Trial, th *taudb.Thread, m *taudb.Metric, p *provenance
 	return nil
 }
 
-func threadMetadata(p *provenance.ThreadProfile, meta []provenance.Metadata, threads map[[2]uint32]*provenance.ThreadProfile) []taudb.Attribute {
-	kv := map[string]string{}
+// metaIndex sorts the run's metadata by the threads it applies to, so that
+// each thread's set is found without scanning every entry for every thread.
+type metaIndex struct {
+	exact   map[[2]uint32][]provenance.Metadata // (rank, tid) of a known thread
+	rank    map[uint32][]provenance.Metadata    // known rank, no such thread: all its threads
+	unknown []provenance.Metadata               // unknown rank: every thread
+}
+
+func indexMetadata(meta []provenance.Metadata, threads map[[2]uint32]*provenance.ThreadProfile) *metaIndex {
+	ranks := map[uint32]bool{}
+	for k := range threads {
+		ranks[k[0]] = true
+	}
+	ix := &metaIndex{exact: map[[2]uint32][]provenance.Metadata{}, rank: map[uint32][]provenance.Metadata{}}
 	for _, e := range meta {
-		_, exact := threads[[2]uint32{e.RID, e.TID}]
-		rankKnown := false
-		for k := range threads {
-			if k[0] == e.RID {
-				rankKnown = true
-				break
-			}
+		switch k := [2]uint32{e.RID, e.TID}; {
+		case threads[k] != nil:
+			ix.exact[k] = append(ix.exact[k], e)
+		case ranks[e.RID]:
+			ix.rank[e.RID] = append(ix.rank[e.RID], e)
+		default:
+			ix.unknown = append(ix.unknown, e)
 		}
-		switch {
-		case exact && (e.RID != p.Rank || e.TID != p.TID):
-			continue
-		case !exact && rankKnown && e.RID != p.Rank:
-			continue
+	}
+	return ix
+}
+
+// threadMetadata is thread p's metadata: the run's entries that apply to it
+// (later entries win within each kind, a rank's over the run's, the
+// thread's own over its rank's), then its profile's map.
+func threadMetadata(p *provenance.ThreadProfile, ix *metaIndex) []taudb.Attribute {
+	kv := map[string]string{}
+	for _, set := range [][]provenance.Metadata{ix.unknown, ix.rank[p.Rank], ix.exact[[2]uint32{p.Rank, p.TID}]} {
+		for _, e := range set {
+			kv[e.Descr] = e.Value
 		}
-		kv[e.Descr] = e.Value
 	}
 	for k, v := range p.Metadata {
 		kv[k] = v

@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -212,5 +213,33 @@ func TestWriteToTAUdb(t *testing.T) {
 	want := tr.Thread(taudb.Total).CallDataFor(tr.Callpath("main => solve")).Value(tr.Metric(MetricName))
 	if m.Inclusive != want.Inclusive || m.ExclusivePercent != want.ExclusivePercent {
 		t.Errorf("total of main => solve from TAUdb = %+v, want %+v", m, want)
+	}
+}
+
+// BenchmarkBuildTrialThreads builds trials of 256 and 4,096 threads, each
+// with its metadata: the cost per thread stays flat as threads grow.
+func BenchmarkBuildTrialThreads(b *testing.B) {
+	for _, n := range []int{256, 4096} {
+		b.Run(strconv.Itoa(n), func(b *testing.B) {
+			var profiles []provenance.ThreadProfile
+			var meta []provenance.Metadata
+			for r := 0; r < n; r++ {
+				profiles = append(profiles, provenance.ThreadProfile{Rank: uint32(r), Final: true, Timers: []provenance.TimerProfile{
+					{Name: "main", Calls: 1, Subrs: 1, Inclusive: 100, Exclusive: 10},
+					{Name: "solve", Calls: 4, Inclusive: 90, Exclusive: 90},
+					{Name: "main => solve", Calls: 4, Inclusive: 90, Exclusive: 90},
+				}})
+				for k := 0; k < 10; k++ {
+					meta = append(meta, provenance.Metadata{RID: uint32(r), Descr: "key " + strconv.Itoa(k), Value: "v"})
+				}
+			}
+			b.ResetTimer()
+			for b.Loop() {
+				if _, err := BuildTrial("scale", profiles, meta); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/thread")
+		})
 	}
 }
