@@ -61,6 +61,8 @@ type Pipeline struct {
 	paceStart     time.Time
 	paceT0        uint64
 	stepWidth     uint64
+	// input is what the trace input's reader read (trace inputs only).
+	input *inputStats
 }
 
 // Start brings up NATS, the provenance service, the parameter server and

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -95,12 +96,17 @@ func (p *Pipeline) source() (replay.Source, func() []workload.Truth, []uint32, e
 		return nil, nil, nil, err
 	}
 	seen := map[uint32]bool{}
-	if _, err := probe.Frames(context.Background(), func(f *frame.Frame) error {
+	st, err := probe.Frames(context.Background(), func(f *frame.Frame) error {
 		seen[f.Rank] = true
 		return nil
-	}); err != nil {
+	})
+	if err != nil {
+		if len(st.Losses) > 0 {
+			return nil, nil, nil, fmt.Errorf("read input: %w; not in the frames:\n  %s", err, strings.Join(st.Losses.Lines(), "\n  "))
+		}
 		return nil, nil, nil, fmt.Errorf("read input: %w", err)
 	}
+	p.input = &st
 	if len(seen) == 0 {
 		return nil, nil, nil, errors.New("the input holds no frames")
 	}
@@ -334,3 +340,7 @@ type sourceFunc func(ctx context.Context, emit func(*frame.Frame) error) (replay
 func (f sourceFunc) Frames(ctx context.Context, emit func(*frame.Frame) error) (replay.Stats, error) {
 	return f(ctx, emit)
 }
+
+// inputStats is what a trace input's reader read: its events, executions
+// and what the frames do not carry of it (replay.Losses).
+type inputStats = replay.Stats

@@ -377,7 +377,7 @@ func (s *Summary) WriteText(w io.Writer) error {
 	fmt.Fprintf(tw, "run\t%s (%d ranks, %s)\n", s.RunID, s.Ranks, strings.ToUpper(s.Algorithm))
 	fmt.Fprintf(tw, "input\t%d frames, %d events, %d executions\n", s.Frames, s.Events, s.Executions)
 	if ti := s.TraceInput; ti != nil {
-		fmt.Fprintf(tw, "  \t%s trace: %d events read, %d executions\n", ti.Format, ti.InputEvents, ti.Executions)
+		fmt.Fprintf(tw, "  \t%s input: %d %s read, %d executions\n", ti.Format, ti.InputEvents, inputUnit(ti.Format), ti.Executions)
 		for _, line := range ti.Losses.Lines() {
 			fmt.Fprintf(tw, "  \tnot in the frames: %s\n", line)
 		}
@@ -426,14 +426,14 @@ func (s *Summary) WriteText(w io.Writer) error {
 		// A trace is already on disk: what matters is how little of it
 		// must be kept and what keeping it costs, not a ratio of two
 		// encodings (a small trace's store is mostly fixed overhead).
-		fmt.Fprintf(tw, "kept\t%d of %d executions (%s): the anomalies, their windows and sampled normal executions\n",
-			s.KeptExecutions, ti.Executions, percent(s.KeptFraction))
+		fmt.Fprintf(tw, "kept\t%d of %d executions (%s): %d anomalies, %d normal executions\n",
+			s.KeptExecutions, ti.Executions, percent(s.KeptFraction), s.Stored[natsx.ProvAnomalies], s.Stored[natsx.ProvNormalExecs])
 		perAnomaly := "no anomaly"
 		if s.Anomalies > 0 {
 			perAnomaly = bytesText(int64(s.BytesPerAnomaly)) + " per anomaly"
 		}
-		fmt.Fprintf(tw, "data\t%s stored: %s, %.1f B per input event (%d events, %s of frames)\n",
-			bytesText(s.StoredBytes), perAnomaly, s.BytesPerInputEvent, s.Events, bytesText(s.RawBytes))
+		fmt.Fprintf(tw, "data\t%s stored: %s, %s per input event (%d events, %s of frames)\n",
+			bytesText(s.StoredBytes), perAnomaly, bytesFrac(s.BytesPerInputEvent), s.Events, bytesText(s.RawBytes))
 	} else {
 		fmt.Fprintf(tw, "data\t%s of frames -> %s stored (reduction %.1fx; %.0fx against TAU's %d B/event stream)\n", bytesText(s.RawBytes), bytesText(s.StoredBytes), s.Reduction, s.ReductionVsTAU, tauStreamBytesPerEvent)
 	}
@@ -470,6 +470,19 @@ func (s *Summary) WriteJSON(w io.Writer) error {
 	return enc.Encode(s)
 }
 
+// inputUnit names what a reader of format counts as the input's events.
+func inputUnit(format string) string {
+	switch format {
+	case replay.FormatTAU:
+		return "records"
+	case replay.FormatCaliper:
+		return "snapshot records"
+	case replay.FormatChrome:
+		return "trace events"
+	}
+	return "events"
+}
+
 // percent writes a fraction as a percentage with the digits it needs.
 func percent(f float64) string {
 	switch p := 100 * f; {
@@ -482,6 +495,14 @@ func percent(f float64) string {
 	default:
 		return fmt.Sprintf("%.1f%%", p)
 	}
+}
+
+// bytesFrac writes a byte count that may be below one byte per item.
+func bytesFrac(n float64) string {
+	if n >= 1<<10 {
+		return bytesText(int64(n))
+	}
+	return fmt.Sprintf("%.1f B", n)
 }
 
 func bytesText(n int64) string {

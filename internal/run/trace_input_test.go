@@ -1,0 +1,83 @@
+package run
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kipimo-hpc/kipimo/internal/natsx"
+	"github.com/kipimo-hpc/kipimo/internal/replay"
+	"github.com/kipimo-hpc/kipimo/internal/replay/steps"
+)
+
+func traceRun(t *testing.T, input string) Config {
+	t.Helper()
+	return Config{Out: t.TempDir(), RunID: "trace", Inputs: []string{input}, InputFormat: replay.FormatChrome, Step: 100 * time.Millisecond, MaxLag: 16}
+}
+
+// TestRunTraceInputReport: a trace input's summary says what the frames do
+// not carry of it, and measures the store against the trace (how much of
+// it is kept, bytes per anomaly and per input event), not a reduction ratio.
+func TestRunTraceInputReport(t *testing.T) {
+	// catapult's nestable async test trace: 8 async spans, 2 instants, a
+	// begin never ended, an end with no begin (counted by hand, see
+	// internal/replay/chrome/field_test.go).
+	in := filepath.Join("..", "replay", "chrome", "testdata", "field", "catapult_nestable_async.json")
+	_, sum := execute(t, traceRun(t, in), nil, nil)
+	ti := sum.TraceInput
+	if ti == nil {
+		t.Fatal("no trace_input in the summary")
+	}
+	want := map[string]int{steps.LossInstant: 2, steps.LossUnclosed: 1, steps.LossEndWithoutBegin: 1}
+	if ti.Executions != 8 || ti.InputEvents != 20 || len(ti.Losses) != len(want) {
+		t.Errorf("trace input %+v, want 8 executions of 20 events and %d kinds of loss", ti, len(want))
+	}
+	for k, n := range want {
+		if ti.Losses.Count(k) != n {
+			t.Errorf("%s: %d, want %d", k, ti.Losses.Count(k), n)
+		}
+	}
+	kept := sum.Stored[natsx.ProvAnomalies] + sum.Stored[natsx.ProvNormalExecs]
+	if sum.KeptExecutions != kept || sum.KeptFraction != float64(kept)/8 {
+		t.Errorf("kept %d (%.3f), store holds %d executions of 8", sum.KeptExecutions, sum.KeptFraction, kept)
+	}
+	if sum.Events != 16 || sum.BytesPerInputEvent != float64(sum.StoredBytes)/16 {
+		t.Errorf("%d events, %.1f stored bytes per event of %d bytes", sum.Events, sum.BytesPerInputEvent, sum.StoredBytes)
+	}
+	var text bytes.Buffer
+	if err := sum.WriteText(&text); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []string{"chrome input: 20 trace events read, 8 executions", "not in the frames: 2 instant (", "not in the frames: 1 unclosed (", "kept ", " per input event"} {
+		if !strings.Contains(text.String(), w) {
+			t.Errorf("summary lacks %q:\n%s", w, text.String())
+		}
+	}
+	if strings.Contains(text.String(), "reduction") {
+		t.Errorf("a trace input's summary still gives a reduction ratio:\n%s", text.String())
+	}
+}
+
+// TestRunTraceInputNothingUsable: an input with nothing the frames carry
+// fails, and says what it held.
+func TestRunTraceInputNothingUsable(t *testing.T) {
+	in := filepath.Join(t.TempDir(), "instants.json")
+	if err := os.WriteFile(in, []byte(`{"traceEvents":[{"ph":"M","name":"process_name","pid":1,"args":{"name":"p"}},{"ph":"i","name":"tick","pid":1,"tid":1,"ts":5}]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	p, err := Start(ctx, traceRun(t, in), testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(context.Background())
+	_, err = p.Execute(ctx, nil)
+	if err == nil || !strings.Contains(err.Error(), "holds no event frames can carry") || !strings.Contains(err.Error(), "1 instant (") {
+		t.Fatalf("err = %v, want nothing usable and the instant named", err)
+	}
+}
