@@ -450,7 +450,7 @@ func Parse(r io.Reader, name string) (*File, error) {
 		}
 		in, gz = z, true
 	}
-	f := &File{Name: name, Rank: -1, nameIdx: map[string]uint32{}, thIdx: map[string]uint32{}}
+	f := &File{Name: name, Rank: -1, nameIdx: map[string]uint32{}, cnameIdx: map[string]uint32{}, thIdx: map[string]uint32{}}
 	dec := json.NewDecoder(in)
 	where := func(err error) error {
 		unit := "byte offset"
