@@ -425,7 +425,7 @@ func (r *reader) end(th *thread, tid uint32, attr, value string, now uint64, has
 	if i < 0 {
 		if isEnd {
 			r.b.Lose(steps.LossEndWithoutBegin, 1, func() string {
-				return fmt.Sprintf("%s: event.end#%s=%s at %d µs on thread %d with no open %s", r.name, attr, value, now, tid, attr)
+				return fmt.Sprintf("%s: event.end#%s=%s at %d µs on thread %d with no open %s (dropped)", r.name, attr, value, now, tid, attr)
 			})
 		}
 		return nil

@@ -394,7 +394,7 @@ func (f *File) settle() {
 		ex := ""
 		if f.losses.Count(steps.LossUnclosed) == 0 {
 			ti := f.threads[o.thread]
-			ex = fmt.Sprintf("begin of %q at ts %s on pid %s tid %s", f.names[o.name], fmtTS(o.ts), ti.pid, ti.tid)
+			ex = fmt.Sprintf("begin of %q at ts %s on pid %s tid %s (dropped)", f.names[o.name], fmtTS(o.ts), ti.pid, ti.tid)
 		}
 		f.losses.Add(steps.LossUnclosed, 1, ex)
 	}
@@ -417,7 +417,7 @@ func (f *File) settle() {
 				ex := ""
 				if f.losses.Count(steps.LossEndWithoutBegin) == 0 {
 					ti := f.threads[th]
-					ex = fmt.Sprintf("end of %q at ts %s on pid %s tid %s", f.names[e.name], fmtTS(e.ts), ti.pid, ti.tid)
+					ex = fmt.Sprintf("end of %q at ts %s on pid %s tid %s (dropped)", f.names[e.name], fmtTS(e.ts), ti.pid, ti.tid)
 				}
 				f.losses.Add(steps.LossEndWithoutBegin, 1, ex)
 				continue

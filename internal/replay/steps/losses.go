@@ -43,8 +43,8 @@ const (
 )
 
 var lossText = map[string]string{
-	LossUnclosed:        "begins never ended (dropped)",
-	LossEndWithoutBegin: "ends with no open begin on their thread (dropped)",
+	LossUnclosed:        "begins never ended",
+	LossEndWithoutBegin: "ends with no begin open on their thread",
 	LossOverlap:         "spans overlapping the end of their parent, moved whole to an extra thread",
 	LossInstant:         "instant events (no duration, dropped)",
 	LossFlow:            "flow events (no frame form, dropped)",

@@ -535,7 +535,7 @@ func (b *Builder) Exit(rank, tid, fid uint32, ts uint64) error {
 		} else {
 			b.stats.Unmatched++
 			b.Lose(LossEndWithoutBegin, 1, func() string {
-				return fmt.Sprintf("exit of %q on rank %d thread %d at %d µs", r.funcs[fid], rank, tid, ts)
+				return fmt.Sprintf("exit of %q on rank %d thread %d at %d µs (kept in the frames, unmatched)", r.funcs[fid], rank, tid, ts)
 			})
 		}
 	}
@@ -666,7 +666,7 @@ func (b *Builder) countOpen() {
 		check := func(tid uint32, t *thread) {
 			if n := len(t.stack); n > 0 {
 				b.Lose(LossUnclosed, n, func() string {
-					return fmt.Sprintf("entry of %q on rank %d thread %d never exited", r.funcs[t.stack[n-1]], r.rank, tid)
+					return fmt.Sprintf("entry of %q on rank %d thread %d never exited (left open in the frames)", r.funcs[t.stack[n-1]], r.rank, tid)
 				})
 				t.stack = t.stack[:0]
 			}
