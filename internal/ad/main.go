@@ -93,8 +93,8 @@ kipimo.<run>.control; SIGINT/SIGTERM also end it, after a flush. With
 instrumented with Kipimo's event library publish to their node's server), and
 only end_of_run or a signal ends the process.
 
-Flags (also KIPIMO_<FLAG> environment variables and --config YAML keys):
-`, EndOfStreamHeader)
+%s
+`, EndOfStreamHeader, config.FlagsHeading)
 		fs.PrintDefaults()
 	}
 	natsURL := fs.String("nats", "nats://127.0.0.1:4222", "NATS server URL(s), comma-separated")
@@ -130,14 +130,11 @@ Flags (also KIPIMO_<FLAG> environment variables and --config YAML keys):
 	jsonOut := fs.Bool("json", false, "print a JSON summary on stdout at the end")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	config.AddConfigFlag(fs)
-	if err := fs.Parse(args); err != nil {
+	if err := config.Parse(fs, args, os.LookupEnv); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q: ad takes only flags", fs.Arg(0))
-	}
-	if err := config.Apply(fs, os.LookupEnv); err != nil {
-		return err
 	}
 	lvl, err := zerolog.ParseLevel(*logLevel)
 	if err != nil {

@@ -7,15 +7,17 @@
 //  3. a YAML config file (--config FILE or KIPIMO_CONFIG) whose keys are the flag
 //     names; unknown keys are errors;
 //
-// and last the flags' defaults. Secrets never belong in flags: options named
-// *-file (token-file, password-file) name files whose contents are read by the
-// daemon, and URLs with passwords should come from the environment.
+// and last the flags' defaults. Flags take two dashes (--http); a long flag
+// given with one (-http) is an error that says so. Every binary's --help
+// prints FlagsHeading above its flags. Secrets never belong in flags: options
+// named *-file (token-file, password-file) name files whose contents are read
+// by the daemon, and URLs with passwords should come from the environment.
 package config
 
 import (
 	"bytes"
-	"flag"
 	"fmt"
+	"io"
 	"os"
 	"sort"
 	"strings"
@@ -30,14 +32,77 @@ const EnvPrefix = "KIPIMO_"
 // ConfigFlag is the name of the flag that names a config file.
 const ConfigFlag = "config"
 
+// FlagsHeading is the line every Kipimo binary's --help prints above the
+// flags that follow this package's conventions.
+const FlagsHeading = "Flags (also KIPIMO_<FLAG> environment variables and --config YAML keys):"
+
 // configUsage is the help text of --config.
 const configUsage = "YAML config file; keys are flag names (env KIPIMO_CONFIG)"
 
 // AddConfigFlag adds --config to fs.
 func AddConfigFlag(fs *pflag.FlagSet) { fs.String(ConfigFlag, "", configUsage) }
 
-// AddConfigFlagStd adds -config to a standard library flag set.
-func AddConfigFlagStd(fs *flag.FlagSet) { fs.String(ConfigFlag, "", configUsage) }
+// Parse is the whole convention for a daemon's flag set: it rejects long
+// flags given with one dash (CheckDashes), parses args into fs and then fills
+// the flags not given from the environment and the config file (Apply).
+// It returns pflag.ErrHelp after printing help.
+func Parse(fs *pflag.FlagSet, args []string, lookup func(string) (string, bool)) error {
+	if err := CheckDashes(fs, args); err != nil {
+		return err
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	return Apply(fs, lookup)
+}
+
+// SetUsage makes fs's help print intro (usage line and description), then
+// FlagsHeading and the flags.
+func SetUsage(fs *pflag.FlagSet, w io.Writer, intro string) {
+	fs.Usage = func() {
+		fmt.Fprintf(w, "%s\n\n%s\n%s", strings.TrimRight(intro, "\n"), FlagsHeading, fs.FlagUsages())
+	}
+}
+
+// CheckDashes returns an error for the first long flag of args given with a
+// single dash (-http instead of --http): pflag would read it as a group of
+// one-letter flags ("-h" asks for help). Groups made only of fs's defined
+// shorthands, values of flags that take one, and everything after "--" are
+// left alone.
+func CheckDashes(fs *pflag.FlagSet, args []string) error {
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case a == "--":
+			return nil
+		case strings.HasPrefix(a, "--"):
+			name, _, hasValue := strings.Cut(a[2:], "=")
+			if f := fs.Lookup(name); f != nil && !hasValue && f.NoOptDefVal == "" {
+				i++ // the next word is this flag's value
+			}
+		case len(a) > 2 && a[0] == '-':
+			name, _, _ := strings.Cut(a[1:], "=")
+			if len(name) < 2 || shorthands(fs, name) {
+				continue
+			}
+			if fs.Lookup(name) != nil || name == "help" {
+				return fmt.Errorf("flag %s has one dash: use --%s (flags take two dashes)", a, strings.TrimPrefix(a, "-"))
+			}
+			return fmt.Errorf("unknown flag %s: flags take two dashes, and %s has no flag --%s", a, fs.Name(), name)
+		}
+	}
+	return nil
+}
+
+// shorthands reports whether every letter of group is a one-letter flag of fs.
+func shorthands(fs *pflag.FlagSet, group string) bool {
+	for _, c := range group {
+		if fs.ShorthandLookup(string(c)) == nil {
+			return false
+		}
+	}
+	return true
+}
 
 // EnvName is the environment variable that sets flag name.
 func EnvName(flag string) string {
@@ -50,13 +115,6 @@ func EnvName(flag string) string {
 // source and key that was wrong.
 func Apply(fs *pflag.FlagSet, lookup func(string) (string, bool)) error {
 	return apply(pflagSet{fs}, lookup)
-}
-
-// ApplyStd is Apply for a standard library flag.FlagSet.
-func ApplyStd(fs *flag.FlagSet, lookup func(string) (string, bool)) error {
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	return apply(stdSet{fs, set}, lookup)
 }
 
 // flags is what apply needs of a flag set.
@@ -79,21 +137,6 @@ func (p pflagSet) changed(n string) bool { return p.fs.Changed(n) }
 func (p pflagSet) has(n string) bool     { return p.fs.Lookup(n) != nil }
 func (p pflagSet) value(n string) string { return p.fs.Lookup(n).Value.String() }
 func (p pflagSet) set(n, v string) error { return p.fs.Set(n, v) }
-
-type stdSet struct {
-	fs   *flag.FlagSet
-	seen map[string]bool
-}
-
-func (s stdSet) names() []string {
-	var out []string
-	s.fs.VisitAll(func(f *flag.Flag) { out = append(out, f.Name) })
-	return out
-}
-func (s stdSet) changed(n string) bool { return s.seen[n] }
-func (s stdSet) has(n string) bool     { return s.fs.Lookup(n) != nil }
-func (s stdSet) value(n string) string { return s.fs.Lookup(n).Value.String() }
-func (s stdSet) set(n, v string) error { return s.fs.Set(n, v) }
 
 func apply(fs flags, lookup func(string) (string, bool)) error {
 	if lookup == nil {

@@ -1,7 +1,6 @@
 package config
 
 import (
-	"flag"
 	"os"
 	"path/filepath"
 	"strings"
@@ -103,25 +102,95 @@ func TestEnvName(t *testing.T) {
 	}
 }
 
-func TestApplyStd(t *testing.T) {
+func TestCheckDashes(t *testing.T) {
+	cases := []struct {
+		name string
+		args []string
+		want string // "" for no error
+	}{
+		{"double dashes", []string{"--nats", "nats://h:4222", "--window=3"}, ""},
+		{"one dash", []string{"-nats", "nats://h:4222"}, "use --nats"},
+		{"one dash with value", []string{"--run", "r", "-window=3"}, "use --window=3"},
+		{"one dash help", []string{"-help"}, "use --help"},
+		{"unknown long flag", []string{"-http", "x"}, "flags take two dashes, and t has no flag --http"},
+		{"value that starts with a dash", []string{"--run", "-nats"}, ""},
+		{"after the end of flags", []string{"--", "-nats"}, ""},
+		{"shorthand", []string{"-h"}, ""},
+		{"defined shorthand group", []string{"-vv"}, ""},
+		{"bool flag takes no next word", []string{"--debug", "-window", "3"}, "use --window"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			fs := newFlags()
+			fs.CountP("verbose", "v", "")
+			fs.Bool("debug", false, "")
+			err := CheckDashes(fs, tc.args)
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("error %v, want none", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want it to contain %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestParse(t *testing.T) {
 	dir := t.TempDir()
 	cfgFile := filepath.Join(dir, "k.yaml")
-	if err := os.WriteFile(cfgFile, []byte("run: fromfile\nhttp: 127.0.0.1:9\n"), 0o600); err != nil {
+	if err := os.WriteFile(cfgFile, []byte("run: fromfile\nwindow: 7\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	fs := flag.NewFlagSet("t", flag.ContinueOnError)
-	AddConfigFlagStd(fs)
-	run := fs.String("run", "default", "")
-	httpAddr := fs.String("http", "127.0.0.1:0", "")
-	nats := fs.String("nats", "", "")
-	if err := fs.Parse([]string{"-config", cfgFile, "-http", "127.0.0.1:1"}); err != nil {
-		t.Fatal(err)
+	cases := []struct {
+		name    string
+		args    []string
+		env     map[string]string
+		run     string
+		window  string
+		wantErr string
+	}{
+		{"flags env and file", []string{"--config", cfgFile, "--window", "8"}, map[string]string{"KIPIMO_RUN": "fromenv"}, "fromenv", "8", ""},
+		{"one dash rejected before parsing", []string{"-run", "x"}, nil, "", "", "use --run"},
+		{"help", []string{"--help"}, nil, "", "", pflag.ErrHelp.Error()},
 	}
-	env := map[string]string{"KIPIMO_NATS": "nats://h:4222", "KIPIMO_RUN": "fromenv"}
-	if err := ApplyStd(fs, func(k string) (string, bool) { v, ok := env[k]; return v, ok }); err != nil {
-		t.Fatal(err)
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			fs := newFlags()
+			var out strings.Builder
+			fs.SetOutput(&out)
+			err := Parse(fs, tc.args, func(k string) (string, bool) { v, ok := tc.env[k]; return v, ok })
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error %v, want it to contain %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := fs.Lookup("run").Value.String(); got != tc.run {
+				t.Errorf("run = %q, want %q", got, tc.run)
+			}
+			if got := fs.Lookup("window").Value.String(); got != tc.window {
+				t.Errorf("window = %q, want %q", got, tc.window)
+			}
+		})
 	}
-	if *run != "fromenv" || *httpAddr != "127.0.0.1:1" || *nats != "nats://h:4222" {
-		t.Fatalf("run %q http %q nats %q", *run, *httpAddr, *nats)
+}
+
+func TestSetUsage(t *testing.T) {
+	fs := newFlags()
+	var out strings.Builder
+	fs.SetOutput(&out)
+	SetUsage(fs, &out, "Usage: t [flags]\n\nDoes things.\n")
+	if err := fs.Parse([]string{"--help"}); err != pflag.ErrHelp {
+		t.Fatalf("Parse(--help) = %v, want pflag.ErrHelp", err)
+	}
+	want := "Usage: t [flags]\n\nDoes things.\n\n" + FlagsHeading + "\n      --config string"
+	if !strings.HasPrefix(out.String(), want) {
+		t.Errorf("help:\n%s\nwant it to start with:\n%s", out.String(), want)
 	}
 }

@@ -3,11 +3,16 @@ package pserver
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/kipimo-hpc/kipimo/internal/config"
 )
 
 func TestRunServesUntilCancelled(t *testing.T) {
@@ -80,5 +85,84 @@ func TestRunFlagErrors(t *testing.T) {
 				t.Errorf("Run error %v, want one containing %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestParseRunArgs checks pserver's settings against internal/config's
+// convention: flag > KIPIMO_<FLAG> > --config YAML key > default, strict
+// config keys, and long flags with two dashes only.
+func TestParseRunArgs(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	cfgFile := write("pserver.yaml", "run: fromfile\nshards: 4\nshard: 2\ndurability: snapshot\nsnapshot-interval: 10s\nhttp: 0.0.0.0:8080\n")
+	defaults := runOptions{natsURL: "nats://127.0.0.1:4222", level: "info", cfg: Config{
+		HTTPAddr: "127.0.0.1:8080", Shards: 1, Durability: DurabilityWAL, SnapshotInterval: 5 * time.Second,
+		SnapshotEvery: 20000, Window: DefaultWindow, MaxRankSeries: 64,
+	}}
+	fromFile := defaults
+	fromFile.cfg.Run, fromFile.cfg.Shards, fromFile.cfg.Shard = "fromfile", 4, 2
+	fromFile.cfg.Durability, fromFile.cfg.SnapshotInterval, fromFile.cfg.HTTPAddr = DurabilitySnapshot, 10*time.Second, "0.0.0.0:8080"
+	with := func(o runOptions, f func(*runOptions)) runOptions { f(&o); return o }
+	cases := []struct {
+		name    string
+		args    []string
+		env     map[string]string
+		want    runOptions
+		wantErr string
+	}{
+		{name: "defaults", want: defaults},
+		{name: "config file", args: []string{"--config", cfgFile}, want: fromFile},
+		{name: "env beats config file", args: []string{"--config", cfgFile}, env: map[string]string{"KIPIMO_SHARD": "3", "KIPIMO_PROVDB_URL": "http://p:8081"},
+			want: with(fromFile, func(o *runOptions) { o.cfg.Shard, o.cfg.ProvDBURL = 3, "http://p:8081" })},
+		{name: "flag beats env", args: []string{"--config", cfgFile, "--shard", "1", "--http="}, env: map[string]string{"KIPIMO_SHARD": "3", "KIPIMO_HTTP": "127.0.0.1:1"},
+			want: with(fromFile, func(o *runOptions) { o.cfg.Shard, o.cfg.HTTPAddr = 1, "" })},
+		{name: "config file from env", env: map[string]string{"KIPIMO_CONFIG": cfgFile, "KIPIMO_TOKEN_FILE": "/run/secrets/t"},
+			want: with(fromFile, func(o *runOptions) { o.tokenFile = "/run/secrets/t" })},
+		{name: "unknown config key", args: []string{"--config", write("typo.yaml", "run: r\nshard-count: 2\n")}, wantErr: `unknown key "shard-count"`},
+		{name: "config key for another binary", args: []string{"--config", write("provdb.yaml", "store: x.db\n")}, wantErr: `unknown key "store"`},
+		{name: "bad env value", env: map[string]string{"KIPIMO_SHARDS": "many"}, wantErr: "KIPIMO_SHARDS"},
+		{name: "single-dash flag", args: []string{"-http", "127.0.0.1:1"}, wantErr: "use --http"},
+		{name: "single-dash flag with value", args: []string{"--run", "r", "-nats=nats://h:4222"}, wantErr: "use --nats=nats://h:4222"},
+		{name: "unknown flag", args: []string{"--store", "x"}, wantErr: "unknown flag: --store"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var stderr bytes.Buffer
+			got, err := parseRunArgs(tc.args, func(k string) (string, bool) { v, ok := tc.env[k]; return v, ok }, &stderr)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error %v, want one containing %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tc.want {
+				t.Errorf("options\n got %+v\nwant %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestRunHelp: --help prints the shared convention line and every flag with
+// two dashes, and returns pflag.ErrHelp (cmd/pserver exits 0 on it).
+func TestRunHelp(t *testing.T) {
+	var stderr bytes.Buffer
+	_, err := parseRunArgs([]string{"--help"}, func(string) (string, bool) { return "", false }, &stderr)
+	if !errors.Is(err, pflag.ErrHelp) {
+		t.Fatalf("error %v, want pflag.ErrHelp", err)
+	}
+	help := stderr.String()
+	for _, want := range []string{"Usage: pserver --run ID [flags]", config.FlagsHeading, "--config string", "--http string", "--provdb-url string", "--snapshot-interval duration"} {
+		if !strings.Contains(help, want) {
+			t.Errorf("help lacks %q:\n%s", want, help)
+		}
 	}
 }
