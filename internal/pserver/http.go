@@ -14,45 +14,81 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/kipimo-hpc/kipimo/internal/stats"
 )
 
 //go:embed web
 var webFS embed.FS
 
-// newHandler builds the HTTP API:
+// dashboard is what the dashboard's HTTP API reads: a live Server's state
+// or a finished run's state rebuilt from its provenance store.
+type dashboard struct {
+	cfg     Config                                                             // run, shard, window, provdb paths
+	view    func(f func(st *State))                                            // runs f on the state under its lock
+	summary func(st *State) Summary                                            // GET /api/summary
+	hist    func(r *http.Request, fn string) (*stats.Histogram, string, error) // a function's histogram and its source
+	events  http.HandlerFunc                                                   // GET /api/events
+	metrics http.Handler                                                       // GET /metrics; nil: none
+	provdb  http.Handler                                                       // /provdb/...
+	hasProv bool                                                               // whether provdb answers
+}
+
+// newHandler builds the HTTP API of a live server (see dashboard.handler).
+func (s *Server) newHandler() http.Handler {
+	d := &dashboard{
+		cfg: s.cfg, view: s.View, summary: s.summary, events: s.serveEvents,
+		metrics: promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}),
+		provdb:  s.provdbProxy(), hasProv: s.cfg.ProvDBURL != "",
+	}
+	d.hist = func(_ *http.Request, fn string) (h *stats.Histogram, src string, err error) {
+		s.View(func(st *State) {
+			if m := st.Models[fn]; m != nil && m.Histogram != nil {
+				c := *m.Histogram
+				c.Counts = append([]uint64(nil), m.Histogram.Counts...)
+				h = &c
+			}
+		})
+		return h, "merged model histogram of all ranks", nil
+	}
+	return s.auth(d.handler())
+}
+
+// handler builds the HTTP API:
 //
 //	GET /                       the dashboard page (embedded)
 //	GET /api/config             run, shard and whether a provdb API is configured
-//	GET /api/summary            Summary
+//	GET /api/summary            Summary (status live, finished or stored)
 //	GET /api/heatmap?steps=N    HeatMap of the last N steps (default: the window)
 //	GET /api/steps?last=N       []StepPoint
 //	GET /api/top/ranks?n=&by=   []RankRow, by count (default) or severity
 //	GET /api/top/functions?n=&by= []FuncAnomRow
 //	GET /api/functions          []FuncRow
+//	GET /api/function?func=F    FuncView: F's runtime histogram over all ranks and threshold
 //	GET /api/rankfuncs?rank=&func=&n= []RankFuncRow
 //	GET /api/counters           []CounterRow
 //	GET /api/events             text/event-stream of Update, one per io_step
-//	GET /metrics                Prometheus metrics
-//	    /provdb/...             reverse proxy to the provdb query API
+//	GET /metrics                Prometheus metrics (live servers)
+//	    /provdb/...             the provdb query API (proxied, or on the store)
 //
 // With a token configured every route needs "Authorization: Bearer <token>"
 // or ?token=<token> (EventSource cannot set headers).
-func (s *Server) newHandler() http.Handler {
+func (d *dashboard) handler() http.Handler {
 	mux := http.NewServeMux()
 	static, _ := fs.Sub(webFS, "web")
 	mux.Handle("GET /", http.FileServerFS(static))
 	mux.HandleFunc("GET /api/config", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, map[string]any{
-			"run": s.cfg.Run, "shard": s.cfg.Shard, "shards": s.cfg.Shards,
-			"window": s.cfg.Window, "provdb": s.cfg.ProvDBURL != "",
-			"provdb_list": s.cfg.ProvDBList, "provdb_record": s.cfg.ProvDBRecord,
+			"run": d.cfg.Run, "shard": d.cfg.Shard, "shards": d.cfg.Shards,
+			"window": d.cfg.Window, "provdb": d.hasProv,
+			"provdb_list": d.cfg.ProvDBList, "provdb_record": d.cfg.ProvDBRecord,
 		})
 	})
 	view := func(path string, f func(r *http.Request, st *State) (any, error)) {
 		mux.HandleFunc("GET "+path, func(w http.ResponseWriter, r *http.Request) {
 			var v any
 			var err error
-			s.View(func(st *State) { v, err = f(r, st) })
+			d.view(func(st *State) { v, err = f(r, st) })
 			if err != nil {
 				httpError(w, http.StatusBadRequest, err.Error())
 				return
@@ -60,7 +96,7 @@ func (s *Server) newHandler() http.Handler {
 			writeJSON(w, v)
 		})
 	}
-	view("/api/summary", func(_ *http.Request, st *State) (any, error) { return s.summary(st), nil })
+	view("/api/summary", func(_ *http.Request, st *State) (any, error) { return d.summary(st), nil })
 	view("/api/heatmap", func(r *http.Request, st *State) (any, error) {
 		n, err := intParam(r, "steps", 0)
 		return heatMap(st, n), err
@@ -103,10 +139,32 @@ func (s *Server) newHandler() http.Handler {
 		}
 		return rankFuncs(st, rank, r.URL.Query().Get("func"), n), nil
 	})
-	mux.HandleFunc("GET /api/events", s.serveEvents)
-	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
-	mux.Handle("GET /provdb/", s.provdbProxy())
-	return s.auth(mux)
+	mux.HandleFunc("GET /api/function", func(w http.ResponseWriter, r *http.Request) {
+		fn := r.URL.Query().Get("func")
+		if fn == "" {
+			httpError(w, http.StatusBadRequest, "func is required: GET /api/function?func=NAME")
+			return
+		}
+		h, src, err := d.hist(r, fn)
+		if err != nil {
+			httpError(w, http.StatusInternalServerError, err.Error())
+			return
+		}
+		var v FuncView
+		found := false
+		d.view(func(st *State) { v, found = funcView(st, fn, h, src) })
+		if !found {
+			httpError(w, http.StatusNotFound, fmt.Sprintf("no function %q in this run", fn))
+			return
+		}
+		writeJSON(w, v)
+	})
+	mux.HandleFunc("GET /api/events", d.events)
+	if d.metrics != nil {
+		mux.Handle("GET /metrics", d.metrics)
+	}
+	mux.Handle("GET /provdb/", d.provdb)
+	return mux
 }
 
 func (s *Server) auth(next http.Handler) http.Handler {

@@ -24,16 +24,111 @@ type Summary struct {
 	WALSeq     uint64 `json:"wal_seq"`
 	Window     int    `json:"window"`
 	Late       uint64 `json:"late_summaries"`
+	// Status is StatusLive while detectors may still sync, StatusFinished
+	// once the run's final statistics are published, StatusStored for a
+	// finished run rebuilt from its provenance store.
+	Status string `json:"status"`
 }
 
+// Values of Summary.Status.
+const (
+	StatusLive     = "live"
+	StatusFinished = "finished"
+	StatusStored   = "stored"
+)
+
 func (s *Server) summary(st *State) Summary {
+	status := StatusLive
+	if s.finished.Load() {
+		status = StatusFinished
+	}
+	return summarize(s.cfg, st, status)
+}
+
+func summarize(cfg Config, st *State, status string) Summary {
 	return Summary{
-		Run: s.cfg.Run, Shard: s.cfg.Shard, Shards: s.cfg.Shards,
+		Run: cfg.Run, Shard: cfg.Shard, Shards: cfg.Shards, Status: status,
 		Totals: st.Agg.Total(), IOStep: st.Agg.MaxStep, Ranks: len(st.Agg.Ranks),
 		Detectors: len(st.LastSeq), Models: len(st.Models), Counters: len(st.Counters),
 		Applied: st.Applied, Duplicates: st.Duplicates, Merges: st.Merges, WALSeq: st.WALSeq,
 		Window: st.Agg.Window, Late: st.Agg.Late,
 	}
+}
+
+// FuncBin is one bin of a function's runtime histogram: runtimes in
+// (Lo, Hi], how many, and whether the detector's HBOS threshold labels the
+// bin anomalous.
+type FuncBin struct {
+	Lo        float64 `json:"lo"`
+	Hi        float64 `json:"hi"`
+	Count     uint64  `json:"count"`
+	Anomalous bool    `json:"anomalous"`
+}
+
+// FuncView is one function's runtime distribution over all ranks (GET
+// /api/function?func=F): its statistics, the non-empty bins of its merged
+// histogram, the HBOS score threshold at the default fraction and the
+// smallest runtime above the mean that it labels anomalous, and its anomaly
+// metrics over the run.
+type FuncView struct {
+	Func string  `json:"func"`
+	Row  FuncRow `json:"stats"`
+	// Source says where the histogram comes from: the merged model of a live
+	// server, or the executions kept in a provenance store.
+	Source           string         `json:"source"`
+	Bins             []FuncBin      `json:"bins"`
+	Total            uint64         `json:"total"`
+	ScoreThreshold   float64        `json:"score_threshold"`
+	ThresholdRuntime float64        `json:"threshold_runtime"` // 0: no bin above the mean is anomalous
+	Anomalies        AnomalyMetrics `json:"anomalies"`
+	Ranks            int            `json:"ranks"` // ranks with anomalies of the function
+}
+
+// funcView builds fn's view from its row of the function table and its
+// histogram h (nil when there is none); found is false for an unknown fn.
+func funcView(st *State, fn string, h *stats.Histogram, src string) (v FuncView, found bool) {
+	for _, r := range funcTable(st) {
+		if r.Func == fn {
+			v.Row, found = r, true
+			break
+		}
+	}
+	if !found {
+		return v, false
+	}
+	v.Func, v.Bins = fn, []FuncBin{}
+	if a := st.Agg.Funcs[fn]; a != nil {
+		v.Anomalies = *a
+	}
+	for k := range st.Agg.RankFunc {
+		if k.Func == fn {
+			v.Ranks++
+		}
+	}
+	if h == nil || h.Empty() {
+		return v, true
+	}
+	v.Source = src
+	sc := stats.NewHBOSScorer(*h, 0)
+	v.ScoreThreshold = sc.Threshold
+	mean := v.Row.Mean
+	if !v.Row.HasModel {
+		mean = (h.Min + h.Max) / 2
+	}
+	for i, c := range h.Counts {
+		lo := h.FirstEdge + float64(i)*h.BinWidth
+		b := FuncBin{Lo: lo, Hi: lo + h.BinWidth, Count: c}
+		v.Total += c
+		if c == 0 {
+			continue
+		}
+		b.Anomalous = sc.Score(b.Hi) >= sc.Threshold
+		if b.Anomalous && b.Lo >= mean && v.ThresholdRuntime == 0 {
+			v.ThresholdRuntime = b.Lo
+		}
+		v.Bins = append(v.Bins, b)
+	}
+	return v, true
 }
 
 // HeatMap is the rank x io_step anomaly counts of the recent steps, sparse:
@@ -191,6 +286,9 @@ type FuncRow struct {
 	Kurtosis  float64 `json:"kurtosis"`
 	Anomalies uint64  `json:"anomalies"`
 	HasModel  bool    `json:"has_model"`
+	// HasHistogram is whether the model carries a runtime histogram (HBOS
+	// and COPOD models do, SSTD ones only moments).
+	HasHistogram bool `json:"has_histogram"`
 }
 
 func funcTable(st *State) []FuncRow {
@@ -199,7 +297,7 @@ func funcTable(st *State) []FuncRow {
 		rows[k] = &FuncRow{
 			Func: k, Count: m.Moments.N, Mean: m.Moments.Mean, Stddev: m.Moments.Stddev(),
 			Min: m.Moments.Min, Max: m.Moments.Max, Skewness: m.Moments.Skewness(), Kurtosis: m.Moments.Kurtosis(),
-			Anomalies: m.Anomalies, HasModel: true,
+			Anomalies: m.Anomalies, HasModel: true, HasHistogram: m.Histogram != nil && !m.Histogram.Empty(),
 		}
 	}
 	for k, a := range st.Agg.Funcs {

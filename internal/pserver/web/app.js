@@ -1,5 +1,7 @@
-// Kipimo live dashboard: pulls the state once, then applies the updates the
-// server pushes every io_step over Server-Sent Events. Plain JS, no libraries.
+// Kipimo dashboard: pulls every view once on load (so a finished run, or one
+// opened from its provenance store, shows the same panels as a live one),
+// then applies the updates a live server pushes every io_step over
+// Server-Sent Events. Plain JS, no libraries.
 "use strict";
 (function () {
   const MAX_STEPS = 200;
@@ -7,7 +9,7 @@
   const token = params.get("token");
   const withToken = (u) => token ? u + (u.includes("?") ? "&" : "?") + "token=" + encodeURIComponent(token) : u;
   const $ = (id) => document.getElementById(id);
-  const state = { ranks: [], steps: new Map(), series: new Map(), config: {}, layout: null };
+  const state = { ranks: [], steps: new Map(), series: new Map(), config: {}, layout: null, labels: {}, status: "" };
   const k = (r) => r.pid + ":" + r.rank;
   const rankLabel = (r) => r.pid ? r.pid + ":" + r.rank : String(r.rank);
   window.kipimo = state;
@@ -24,7 +26,48 @@
     if (Number.isInteger(x)) return x.toLocaleString("en-US");
     return Math.abs(x) >= 1000 ? x.toFixed(0) : x.toPrecision(4);
   };
+  const short = (x) => x >= 1e9 ? +(x / 1e9).toPrecision(3) + "G" : x >= 1e6 ? +(x / 1e6).toPrecision(3) + "M" : x >= 1e3 ? +(x / 1e3).toPrecision(3) + "k" : String(+x.toPrecision(3));
   function cell(tr, v, num) { const td = document.createElement("td"); td.textContent = v; if (num) td.className = "num"; tr.appendChild(td); return td; }
+
+  // Canvas labels: every text drawn on a canvas goes through label(), which
+  // skips a label that would overlap one already drawn on that canvas and
+  // records the boxes, so that tests can check them (labelBoxes).
+  function beginLabels(c) { state.labels[c.id] = []; }
+  function label(g, c, text, x, y, align, baseline) {
+    g.font = "11px sans-serif";
+    const w = g.measureText(text).width, h = 12;
+    const left = align === "right" ? x - w : align === "center" ? x - w / 2 : x;
+    const top = baseline === "bottom" ? y - h : baseline === "middle" ? y - h / 2 : y;
+    const box = { x: Math.max(0, left), y: Math.max(0, top), w, h, text };
+    box.x = Math.min(box.x, c.width - w); box.y = Math.min(box.y, c.height - h);
+    const list = state.labels[c.id] || (state.labels[c.id] = []);
+    if (list.some((b) => box.x < b.x + b.w + 3 && b.x < box.x + box.w + 3 && box.y < b.y + b.h && b.y < box.y + box.h)) return false;
+    g.textBaseline = "top"; g.textAlign = "left";
+    g.fillText(text, box.x, box.y);
+    list.push(box);
+    return true;
+  }
+  // labelBoxes gives every canvas label's box in CSS pixels of the page.
+  state.labelBoxes = () => {
+    const out = [];
+    for (const [id, list] of Object.entries(state.labels)) {
+      const c = $(id); if (!c || !c.offsetParent) continue;
+      const r = c.getBoundingClientRect(), sx = r.width / c.width, sy = r.height / c.height;
+      for (const b of list) out.push({ canvas: id, text: b.text, left: r.left + b.x * sx, top: r.top + b.y * sy, right: r.left + (b.x + b.w) * sx, bottom: r.top + (b.y + b.h) * sy });
+    }
+    return out;
+  };
+  // stepTicks picks io_steps to label: the first, the last, and round ones
+  // in between, about one per 90 px.
+  function stepTicks(steps, width) {
+    if (!steps.length) return [];
+    const n = Math.max(1, Math.floor(width / 90)), span = steps[steps.length - 1] - steps[0];
+    let every = 1;
+    for (const m of [1, 2, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1000, 2000, 5000, 10000, 1e5, 1e6]) { every = m; if (span / m <= n) break; }
+    const out = [0, steps.length - 1];
+    steps.forEach((s, i) => { if (s % every === 0) out.push(i); });
+    return [...new Set(out)];
+  }
 
   function applyHeat(h) {
     for (const r of h.ranks) if (!state.ranks.some((x) => k(x) === k(r))) state.ranks.push(r);
@@ -42,51 +85,51 @@
 
   function drawHeat() {
     const c = $("heatmap"), g = c.getContext("2d");
+    beginLabels(c);
     g.fillStyle = "#fff"; g.fillRect(0, 0, c.width, c.height);
     const steps = [...state.steps.keys()].sort((a, b) => a - b);
-    const ranks = state.ranks, x0 = 48, y0 = 4, w = c.width - x0 - 4, h = c.height - y0 - 18;
-    if (!ranks.length || !steps.length) { state.layout = null; return; }
+    const ranks = state.ranks, x0 = 56, y0 = 4, w = c.width - x0 - 4, h = c.height - y0 - 18;
+    if (!ranks.length || !steps.length) { state.layout = null; g.fillStyle = "#5b6573"; label(g, c, "no io_step reported yet", 8, 8); return; }
     let mx = 1;
     for (const m of state.steps.values()) for (const v of m.values()) mx = Math.max(mx, v);
     const cw = w / steps.length, rh = h / ranks.length;
     const rows = ranks.map((r, i) => ({ pid: r.pid, rank: r.rank, y: y0 + i * rh, h: rh }));
+    const idx = new Map(ranks.map((r, i) => [k(r), i]));
     steps.forEach((s, si) => {
-      const m = state.steps.get(s);
-      ranks.forEach((r, ri) => {
-        const v = m.get(k(r)) || 0;
-        if (!v) return;
+      for (const [key, v] of state.steps.get(s)) {
+        const ri = idx.get(key);
+        if (!v || ri === undefined) continue;
         const t = Math.sqrt(v / mx);
         g.fillStyle = `rgb(255,${Math.round(235 * (1 - t))},${Math.round(220 * (1 - t))})`;
         g.fillRect(x0 + si * cw, y0 + ri * rh, Math.max(cw, 1), Math.max(rh, 1));
-      });
+      }
     });
-    g.fillStyle = "#5b6573"; g.font = "11px sans-serif"; g.textBaseline = "middle";
-    const every = Math.max(1, Math.ceil(12 / rh));
-    ranks.forEach((r, i) => { if (i % every === 0) g.fillText(rankLabel(r), 2, y0 + i * rh + rh / 2); });
-    g.textBaseline = "top";
-    g.fillText("step " + steps[0], x0, c.height - 14);
-    const last = "step " + steps[steps.length - 1];
-    g.fillText(last, c.width - 4 - g.measureText(last).width, c.height - 14);
+    g.strokeStyle = "#d9dde3"; g.strokeRect(x0 - 0.5, y0 - 0.5, w + 1, h + 1);
+    g.fillStyle = "#5b6573";
+    const every = Math.max(1, Math.ceil(14 / rh));
+    ranks.forEach((r, i) => { if (i % every === 0 || i === ranks.length - 1) label(g, c, rankLabel(r), x0 - 4, y0 + i * rh + rh / 2, "right", "middle"); });
+    for (const si of stepTicks(steps, w)) label(g, c, "step " + steps[si], x0 + (si + 0.5) * cw, c.height - 13, si === 0 ? "left" : si === steps.length - 1 ? "right" : "center");
     $("heat-range").textContent = `${ranks.length} ranks x ${steps.length} steps, max ${mx} anomalies per cell`;
-    state.layout = { x0, x1: x0 + w, rows };
+    state.layout = { x0, x1: x0 + w, rows, steps, cw };
   }
 
   function drawSeries() {
     const c = $("series"), g = c.getContext("2d");
+    beginLabels(c);
     g.fillStyle = "#fff"; g.fillRect(0, 0, c.width, c.height);
     const pts = [...state.series.values()].sort((a, b) => a.io_step - b.io_step).slice(-MAX_STEPS);
-    if (!pts.length) return;
+    g.fillStyle = "#5b6573";
+    if (!pts.length) { label(g, c, "no io_step reported yet", 8, 8); return; }
     const mx = Math.max(1, ...pts.map((p) => p.anomalies));
-    const x0 = 48, w = c.width - x0 - 4, h = c.height - 20;
+    const x0 = 56, w = c.width - x0 - 8, h = c.height - 24;
+    const X = (i) => x0 + (pts.length === 1 ? w / 2 : (i * w) / (pts.length - 1));
     g.strokeStyle = "#c0392b"; g.lineWidth = 1.5; g.beginPath();
-    pts.forEach((p, i) => {
-      const x = x0 + (pts.length === 1 ? w / 2 : (i * w) / (pts.length - 1)), y = 4 + h - (p.anomalies / mx) * h;
-      i ? g.lineTo(x, y) : g.moveTo(x, y);
-    });
+    pts.forEach((p, i) => { const y = 4 + h - (p.anomalies / mx) * h; i ? g.lineTo(X(i), y) : g.moveTo(X(i), y); });
     g.stroke();
-    g.fillStyle = "#5b6573"; g.font = "11px sans-serif";
-    g.fillText(String(mx), 2, 12); g.fillText("0", 2, h + 4);
-    g.fillText("step " + pts[0].io_step, x0, c.height - 3);
+    g.fillStyle = "#5b6573";
+    label(g, c, fmt(mx), x0 - 4, 4, "right", "top"); label(g, c, "0", x0 - 4, 4 + h, "right", "bottom");
+    const steps = pts.map((p) => p.io_step);
+    for (const si of stepTicks(steps, w)) label(g, c, "step " + steps[si], X(si), c.height - 13, si === 0 ? "left" : si === steps.length - 1 ? "right" : "center");
   }
 
   function fillTable(id, rows, cols, onClick) {
@@ -98,14 +141,22 @@
       tr.addEventListener("click", () => onClick(r));
       tb.appendChild(tr);
     }
+    if (!rows.length) { const tr = document.createElement("tr"); tr.className = "empty"; const td = cell(tr, "none"); td.colSpan = cols.length; tb.appendChild(tr); }
   }
-  const showRanks = (rows) => fillTable("top-ranks", rows, [[rankLabel], [(r) => fmt(r.anomalies), 1], [(r) => fmt(r.severity_sum), 1], [(r) => fmt(r.severity_max), 1]], (r) => openRecords({ rank: r.rank, pid: r.pid }));
-  const showFuncs = (rows) => fillTable("top-funcs", rows, [[(r) => r.func], [(r) => fmt(r.anomalies), 1], [(r) => fmt(r.ranks), 1], [(r) => fmt(r.severity_sum), 1]], (r) => openRecords({ func: r.func }));
+  const showRanks = (rows) => fillTable("top-ranks", rows, [[rankLabel], [(r) => fmt(r.anomalies), 1], [(r) => fmt(r.severity_sum), 1], [(r) => fmt(r.severity_max), 1]], (r) => filterAnomalies({ rank: r.rank, pid: r.pid }));
+  const showFuncs = (rows) => fillTable("top-funcs", rows, [[(r) => r.func], [(r) => fmt(r.anomalies), 1], [(r) => fmt(r.ranks), 1], [(r) => fmt(r.severity_sum), 1]], (r) => { selectFunc(r.func); filterAnomalies({ func: r.func }); });
+  function setStatus(s) {
+    state.status = s;
+    const text = { live: "live", finished: "finished", stored: "finished (from store)" }[s] || s;
+    $("status").textContent = text; $("status").className = "status " + (s === "live" ? "live" : s === "finished" || s === "stored" ? "done" : "down");
+  }
   function showSummary(s) {
     $("run").textContent = s.run + (s.shards > 1 ? ` (shard ${s.shard}/${s.shards})` : "");
+    document.title = "Kipimo " + s.run;
     $("t-step").textContent = fmt(s.io_step); $("t-ranks").textContent = fmt(s.ranks);
     $("t-anom").textContent = fmt(s.totals.anomalies); $("t-exec").textContent = fmt(s.totals.executions);
     $("t-bad").textContent = fmt(s.totals.bad_frames);
+    if (s.status) setStatus(s.status);
   }
   async function refreshTables() {
     const [fr, ff, fn] = await Promise.all([
@@ -114,32 +165,127 @@
       getJSON("api/functions"),
     ]);
     showRanks(fr); showFuncs(ff);
-    fillTable("func-table", fn, [[(r) => r.func], [(r) => r.has_model ? fmt(r.count) : "-", 1], [(r) => r.has_model ? fmt(r.mean) : "-", 1], [(r) => r.has_model ? fmt(r.stddev) : "-", 1], [(r) => r.has_model ? fmt(r.min) : "-", 1], [(r) => r.has_model ? fmt(r.max) : "-", 1], [(r) => fmt(r.anomalies), 1]], (r) => openRecords({ func: r.func }));
+    const m = (r, f) => r.has_model ? fmt(f(r)) : "-";
+    fillTable("func-table", fn, [[(r) => r.func], [(r) => m(r, (x) => x.count), 1], [(r) => m(r, (x) => x.mean), 1], [(r) => m(r, (x) => x.stddev), 1], [(r) => m(r, (x) => x.min), 1], [(r) => m(r, (x) => x.max), 1], [(r) => fmt(r.anomalies), 1]], (r) => { selectFunc(r.func); filterAnomalies({ func: r.func }); });
+    const first = setFuncList(fn.map((r) => r.func), (fn.find((r) => r.has_histogram) || fn[0] || {}).func);
+    if (first) await first;
+    return !!first;
   }
 
-  // Click-through: anomaly records from the provenance query API (proxied by the pserver under provdb/).
+  // Function view: the runtime histogram of one function over all ranks on a
+  // log runtime axis, the bins the HBOS threshold labels anomalous in red,
+  // the threshold as a dashed line and the anomaly records as marks.
+  function setFuncList(names, preferred) {
+    const sel = $("fv-func"), cur = sel.value, known = [...sel.options].map((o) => o.value);
+    if (known.join("\n") !== names.join("\n")) {
+      sel.textContent = "";
+      for (const n of names) { const o = document.createElement("option"); o.value = o.textContent = n; sel.appendChild(o); }
+      const dl = $("f-funcs"); dl.textContent = "";
+      for (const n of names) { const o = document.createElement("option"); o.value = n; dl.appendChild(o); }
+      if (names.includes(cur)) sel.value = cur;
+    }
+    return !state.func && preferred ? selectFunc(preferred) : null;
+  }
+  function selectFunc(name) {
+    if (!name) return null;
+    if ([...$("fv-func").options].some((o) => o.value === name)) $("fv-func").value = name;
+    state.func = name;
+    return loadFunc(name).catch((e) => { $("fv-legend").textContent = "Could not load " + name + ": " + e.message; });
+  }
+  async function loadFunc(name) {
+    const v = await getJSON("api/function?func=" + encodeURIComponent(name));
+    let marks = [], note = "";
+    if (state.config.provdb) {
+      try {
+        const q = new URLSearchParams({ func: name, sort: "outlier_score", order: "desc", limit: "500" });
+        marks = records(await getJSON(provURL(state.config.provdb_list, {}) + "?" + q)).map((r) => r.runtime_exclusive ?? r.runtime_total).filter((x) => x > 0);
+      } catch (e) { note = "; anomaly records unavailable: " + e.message; }
+    } else note = "; no provenance query API, so anomalies are not marked";
+    if (state.func !== name) return;
+    state.funcView = v; state.funcMarks = marks;
+    drawFunc(v, marks);
+    const a = v.anomalies || {};
+    $("fv-legend").textContent = v.bins.length
+      ? `${fmt(v.total)} executions (${v.source}); mean ${fmt(v.stats.mean)} µs, stddev ${fmt(v.stats.stddev)}; ` +
+        (v.threshold_runtime ? `threshold ${fmt(v.threshold_runtime)} µs (HBOS score ${fmt(v.score_threshold)}); ` : `HBOS score threshold ${fmt(v.score_threshold)}; `) +
+        `${fmt(a.count || 0)} anomalies on ${fmt(v.ranks)} ranks, ${marks.length} marked` + note
+      : `no runtime histogram of ${name} here (${v.stats.has_model ? "no histogram model" : "its model is on another shard"}); ${fmt(a.count || 0)} anomalies` + note;
+  }
+  function drawFunc(v, marks) {
+    const c = $("funchist"), g = c.getContext("2d");
+    beginLabels(c);
+    g.fillStyle = "#fff"; g.fillRect(0, 0, c.width, c.height);
+    g.fillStyle = "#5b6573";
+    if (!v.bins.length) { label(g, c, "no histogram for " + v.func, 8, 8); return; }
+    const x0 = 56, x1 = c.width - 8, y0 = 16, y1 = c.height - 20;
+    const pos = v.bins.map((b) => b.hi).concat(marks).filter((x) => x > 0);
+    let lo = Math.min(...v.bins.map((b) => b.lo).filter((x) => x > 0), ...pos), hi = Math.max(...pos);
+    if (!(lo > 0)) lo = hi / 1000;
+    if (hi <= lo) hi = lo * 10;
+    const L0 = Math.log10(lo), L1 = Math.log10(hi), X = (x) => x0 + ((Math.log10(Math.max(x, lo)) - L0) / (L1 - L0)) * (x1 - x0);
+    const cmax = Math.max(...v.bins.map((b) => b.count)), Y = (n) => y1 - (Math.log10(1 + n) / Math.log10(1 + cmax)) * (y1 - y0);
+    for (const b of v.bins) {
+      const xa = X(b.lo), xb = Math.max(X(b.hi), xa + 1.5);
+      g.fillStyle = b.anomalous ? "#d9534f" : "#5d8fc9";
+      g.fillRect(xa, Y(b.count), xb - xa, y1 - Y(b.count));
+    }
+    g.strokeStyle = "#9aa3ad"; g.lineWidth = 1; g.beginPath(); g.moveTo(x0, y1 + 0.5); g.lineTo(x1, y1 + 0.5); g.moveTo(x0 - 0.5, y0); g.lineTo(x0 - 0.5, y1); g.stroke();
+    g.fillStyle = "#e67e22";
+    for (const m of marks) { const x = X(m); g.beginPath(); g.moveTo(x, y0 - 2); g.lineTo(x - 4, y0 - 10); g.lineTo(x + 4, y0 - 10); g.fill(); }
+    g.fillStyle = "#5b6573";
+    if (v.threshold_runtime > 0) {
+      const x = X(v.threshold_runtime);
+      g.strokeStyle = "#b00020"; g.setLineDash([5, 4]); g.beginPath(); g.moveTo(x, y0); g.lineTo(x, y1); g.stroke(); g.setLineDash([]);
+      g.fillStyle = "#b00020"; label(g, c, "threshold " + short(v.threshold_runtime) + " µs", x + 4, y0 + 2); g.fillStyle = "#5b6573";
+    }
+    label(g, c, short(cmax), x0 - 4, Y(cmax), "right", "top"); label(g, c, "0", x0 - 4, y1, "right", "bottom");
+    label(g, c, "count (log)", x0 - 4, (y0 + y1) / 2, "right", "middle");
+    for (let e = Math.floor(L0); e <= Math.ceil(L1); e++) for (const m of [1, 2, 5]) {
+      const t = m * 10 ** e; if (t < lo || t > hi) continue;
+      const x = X(t); g.fillRect(x, y1, 1, 4);
+      label(g, c, short(t), x, y1 + 5, "center");
+    }
+    label(g, c, "runtime (µs, log)", x1, y1 + 5, "right");
+  }
+
+  // The anomaly list, filtered by rank, function and io_step range, from the
+  // provenance query API (proxied by the pserver, or the store's own).
   function provURL(tpl, vals) { return "provdb" + tpl.replace(/\{(\w+)\}/g, (_, n) => encodeURIComponent(vals[n])); }
-  async function openRecords(sel) {
-    $("details").hidden = false; $("record").hidden = true;
-    $("details-title").textContent = "Anomalies of " + (sel.func ? sel.func : "rank " + rankLabel(sel));
+  const records = (body) => Array.isArray(body) ? body : (body.records || body.items || body.results || []);
+  function filterAnomalies(sel) {
+    $("f-rank").value = sel.rank ?? ""; $("f-func").value = sel.func ?? "";
+    $("f-step-min").value = sel.step ?? ""; $("f-step-max").value = sel.step ?? "";
+    state.filterPID = sel.pid;
+    return loadAnomalies();
+  }
+  async function loadAnomalies() {
+    const rank = $("f-rank").value, fn = $("f-func").value, smin = $("f-step-min").value, smax = $("f-step-max").value;
+    const what = [rank !== "" && "rank " + rank, fn && fn, (smin !== "" || smax !== "") && (smin === smax ? "io_step " + smin : `io_steps ${smin || "0"}..${smax || "end"}`)].filter(Boolean);
+    $("details-title").textContent = "Anomalies" + (what.length ? " of " + what.join(", ") : ", highest scores first");
     const tb = $("records").querySelector("tbody"); tb.textContent = "";
     $("details-msg").textContent = "";
-    if (!state.config.provdb) { $("details-msg").textContent = "No provenance query API is configured (start the pserver with --provdb-url), so anomaly records cannot be shown."; return; }
+    if (!state.config.provdb) { $("details-msg").textContent = "No provenance query API is configured (start the pserver with --provdb-url), so anomaly records cannot be shown."; $("record").hidden = true; return; }
     const q = new URLSearchParams({ sort: "outlier_score", order: "desc", limit: "50" });
-    if (sel.func) q.set("func", sel.func); else { q.set("rank", sel.rank); q.set("pid", sel.pid || 0); }
-    let body;
-    try { body = await getJSON(provURL(state.config.provdb_list, {}) + "?" + q); } catch (e) { $("details-msg").textContent = "The provenance query API did not answer: " + e.message; return; }
-    const recs = Array.isArray(body) ? body : (body.records || body.items || body.results || []);
-    if (!recs.length) { $("details-msg").textContent = "No anomaly records found (yet) for this selection."; return; }
+    if (rank !== "") { q.set("rank", rank); if (state.filterPID) q.set("pid", state.filterPID); }
+    if (fn) q.set("func", fn);
+    if (smin !== "") q.set("step_min", smin);
+    if (smax !== "") q.set("step_max", smax);
+    const seq = (state.listSeq = (state.listSeq || 0) + 1);
+    let recs;
+    try { recs = records(await getJSON(provURL(state.config.provdb_list, {}) + "?" + q)); } catch (e) { $("details-msg").textContent = "The provenance query API did not answer: " + e.message; return; }
+    if (seq !== state.listSeq) return;
+    if (!recs.length) { $("details-msg").textContent = "No anomaly records found (yet) for this selection."; $("record").hidden = true; return; }
     fillTable("records", recs, [[(r) => r.event_id], [(r) => r.rid, 1], [(r) => r.tid, 1], [(r) => r.func], [(r) => r.io_step, 1], [(r) => fmt(r.runtime_exclusive ?? r.runtime_total), 1], [(r) => fmt(r.outlier_score), 1]], openRecord);
-    openRecord(recs[0]);
+    await openRecord(recs[0]);
   }
   async function openRecord(r) {
     let rec = r;
-    if (!rec.call_stack) {
+    if (!rec.call_stack || !rec.event_window) {
       try { rec = await getJSON(provURL(state.config.provdb_record, { pid: r.pid || 0, event_id: r.event_id })); } catch (e) { $("details-msg").textContent = "Could not fetch record " + r.event_id + ": " + e.message; return; }
     }
+    for (const tr of $("records").querySelectorAll("tbody tr")) tr.classList.toggle("sel", tr.firstChild && tr.firstChild.textContent === rec.event_id);
     $("record").hidden = false;
+    $("record-id").textContent = `event ${rec.event_id}, rank ${rec.rid}, thread ${rec.tid}, io_step ${rec.io_step}`;
     const ol = $("callstack"); ol.textContent = "";
     const stack = (rec.call_stack || []).slice().reverse(); // root first
     for (const f of stack) {
@@ -148,28 +294,38 @@
       if (f.is_anomaly) li.className = "anomaly";
       ol.appendChild(li);
     }
+    if (!stack.length) { const li = document.createElement("li"); li.textContent = "no call stack recorded"; ol.appendChild(li); }
     drawTimeline(rec);
     const gpu = $("gpu");
     if (rec.is_gpu_event && rec.gpu_location) {
       const l = rec.gpu_location, p = rec.gpu_parent;
       gpu.textContent = `GPU device ${l.device}, context ${l.context}, stream ${l.stream}, thread ${l.thread}` + (p && p.event_id ? `; launched by ${p.event_id} on thread ${p.tid}` + (p.call_stack && p.call_stack.length ? " in " + p.call_stack.map((f) => f.func).reverse().join(" > ") : "") : "");
     } else gpu.textContent = "CPU execution (no GPU context).";
+    state.record = rec.event_id;
   }
   function drawTimeline(rec) {
     const c = $("timeline"), g = c.getContext("2d");
+    beginLabels(c);
     g.fillStyle = "#fff"; g.fillRect(0, 0, c.width, c.height);
     const win = ((rec.event_window && rec.event_window.exec_window) || []).filter((e) => e.exit >= e.entry);
-    if (!win.length) { g.fillStyle = "#5b6573"; g.fillText("no event window recorded", 8, 20); return; }
+    if (!win.length) { g.fillStyle = "#5b6573"; label(g, c, "no event window recorded", 8, 8); return; }
     const t0 = Math.min(...win.map((e) => e.entry)), t1 = Math.max(...win.map((e) => e.exit), t0 + 1);
     const depth = new Map(), byId = new Map(win.map((e) => [e.event_id, e]));
-    const d = (e) => { if (depth.has(e.event_id)) return depth.get(e.event_id); const p = byId.get(e.parent_event_id); const v = p && p !== e ? d(p) + 1 : 0; depth.set(e.event_id, v); return v; };
-    g.font = "11px sans-serif"; g.textBaseline = "middle";
+    const d = (e) => { if (depth.has(e.event_id)) return depth.get(e.event_id); depth.set(e.event_id, 0); const p = byId.get(e.parent_event_id); const v = p && p !== e ? d(p) + 1 : 0; depth.set(e.event_id, v); return v; };
+    const x0 = 4, W = c.width - 8, H = c.height - 18;
+    const rowH = Math.min(18, H / (Math.min(Math.max(...win.map(d)), 7) + 1));
     for (const e of win) {
-      const x = 4 + ((e.entry - t0) / (t1 - t0)) * (c.width - 8), w = Math.max(2, ((e.exit - e.entry) / (t1 - t0)) * (c.width - 8)), y = 4 + Math.min(d(e), 8) * 18;
+      const x = x0 + ((e.entry - t0) / (t1 - t0)) * W, w = Math.max(2, ((e.exit - e.entry) / (t1 - t0)) * W), y = 2 + Math.min(d(e), 7) * rowH;
       g.fillStyle = e.event_id === rec.event_id ? "#c0392b" : e.is_anomaly ? "#e67e22" : "#5d8fc9";
-      g.fillRect(x, y, w, 16);
-      g.fillStyle = "#fff"; if (w > 40) g.fillText(e.func.slice(0, Math.floor(w / 6)), x + 2, y + 8);
+      g.fillRect(x, y, w, rowH - 2);
+      if (w > 40) {
+        g.font = "11px sans-serif";
+        let s = e.func; while (s.length > 1 && g.measureText(s).width > w - 4) s = s.slice(0, -1);
+        g.fillStyle = "#fff"; label(g, c, s, x + 2, y + (rowH - 2) / 2, "left", "middle");
+      }
     }
+    g.fillStyle = "#5b6573";
+    label(g, c, String(t0), x0, c.height - 13, "left"); label(g, c, String(t1) + " (µs)", c.width - 4, c.height - 13, "right");
   }
 
   // Tables are pulled at most every 2 s, with a trailing pull so the last
@@ -179,7 +335,7 @@
     const wait = Math.max(0, 2000 - (Date.now() - (state.lastTables || 0)));
     state.tablesTimer = setTimeout(() => {
       state.tablesTimer = null; state.lastTables = Date.now();
-      refreshTables().catch(() => {});
+      refreshTables().then((first) => !first && state.func && loadFunc(state.func)).catch(() => {});
     }, wait);
   }
 
@@ -187,35 +343,51 @@
     const es = new EventSource(withToken("api/events"));
     es.addEventListener("update", (ev) => {
       const u = JSON.parse(ev.data);
-      $("status").textContent = "live"; $("status").className = "status live";
       showSummary(u.summary); applyHeat(u.heat); applySeries(u.steps); drawHeat(); drawSeries();
       if ($("ranks-by").value === "count") showRanks(u.top_ranks);
       if ($("funcs-by").value === "count") showFuncs(u.top_functions);
       state.updates = (state.updates || 0) + 1;
       scheduleTables();
+      if (u.summary.status !== "live") es.close(); // nothing changes any more
     });
-    es.onerror = () => { $("status").textContent = "reconnecting"; $("status").className = "status down"; };
+    es.onerror = () => {
+      if (state.status === "live" || !state.status) { $("status").textContent = "reconnecting"; $("status").className = "status down"; }
+    };
   }
 
   $("heatmap").addEventListener("click", (ev) => {
     const L = state.layout; if (!L) return;
-    const c = $("heatmap"), y = (ev.offsetY * c.height) / c.clientHeight;
+    const c = $("heatmap"), y = (ev.offsetY * c.height) / c.clientHeight, x = (ev.offsetX * c.width) / c.clientWidth;
     const row = L.rows.find((r) => y >= r.y && y < r.y + r.h);
-    if (row) openRecords({ pid: row.pid, rank: row.rank });
+    if (!row) return;
+    const si = Math.floor((x - L.x0) / L.cw);
+    filterAnomalies({ pid: row.pid, rank: row.rank, step: si >= 0 && si < L.steps.length ? L.steps[si] : undefined });
   });
   $("ranks-by").addEventListener("change", () => refreshTables().catch(() => {}));
   $("funcs-by").addEventListener("change", () => refreshTables().catch(() => {}));
+  $("fv-func").addEventListener("change", () => selectFunc($("fv-func").value));
+  $("filters").addEventListener("submit", (ev) => { ev.preventDefault(); state.filterPID = undefined; loadAnomalies(); });
+  $("f-clear").addEventListener("click", () => filterAnomalies({}));
 
   (async function init() {
     try {
       state.config = await getJSON("api/config");
-      const [sum, heat, steps] = await Promise.all([getJSON("api/summary"), getJSON("api/heatmap?steps=" + MAX_STEPS), getJSON("api/steps?last=" + MAX_STEPS)]);
-      showSummary(sum); applyHeat(heat); applySeries(steps); drawHeat(); drawSeries();
-      await refreshTables();
-      state.ready = true;
     } catch (e) {
       $("status").textContent = "error: " + e.message; $("status").className = "status down";
+      setTimeout(init, 2000);
+      return;
     }
-    connect();
+    // Every panel is pulled on its own, so one failing view leaves the others filled.
+    const jobs = [
+      getJSON("api/summary").then(showSummary),
+      Promise.all([getJSON("api/heatmap?steps=" + MAX_STEPS), getJSON("api/steps?last=" + MAX_STEPS)]).then(([heat, steps]) => { applyHeat(heat); applySeries(steps); drawHeat(); drawSeries(); }),
+      refreshTables(),
+      loadAnomalies(),
+    ];
+    const res = await Promise.allSettled(jobs);
+    const bad = res.filter((r) => r.status === "rejected");
+    if (bad.length) { $("status").textContent = "error: " + bad[0].reason.message; $("status").className = "status down"; }
+    state.ready = true;
+    if (state.status !== "stored") connect();
   })();
 })();
