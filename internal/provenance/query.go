@@ -1,10 +1,15 @@
 package provenance
 
 import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"net/url"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -23,8 +28,14 @@ const (
 // SortFields is the whitelist of sort fields.
 var SortFields = []string{SortEntry, SortRuntimeTotal, SortRuntimeExclusive, SortOutlierScore}
 
-// MaxLimit bounds the number of records one query returns.
+// MaxLimit bounds the number of records Store.Query returns (it holds them
+// all); Store.Each, which streams, takes any limit.
 const MaxLimit = 100000
+
+// NoLimit as Query.Limit asks for every matching record. Only Store.Each
+// (which streams them) and Store.Aggregate accept it; in URL parameters and
+// on the command line it is written "limit=0".
+const NoLimit = -1
 
 // DefaultLimit is the number of records a query returns when it sets none.
 const DefaultLimit = 100
@@ -48,7 +59,13 @@ type Query struct {
 	GPUOnly    bool     // is_gpu_event
 	Sort       string   // one of SortFields; default entry
 	Desc       bool
-	Limit      int // 1..MaxLimit; 0 means DefaultLimit
+	// Limit is the maximum number of records: 0 means DefaultLimit,
+	// NoLimit every record; Store.Query takes 1..MaxLimit.
+	Limit int
+	// After, if not nil, selects only the records that come after it in
+	// the query's order: a page of a longer result resumes there. Its Sort
+	// and Desc must be the query's.
+	After *Cursor
 }
 
 // Normalize fills defaults and validates q: the kind, the sort field, the
@@ -73,8 +90,11 @@ func (q *Query) Normalize() error {
 	if q.Limit == 0 {
 		q.Limit = DefaultLimit
 	}
-	if q.Limit < 0 || q.Limit > MaxLimit {
-		return fmt.Errorf("limit %d out of range 1..%d", q.Limit, MaxLimit)
+	if q.Limit < NoLimit {
+		return fmt.Errorf("limit %d is negative (0 asks for every record)", q.Limit)
+	}
+	if q.After != nil && (q.After.Sort != q.Sort || q.After.Desc != q.Desc) {
+		return fmt.Errorf("cursor is a position in another order (sort %s, descending %v)", q.After.Sort, q.After.Desc)
 	}
 	if q.StepMin != nil && q.StepMax != nil && *q.StepMin > *q.StepMax {
 		return fmt.Errorf("io_step range %d..%d is empty", *q.StepMin, *q.StepMax)
@@ -96,6 +116,15 @@ func (q *Query) Normalize() error {
 	return nil
 }
 
+// CheckBounded reports an error unless q.Limit is 1..MaxLimit, the limits of
+// queries whose whole result is held in memory (Store.Query).
+func (q Query) CheckBounded() error {
+	if q.Limit < 1 || q.Limit > MaxLimit {
+		return fmt.Errorf("limit %d out of range 1..%d (stream larger results)", q.Limit, MaxLimit)
+	}
+	return nil
+}
+
 // Regexp compiles FuncRegexp (nil when empty).
 func (q Query) Regexp() (*regexp.Regexp, error) {
 	if q.FuncRegexp == "" {
@@ -111,9 +140,9 @@ func (q Query) Regexp() (*regexp.Regexp, error) {
 	return re, nil
 }
 
-// Match reports whether e passes q's filters (not its sort or limit). Stores
-// that cannot express a filter natively use it, and the shared test suite
-// uses it as the reference.
+// Match reports whether e passes q's filters, After included (not its sort
+// or limit). Stores that cannot express a filter natively use it, and the
+// shared test suite uses it as the reference.
 func (q Query) Match(e *Exec, re *regexp.Regexp) bool {
 	switch {
 	case q.PID != nil && e.PID != *q.PID,
@@ -130,7 +159,121 @@ func (q Query) Match(e *Exec, re *regexp.Regexp) bool {
 		q.GPUOnly && !e.IsGPUEvent:
 		return false
 	}
+	if q.After != nil {
+		c := q.After.exec()
+		return q.Less(&c, e)
+	}
 	return true
+}
+
+// Cursor is a position in the order of a query: just after the record with
+// key (PID, EventID) whose sort field has Value (entry, runtime_total,
+// runtime_exclusive) or Score (outlier_score). The record key breaks ties of
+// the sort field, so a cursor resumes a listing exactly, each record once,
+// even when many records share a sort value. Its String form is the token
+// the HTTP API passes as "cursor".
+type Cursor struct {
+	Sort    string // the query's sort field
+	Desc    bool   // and direction
+	Value   uint64
+	Score   float64
+	PID     uint32
+	EventID string
+}
+
+// CursorAfter is the position just after e in q's order (q normalized).
+func CursorAfter(q Query, e *Exec) *Cursor {
+	c := &Cursor{Sort: q.Sort, Desc: q.Desc, PID: e.PID, EventID: e.EventID}
+	switch q.Sort {
+	case SortRuntimeTotal:
+		c.Value = e.RuntimeTotal
+	case SortRuntimeExclusive:
+		c.Value = e.RuntimeExclusive
+	case SortOutlierScore:
+		c.Score = e.OutlierScore
+	default:
+		c.Value = e.Entry
+	}
+	return c
+}
+
+// SortArg is the cursor's sort value as a database argument: an int64 (as
+// the stores keep the integer fields) or, for outlier_score, a float64.
+func (c *Cursor) SortArg() any {
+	if c.Sort == SortOutlierScore {
+		return c.Score
+	}
+	return int64(c.Value)
+}
+
+// exec is a record with the cursor's sort value and key, to compare with.
+func (c *Cursor) exec() Exec {
+	x := Exec{PID: c.PID, EventID: c.EventID, OutlierScore: c.Score}
+	switch c.Sort {
+	case SortRuntimeTotal:
+		x.RuntimeTotal = c.Value
+	case SortRuntimeExclusive:
+		x.RuntimeExclusive = c.Value
+	default:
+		x.Entry = c.Value
+	}
+	return x
+}
+
+// cursorToken is the JSON form of a Cursor inside its token.
+type cursorToken struct {
+	Sort    string `json:"s"`
+	Desc    bool   `json:"d,omitempty"`
+	Value   string `json:"v"`
+	PID     uint32 `json:"p"`
+	EventID string `json:"e"`
+}
+
+// String is the cursor as an opaque URL-safe token (ParseCursor reads it).
+func (c *Cursor) String() string {
+	v := strconv.FormatUint(c.Value, 10)
+	if c.Sort == SortOutlierScore {
+		v = strconv.FormatFloat(c.Score, 'g', -1, 64)
+	}
+	b, _ := json.Marshal(cursorToken{Sort: c.Sort, Desc: c.Desc, Value: v, PID: c.PID, EventID: c.EventID})
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// ParseCursor reads a token made by Cursor.String.
+func ParseCursor(s string) (*Cursor, error) {
+	bad := func() (*Cursor, error) { return nil, fmt.Errorf("cursor %q is not one this API gave", s) }
+	if len(s) > 512 {
+		return bad()
+	}
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		return bad()
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	var t cursorToken
+	if err := dec.Decode(&t); err != nil || dec.More() {
+		return bad()
+	}
+	if !slices.Contains(SortFields, t.Sort) {
+		return bad()
+	}
+	if _, _, _, err := ParseEventID(t.EventID); err != nil {
+		return bad()
+	}
+	c := &Cursor{Sort: t.Sort, Desc: t.Desc, PID: t.PID, EventID: t.EventID}
+	if t.Sort == SortOutlierScore {
+		c.Score, err = strconv.ParseFloat(t.Value, 64)
+		if err == nil && (math.IsNaN(c.Score) || math.IsInf(c.Score, 0)) {
+			err = errors.New("not finite")
+		}
+	} else {
+		c.Value, err = strconv.ParseUint(t.Value, 10, 64)
+	}
+	if err != nil {
+		return bad()
+	}
+	return c, nil
 }
 
 // Less orders executions as q sorts them.
@@ -283,12 +426,13 @@ var queryParams = map[string]bool{
 	"kind": true, "pid": true, "rank": true, "tid": true, "func": true, "func_re": true,
 	"step_min": true, "step_max": true, "from": true, "to": true, "min_runtime": true,
 	"min_score": true, "gpu": true, "sort": true, "order": true, "limit": true, "by": true,
+	"cursor": true,
 }
 
 // ParseQuery reads a Query from URL parameters: kind, pid, rank, tid, func,
 // func_re, step_min, step_max, from, to, min_runtime, min_score, gpu
-// (true/false), sort, order (asc/desc), limit; "by" is accepted and left to
-// the caller. An unknown parameter, a repeated one or a malformed value is
+// (true/false), sort, order (asc/desc), limit (0: every record, NoLimit),
+// cursor (a Cursor's token); "by" is accepted and left to the caller. An unknown parameter, a repeated one or a malformed value is
 // an error naming it.
 func ParseQuery(v url.Values) (Query, error) {
 	var q Query
@@ -360,10 +504,16 @@ func ParseQuery(v url.Values) (Query, error) {
 	}
 	if s := v.Get("limit"); s != "" && err == nil {
 		n, e := strconv.Atoi(s)
-		if e != nil || n <= 0 {
-			err = fmt.Errorf("limit %q is not a positive integer", s)
+		if e != nil || n < 0 {
+			err = fmt.Errorf("limit %q is not a non-negative integer", s)
 		}
 		q.Limit = n
+		if n == 0 {
+			q.Limit = NoLimit
+		}
+	}
+	if s := v.Get("cursor"); s != "" && err == nil {
+		q.After, err = ParseCursor(s)
 	}
 	if err != nil {
 		return q, err
@@ -411,6 +561,12 @@ func (q Query) Values() url.Values {
 	}
 	if q.Limit > 0 {
 		set("limit", strconv.Itoa(q.Limit))
+	}
+	if q.Limit == NoLimit {
+		set("limit", "0")
+	}
+	if q.After != nil {
+		set("cursor", q.After.String())
 	}
 	return v
 }

@@ -27,8 +27,22 @@ type Store interface {
 	// the records are durable.
 	Write(ctx context.Context, b Batch) error
 	// Query returns the executions (q.Kind anomalies or normalexecs) that
-	// match q, sorted and limited as q says.
+	// match q, sorted and limited as q says; q.Limit is 1..MaxLimit.
 	Query(ctx context.Context, q Query) ([]Exec, error)
+	// Each streams the executions Query would return, in the same order,
+	// to fn, one at a time, holding only a bounded number of them whatever
+	// the size of the result: q.Limit may be NoLimit (every match) or any
+	// positive number.
+	//
+	// fn is called from the goroutine that called Each, never concurrently
+	// with itself; the Exec it gets is its own (nothing in it is reused).
+	// fn may call the store's other methods, Each included. The store holds
+	// a read snapshot or server cursor (a SQLite read connection, a MongoDB
+	// cursor) until Each returns, so a slow fn keeps it. Each returns when
+	// every record has been passed, when ctx is done, or when fn returns an
+	// error, which Each returns unwrapped; to stop early, return a sentinel
+	// error and test for it with errors.Is.
+	Each(ctx context.Context, q Query, fn func(Exec) error) error
 	// Get returns the execution of kind with key (pid, eventID), or
 	// ErrNotFound.
 	Get(ctx context.Context, kind string, pid uint32, eventID string) (Exec, error)

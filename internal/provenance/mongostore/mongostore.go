@@ -247,7 +247,35 @@ func filter(q provenance.Query) bson.D {
 	if q.GPUOnly {
 		f = append(f, bson.E{Key: "is_gpu_event", Value: true})
 	}
+	if a := q.After; a != nil {
+		// After the cursor in the query's order: a later sort value, or
+		// the same one and a greater key (pid, event_id).
+		op := "$gt"
+		if q.Desc {
+			op = "$lt"
+		}
+		v, pid := a.SortArg(), int64(a.PID)
+		f = append(f, bson.E{Key: "$or", Value: bson.A{
+			bson.D{{Key: q.Sort, Value: bson.D{{Key: op, Value: v}}}},
+			bson.D{{Key: q.Sort, Value: v}, {Key: "pid", Value: bson.D{{Key: "$gt", Value: pid}}}},
+			bson.D{{Key: q.Sort, Value: v}, {Key: "pid", Value: pid}, {Key: "event_id", Value: bson.D{{Key: "$gt", Value: a.EventID}}}},
+		}})
+	}
 	return f
+}
+
+// findOptions sorts as q says and limits to q.Limit (none for NoLimit).
+func findOptions(q provenance.Query) *options.FindOptionsBuilder {
+	dir := 1
+	if q.Desc {
+		dir = -1
+	}
+	opts := options.Find().
+		SetSort(bson.D{{Key: q.Sort, Value: dir}, {Key: "pid", Value: 1}, {Key: "event_id", Value: 1}})
+	if q.Limit > 0 {
+		opts.SetLimit(int64(q.Limit))
+	}
+	return opts
 }
 
 // Query returns the matching executions.
@@ -255,17 +283,13 @@ func (s *Store) Query(ctx context.Context, q provenance.Query) ([]provenance.Exe
 	if err := q.Normalize(); err != nil {
 		return nil, fmt.Errorf("query: %w", err)
 	}
+	if err := q.CheckBounded(); err != nil {
+		return nil, fmt.Errorf("query: %w", err)
+	}
 	if !provenance.IsExecKind(q.Kind) {
 		return nil, fmt.Errorf("query: kind %s does not hold executions", q.Kind)
 	}
-	dir := 1
-	if q.Desc {
-		dir = -1
-	}
-	opts := options.Find().
-		SetSort(bson.D{{Key: q.Sort, Value: dir}, {Key: "pid", Value: 1}, {Key: "event_id", Value: 1}}).
-		SetLimit(int64(q.Limit))
-	cur, err := s.db.Collection(q.Kind).Find(ctx, filter(q), opts)
+	cur, err := s.db.Collection(q.Kind).Find(ctx, filter(q), findOptions(q))
 	if err != nil {
 		return nil, fmt.Errorf("query %s: %w", q.Kind, err)
 	}
@@ -279,6 +303,42 @@ func (s *Store) Query(ctx context.Context, q provenance.Query) ([]provenance.Exe
 		out[i].Normalize()
 	}
 	return out, nil
+}
+
+// eachBatch is the number of documents a server cursor of Each returns per
+// round trip.
+const eachBatch = 500
+
+// Each streams the matching executions to fn through one server cursor,
+// eachBatch documents a round trip. The sort may exceed the server's memory
+// for sorts without an index; it may then use disk (allowDiskUse).
+func (s *Store) Each(ctx context.Context, q provenance.Query, fn func(provenance.Exec) error) error {
+	if err := q.Normalize(); err != nil {
+		return fmt.Errorf("list: %w", err)
+	}
+	if !provenance.IsExecKind(q.Kind) {
+		return fmt.Errorf("list: kind %s does not hold executions", q.Kind)
+	}
+	opts := findOptions(q).SetBatchSize(eachBatch).SetAllowDiskUse(true)
+	cur, err := s.db.Collection(q.Kind).Find(ctx, filter(q), opts)
+	if err != nil {
+		return fmt.Errorf("list %s: %w", q.Kind, err)
+	}
+	defer cur.Close(context.WithoutCancel(ctx))
+	for cur.Next(ctx) {
+		var d execDoc
+		if err := cur.Decode(&d); err != nil {
+			return fmt.Errorf("list %s: %w", q.Kind, err)
+		}
+		d.Exec.Normalize()
+		if err := fn(d.Exec); err != nil {
+			return err
+		}
+	}
+	if err := cur.Err(); err != nil {
+		return fmt.Errorf("list %s: %w", q.Kind, err)
+	}
+	return nil
 }
 
 // Get returns one execution whole.

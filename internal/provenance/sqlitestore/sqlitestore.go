@@ -40,9 +40,12 @@ type Options struct {
 // concurrent use; the caller who opened it calls Close once.
 type Store struct {
 	path string
-	w    *sql.DB              // one connection: all writes
-	r    *sql.DB              // readers
-	ins  map[string]*sql.Stmt // per kind, on w
+	w    *sql.DB // one connection: all writes
+	r    *sql.DB // readers
+	// streams are the connections of Each, one per call while it runs: a
+	// pool without a cap, so that a stream's callback can call the store.
+	streams *sql.DB
+	ins     map[string]*sql.Stmt // per kind, on w
 	// insMany inserts execRowsPerInsert executions at once, and insBlock a
 	// block of their documents, per exec kind.
 	insMany, insBlock map[string]*sql.Stmt
@@ -212,6 +215,12 @@ func Open(ctx context.Context, path string, opt Options) (*Store, error) {
 		return nil, fmt.Errorf("open SQLite provenance store %s: %w", path, err)
 	}
 	s.r.SetMaxOpenConns(4)
+	if s.streams, err = sql.Open("sqlite", dsn("query_only(1)")); err != nil {
+		s.r.Close()
+		s.closeW()
+		return nil, fmt.Errorf("open SQLite provenance store %s: %w", path, err)
+	}
+	s.streams.SetMaxIdleConns(1)
 	var n int
 	if err := s.r.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE name = 'anomalies'`).Scan(&n); err != nil || n == 0 {
 		s.Close()
@@ -245,6 +254,9 @@ func (s *Store) Close() error {
 		errs = append(errs, s.w.Close())
 	}
 	errs = append(errs, s.r.Close())
+	if s.streams != nil {
+		errs = append(errs, s.streams.Close())
+	}
 	return errors.Join(errs...)
 }
 
@@ -519,6 +531,16 @@ func where(q provenance.Query) (string, []any) {
 		if q.GPUOnly {
 			c = append(c, "is_gpu_event = 1")
 		}
+		if a := q.After; a != nil {
+			// After the cursor in the query's order: a later sort value,
+			// or the same one and a greater key. q.Sort is a column name.
+			op := " > ?"
+			if q.Desc {
+				op = " < ?"
+			}
+			c = append(c, "("+q.Sort+op+" OR ("+q.Sort+" = ? AND (pid > ? OR (pid = ? AND event_id > ?))))")
+			args = append(args, a.SortArg(), a.SortArg(), int64(a.PID), int64(a.PID), a.EventID)
+		}
 	}
 	if len(c) == 0 {
 		return "", nil
@@ -539,39 +561,16 @@ func (s *Store) Query(ctx context.Context, q provenance.Query) ([]provenance.Exe
 	if err := q.Normalize(); err != nil {
 		return nil, fmt.Errorf("query: %w", err)
 	}
+	if err := q.CheckBounded(); err != nil {
+		return nil, fmt.Errorf("query: %w", err)
+	}
 	if !provenance.IsExecKind(q.Kind) {
 		return nil, fmt.Errorf("query: kind %s does not hold executions", q.Kind)
 	}
-	w, args := where(q)
-	dir, cmp := " ASC", " <= ?"
-	if q.Desc {
-		dir, cmp = " DESC", " >= ?"
+	sqlText, args, err := selectDocs(ctx, s.r, q)
+	if err != nil {
+		return nil, fmt.Errorf("query %s: %w", q.Kind, err)
 	}
-	// q.Sort is one of provenance.SortFields (checked by Normalize), which
-	// are column names. Ties are broken by (pid, event_id), which no index
-	// holds, so SQLite would sort every matching row to return the first
-	// ones. Where an index gives the sort column's order, the value at the
-	// limit is found first through it; only rows up to that value (the
-	// result and its ties) are then sorted.
-	if sortIndexed(q) {
-		var edge any
-		err := s.r.QueryRowContext(ctx, "SELECT "+q.Sort+" FROM "+q.Kind+w+" ORDER BY "+q.Sort+dir+" LIMIT 1 OFFSET ?",
-			append(slices.Clone(args), q.Limit-1)...).Scan(&edge)
-		switch {
-		case err == nil:
-			if w == "" {
-				w = " WHERE "
-			} else {
-				w += " AND "
-			}
-			w += q.Sort + cmp
-			args = append(args, edge)
-		case !errors.Is(err, sql.ErrNoRows):
-			return nil, fmt.Errorf("query %s: %w", q.Kind, err)
-		}
-	}
-	sqlText := "SELECT doc FROM " + q.Kind + w + " ORDER BY " + q.Sort + dir + ", pid ASC, event_id ASC LIMIT ?"
-	args = append(args, q.Limit)
 	rows, err := s.r.QueryContext(ctx, sqlText, args...)
 	if err != nil {
 		return nil, fmt.Errorf("query %s: %w", q.Kind, err)
@@ -597,6 +596,199 @@ func (s *Store) Query(ctx context.Context, q provenance.Query) ([]provenance.Exe
 		}
 	}
 	return out, nil
+}
+
+// rowQueryer is what selectDocs asks: a pool or one connection.
+type rowQueryer interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// selectDocs returns the SELECT of the doc column of the executions q
+// (normalized, of an execution kind) selects, in its order.
+func selectDocs(ctx context.Context, db rowQueryer, q provenance.Query) (string, []any, error) {
+	w, args := where(q)
+	dir, cmp := " ASC", " <= ?"
+	if q.Desc {
+		dir, cmp = " DESC", " >= ?"
+	}
+	// q.Sort is one of provenance.SortFields (checked by Normalize), which
+	// are column names. Ties are broken by (pid, event_id), which no index
+	// holds, so SQLite would sort every matching row to return the first
+	// ones. Where an index gives the sort column's order, the value at the
+	// limit is found first through it; only rows up to that value (the
+	// result and its ties) are then sorted.
+	if q.Limit > 0 && sortIndexed(q) {
+		var edge any
+		err := db.QueryRowContext(ctx, "SELECT "+q.Sort+" FROM "+q.Kind+w+" ORDER BY "+q.Sort+dir+" LIMIT 1 OFFSET ?",
+			append(slices.Clone(args), q.Limit-1)...).Scan(&edge)
+		switch {
+		case err == nil:
+			if w == "" {
+				w = " WHERE "
+			} else {
+				w += " AND "
+			}
+			w += q.Sort + cmp
+			args = append(args, edge)
+		case !errors.Is(err, sql.ErrNoRows):
+			return "", nil, err
+		}
+	}
+	// A negative LIMIT is no limit in SQLite: NoLimit needs no other text.
+	sqlText := "SELECT doc FROM " + q.Kind + w + " ORDER BY " + q.Sort + dir + ", pid ASC, event_id ASC LIMIT ?"
+	return sqlText, append(args, q.Limit), nil
+}
+
+// Stream sizes of Each: the rows read before their documents are decoded
+// and passed on, and the decompressed bytes of document blocks kept for
+// the next rows.
+const (
+	eachChunk      = 512
+	eachCacheBytes = 8 << 20
+)
+
+// Each streams the matching executions to fn. It reads them through one
+// connection of its own (from a pool without a cap, apart from the
+// readers Query uses, so that fn may call any method), eachChunk rows at a
+// time, and keeps at most eachCacheBytes of decompressed document blocks.
+func (s *Store) Each(ctx context.Context, q provenance.Query, fn func(provenance.Exec) error) error {
+	if err := q.Normalize(); err != nil {
+		return fmt.Errorf("list: %w", err)
+	}
+	if !provenance.IsExecKind(q.Kind) {
+		return fmt.Errorf("list: kind %s does not hold executions", q.Kind)
+	}
+	conn, err := s.streams.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("list %s: %w", q.Kind, err)
+	}
+	defer conn.Close()
+	sqlText, args, err := selectDocs(ctx, conn, q)
+	if err != nil {
+		return fmt.Errorf("list %s: %w", q.Kind, err)
+	}
+	blockStmt, err := conn.PrepareContext(ctx, "SELECT data FROM "+q.Kind+"_docs WHERE id = ?")
+	if err != nil {
+		return fmt.Errorf("list %s: %w", q.Kind, err)
+	}
+	defer blockStmt.Close()
+	rows, err := conn.QueryContext(ctx, sqlText, args...)
+	if err != nil {
+		return fmt.Errorf("list %s: %w", q.Kind, err)
+	}
+	defer rows.Close()
+	st := streamer{blockStmt: blockStmt, cache: map[int64]*cachedBlock{}}
+	var refs [][]byte
+	flush := func() error {
+		if err := st.resolve(ctx, refs); err != nil {
+			return fmt.Errorf("list %s: %w", q.Kind, err)
+		}
+		for i := range st.execs {
+			if err := fn(st.execs[i]); err != nil {
+				return err
+			}
+			st.execs[i] = provenance.Exec{}
+		}
+		refs = refs[:0]
+		return nil
+	}
+	for rows.Next() {
+		var doc []byte
+		if err := rows.Scan(&doc); err != nil {
+			return fmt.Errorf("list %s: %w", q.Kind, err)
+		}
+		refs = append(refs, doc)
+		if len(refs) == eachChunk {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("list %s: %w", q.Kind, err)
+	}
+	return flush()
+}
+
+// streamer decodes the rows of one Each, a chunk at a time.
+type streamer struct {
+	blockStmt *sql.Stmt
+	execs     []provenance.Exec
+	// cache holds decompressed blocks, at most eachCacheBytes of them;
+	// tick orders their last uses, to drop the least recent first.
+	cache      map[int64]*cachedBlock
+	cacheBytes int
+	tick       int64
+}
+
+type cachedBlock struct {
+	docs    [][]byte
+	size    int
+	lastUse int64
+}
+
+// resolve decodes the executions whose doc columns are refs into s.execs.
+func (s *streamer) resolve(ctx context.Context, refs [][]byte) error {
+	s.execs = slices.Grow(s.execs[:0], len(refs))[:len(refs)]
+	for i, doc := range refs {
+		js := doc
+		if len(doc) == 0 || doc[0] != '{' {
+			id, slot, err := parseRef(doc)
+			if err != nil {
+				return err
+			}
+			b, err := s.block(ctx, id)
+			if err != nil {
+				return err
+			}
+			if slot >= len(b.docs) {
+				return fmt.Errorf("document block %d has no slot %d", id, slot)
+			}
+			js = b.docs[slot]
+		}
+		e := &s.execs[i]
+		*e = provenance.Exec{}
+		if err := provenance.DecodeExec(js, e); err != nil {
+			return fmt.Errorf("stored document: %w", err)
+		}
+		e.Normalize()
+	}
+	return nil
+}
+
+// block returns document block id, from the cache or read and decoded.
+func (s *streamer) block(ctx context.Context, id int64) (*cachedBlock, error) {
+	s.tick++
+	if b, ok := s.cache[id]; ok {
+		b.lastUse = s.tick
+		return b, nil
+	}
+	var data []byte
+	if err := s.blockStmt.QueryRowContext(ctx, id).Scan(&data); err != nil {
+		return nil, fmt.Errorf("read document block %d: %w", id, err)
+	}
+	docs, err := decodeBlock(data)
+	if err != nil {
+		return nil, fmt.Errorf("document block %d: %w", id, err)
+	}
+	b := &cachedBlock{docs: docs, lastUse: s.tick}
+	for _, d := range docs {
+		b.size += len(d)
+	}
+	for s.cacheBytes+b.size > eachCacheBytes && len(s.cache) > 0 {
+		var oldest int64
+		first := true
+		for k, c := range s.cache {
+			if first || c.lastUse < s.cache[oldest].lastUse {
+				oldest, first = k, false
+			}
+		}
+		s.cacheBytes -= s.cache[oldest].size
+		delete(s.cache, oldest)
+	}
+	s.cache[id] = b
+	s.cacheBytes += b.size
+	return b, nil
 }
 
 // sortIndexed reports whether one of execIndexes gives the order of q's

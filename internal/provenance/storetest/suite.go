@@ -198,19 +198,164 @@ func Run(t *testing.T, open Opener, opt Options) {
 		}
 	})
 
+	t.Run("EachStreamsInOrder", func(t *testing.T) {
+		s := open(t)
+		defer s.Close()
+		tied := TiedExecs(Generate(GenConfig{Seed: 5, N: opt.N, Programs: 2, Anomaly: true}))
+		for i := 0; i < len(tied); i += 100 {
+			if err := s.Write(ctx, ExecBatch(natsx.ProvAnomalies, tied[i:min(i+100, len(tied))])); err != nil {
+				t.Fatal(err)
+			}
+		}
+		cases := []struct {
+			name string
+			q    provenance.Query
+		}{
+			{"entry", provenance.Query{}},
+			{"entry desc", provenance.Query{Desc: true}},
+			{"runtime total", provenance.Query{Sort: provenance.SortRuntimeTotal}},
+			{"runtime total desc", provenance.Query{Sort: provenance.SortRuntimeTotal, Desc: true}},
+			{"runtime exclusive", provenance.Query{Sort: provenance.SortRuntimeExclusive}},
+			{"score desc", provenance.Query{Sort: provenance.SortOutlierScore, Desc: true}},
+			{"score", provenance.Query{Sort: provenance.SortOutlierScore}},
+			{"function by runtime", provenance.Query{Func: "MPI_Send", Sort: provenance.SortRuntimeTotal, Desc: true}},
+			{"filters", provenance.Query{PID: ptr[uint32](1), FuncRegexp: "^MPI_", MinScore: ptr(1.0)}},
+		}
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				q := tc.q
+				q.Limit = provenance.NoLimit
+				if err := q.Normalize(); err != nil {
+					t.Fatal(err)
+				}
+				want := ids(reference(q, tied))
+				if got := eachIDs(ctx, t, s, q); !reflect.DeepEqual(got, want) {
+					t.Fatalf("every record: got %d %v\nwant %d %v", len(got), head(got), len(want), head(want))
+				}
+				q7 := q
+				q7.Limit = 7
+				if got, w := eachIDs(ctx, t, s, q7), want[:min(7, len(want))]; !reflect.DeepEqual(got, w) {
+					t.Fatalf("limit 7: got %v, want %v", got, w)
+				}
+				// Pages resumed by cursor, through its token, give every
+				// record once, in order, ties split across pages included;
+				// Query and Each agree on each page.
+				var paged []string
+				page := q
+				page.Limit = 37
+				for {
+					recs, err := s.Query(ctx, page)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if got := eachIDs(ctx, t, s, page); !reflect.DeepEqual(got, ids(recs)) {
+						t.Fatalf("page after %v: each %v, query %v", page.After, head(got), head(ids(recs)))
+					}
+					paged = append(paged, ids(recs)...)
+					if len(recs) < page.Limit {
+						break
+					}
+					c, err := provenance.ParseCursor(provenance.CursorAfter(page, &recs[len(recs)-1]).String())
+					if err != nil {
+						t.Fatal(err)
+					}
+					page.After = c
+				}
+				if !reflect.DeepEqual(paged, want) {
+					t.Fatalf("paged: got %d %v\nwant %d %v", len(paged), head(paged), len(want), head(want))
+				}
+			})
+		}
+		t.Run("callback error stops", func(t *testing.T) {
+			stop := errors.New("stop")
+			calls := 0
+			err := s.Each(ctx, provenance.Query{Limit: provenance.NoLimit}, func(provenance.Exec) error {
+				calls++
+				if calls == 3 {
+					return stop
+				}
+				return nil
+			})
+			if !errors.Is(err, stop) || calls != 3 {
+				t.Fatalf("error %v after %d calls, want stop after 3", err, calls)
+			}
+		})
+		t.Run("records are whole and the callback's own", func(t *testing.T) {
+			byKey := map[string]provenance.Exec{}
+			for _, e := range tied {
+				byKey[provenance.ExecKey(e.PID, e.EventID)] = e
+			}
+			var kept []provenance.Exec
+			err := s.Each(ctx, provenance.Query{Limit: provenance.NoLimit}, func(e provenance.Exec) error {
+				kept = append(kept, e)
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range kept {
+				if w := byKey[provenance.ExecKey(e.PID, e.EventID)]; !reflect.DeepEqual(e, w) {
+					t.Fatalf("record %s changed on the way:\n got %+v\nwant %+v", e.EventID, e, w)
+				}
+			}
+		})
+		t.Run("concurrent streams calling the store", func(t *testing.T) {
+			// More streams than SQLite's pool of readers, each calling
+			// the store from its callback.
+			var wg sync.WaitGroup
+			errs := make(chan error, 8)
+			for range 8 {
+				wg.Go(func() {
+					n := 0
+					err := s.Each(ctx, provenance.Query{Limit: provenance.NoLimit}, func(e provenance.Exec) error {
+						n++
+						if n <= 3 {
+							if _, err := s.Get(ctx, natsx.ProvAnomalies, e.PID, e.EventID); err != nil {
+								return err
+							}
+							return s.Each(ctx, provenance.Query{Limit: 2}, func(provenance.Exec) error { return nil })
+						}
+						return nil
+					})
+					if err == nil && n != len(tied) {
+						err = fmt.Errorf("stream saw %d records, want %d", n, len(tied))
+					}
+					if err != nil {
+						errs <- err
+					}
+				})
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Fatal(err)
+			}
+		})
+	})
+
 	t.Run("BadQueriesAreRefused", func(t *testing.T) {
 		s := open(t)
 		defer s.Close()
 		for name, q := range map[string]provenance.Query{
-			"sort field":  {Sort: "doc; DROP TABLE anomalies"},
-			"kind":        {Kind: "users"},
-			"regexp":      {FuncRegexp: "(unclosed"},
-			"limit":       {Limit: -1},
+			"sort field": {Sort: "doc; DROP TABLE anomalies"},
+			"kind":       {Kind: "users"},
+			"regexp":     {FuncRegexp: "(unclosed"},
+			"no limit":   {Limit: provenance.NoLimit},
+			"limit":      {Limit: -2},
+			"huge limit": {Limit: provenance.MaxLimit + 1},
+			"cursor of another order": {Sort: provenance.SortRuntimeTotal,
+				After: &provenance.Cursor{Sort: provenance.SortEntry, PID: 0, EventID: "1:2:3"}},
 			"empty range": {StepMin: ptr[uint64](5), StepMax: ptr[uint64](1)},
 		} {
 			if _, err := s.Query(ctx, q); err == nil {
 				t.Errorf("%s: query accepted", name)
 			}
+		}
+		if err := s.Each(ctx, provenance.Query{Limit: -2}, func(provenance.Exec) error { return nil }); err == nil {
+			t.Error("each: limit -2 accepted")
+		}
+		if err := s.Each(ctx, provenance.Query{Kind: natsx.ProvMetadata}, func(provenance.Exec) error { return nil }); err == nil {
+			t.Error("each: kind metadata accepted")
 		}
 		if _, err := s.Aggregate(ctx, provenance.Query{}, "pid"); err == nil {
 			t.Error("aggregate by an unknown grouping accepted")
@@ -262,6 +407,36 @@ func mustCount(ctx context.Context, t *testing.T, s provenance.Store, q provenan
 	if n != want {
 		t.Fatalf("count of %s = %d, want %d", q.Kind, n, want)
 	}
+}
+
+// eachIDs is the keys of the records Each passes for q.
+func eachIDs(ctx context.Context, t *testing.T, s provenance.Store, q provenance.Query) []string {
+	t.Helper()
+	out := []string{}
+	if err := s.Each(ctx, q, func(e provenance.Exec) error {
+		out = append(out, provenance.ExecKey(e.PID, e.EventID))
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TiedExecs changes execs in place so that many share each sort value
+// (entry, runtime_total, runtime_exclusive, outlier_score), which makes the
+// record key decide their order, and returns them.
+func TiedExecs(execs []provenance.Exec) []provenance.Exec {
+	for i := range execs {
+		e := &execs[i]
+		e.Entry = e.IOStepTStart + uint64(i%2)
+		e.CallStack[0].Entry = e.Entry
+		e.RuntimeTotal = 1000 + uint64(i%3)*10
+		e.RuntimeExclusive = 500 + uint64(i%5)
+		e.OutlierScore = float64(i%4) / 2
+		e.Exit = e.Entry + e.RuntimeTotal
+		e.CallStack[0].Exit = e.Exit
+	}
+	return execs
 }
 
 // reference answers q on execs in Go.
