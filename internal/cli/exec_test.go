@@ -27,7 +27,8 @@ func TestExecAndLibArguments(t *testing.T) {
 		{"exec with a bad run id", []string{"exec", "--run", "a.b", "--", "true"}, "--run"},
 		{"exec with a bad injection", []string{"exec", "--run", "r", "--inject", "MPI_Send:2:1ms", "--", "true"}, "probability"},
 		{"exec of a missing command", []string{"exec", "--run", "r", "--", "/nonexistent/app"}, "/nonexistent/app"},
-		{"run with arguments but no --exec", []string{"run", "./app"}, "--exec -- COMMAND"},
+		{"run with files but no --format", []string{"run", "./app"}, "--exec -- COMMAND"},
+		{"run with a missing input file", []string{"run", "--format", "frames", "/nonexistent/rank-0.frames"}, "/nonexistent/rank-0.frames"},
 		{"run --exec without a command", []string{"run", "--exec"}, "--exec needs a command"},
 		{"run --inject without --exec", []string{"run", "--inject", "f:0.1:1ms"}, "apply to a program run with --exec"},
 	}

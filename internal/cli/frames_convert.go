@@ -82,6 +82,9 @@ is damaged (the frames before the damage are written). See docs/trace-inputs.md.
 			if tf.format == replay.FormatFrames {
 				return fmt.Errorf("--format frames: the input is already frames (use tau, caliper or chrome)")
 			}
+			if err := reportInputs(cmd.ErrOrStderr(), files); err != nil {
+				return fmt.Errorf("convert: %w", err)
+			}
 			src, err := tf.open(files)
 			if err != nil {
 				return fmt.Errorf("convert: %w", err)

@@ -60,11 +60,14 @@ convert" reports it: one line per kind, and "losses" in --json.`,
 			if err != nil {
 				return fmt.Errorf("--speed: %w", err)
 			}
+			stderr := cmd.ErrOrStderr()
+			if err := reportInputs(stderr, files); err != nil {
+				return fmt.Errorf("replay: %w", err)
+			}
 			src, err := tf.open(files)
 			if err != nil {
 				return fmt.Errorf("replay: %w", err)
 			}
-			stderr := cmd.ErrOrStderr()
 			url := natsURL
 			if url == "" {
 				dir, err := os.MkdirTemp("", "kipimo-replay-nats-")

@@ -32,15 +32,15 @@ func newRunCmd() *cobra.Command {
 		injects     []string
 	)
 	cmd := &cobra.Command{
-		Use:   "run [flags] [--input FILES --format FORMAT | --exec -- COMMAND [ARGS...]]",
+		Use:   "run [flags] [--format FORMAT FILE... | --exec -- COMMAND [ARGS...]]",
 		Short: "Run the whole pipeline in one process, on a live program, a synthetic run or traces",
 		Long: `Run starts everything Kipimo needs in one process, with nothing installed: an
 embedded NATS server with JetStream (data under --out), the parameter server and
 its dashboard, the provenance service on a SQLite store, one detector per rank,
 and the summary writer. The input is a synthetic MPI application with injected
 anomalies (the default; --ranks, --steps, --seed, --gpu), traces made by other
-tools (--input with --format tau|caliper|chrome|frames), or a program running
-now (--exec -- COMMAND).
+tools (files and directories as arguments, or --input, with --format
+tau|caliper|chrome|frames), or a program running now (--exec -- COMMAND).
 
 With --exec, the command runs with Kipimo's event library preloaded (built
 from its embedded C sources with the system's cc and mpicc on first use, then
@@ -57,7 +57,8 @@ injected anomalies for synthetic runs), how fast, how much data was kept, where
 the results are, and the commands to explore them.`,
 		Example: `  kipimo run
   kipimo run --ranks 16 --steps 100 --gpu --algorithm hbos
-  kipimo run --input trace.json.gz --format chrome --step 100ms
+  kipimo run --format chrome --step 100ms trace.json.gz
+  kipimo run --format frames rank-*.frames
   kipimo run --keep-serving --http 127.0.0.1:8080
   kipimo run --exec -- mpirun -np 4 ./app input.dat
   kipimo run --exec --inject MPI_Send:0.004:25ms -- mpirun -np 2 lmp -in in.lj`,
@@ -65,14 +66,22 @@ the results are, and the commands to explore them.`,
 			if execMode && len(args) == 0 {
 				return errors.New("--exec needs a command after --, e.g. kipimo run --exec -- mpirun -np 4 ./app")
 			}
-			if !execMode && len(args) > 0 {
-				return fmt.Errorf("unexpected arguments %q: to run a program, give --exec -- COMMAND; trace files go to --input", args)
-			}
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := config.Apply(cmd.Flags(), nil); err != nil {
 				return err
+			}
+			if !execMode {
+				cfg.Inputs = append(cfg.Inputs, args...)
+			}
+			if len(cfg.Inputs) > 0 && cfg.InputFormat == "" {
+				return fmt.Errorf("trace files need --format (one of %v); to run a program, give --exec -- COMMAND", replay.Formats)
+			}
+			if len(cfg.Inputs) > 0 {
+				if err := reportInputs(cmd.ErrOrStderr(), cfg.Inputs); err != nil {
+					return err
+				}
 			}
 			if execMode {
 				cfg.Live.Command = args
@@ -95,9 +104,6 @@ the results are, and the commands to explore them.`,
 			}
 			cfg.Workload = wl
 			cfg.Detector.Ignore = ignore
-			if len(cfg.Inputs) > 0 && cfg.InputFormat == "" {
-				return fmt.Errorf("--input needs --format (one of %v)", replay.Formats)
-			}
 			return runPipeline(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), cfg, jsonOut, keepServing)
 		},
 	}
@@ -112,7 +118,7 @@ the results are, and the commands to explore them.`,
 	f.IntVar(&wl.ThreadsPerRank, "threads", wl.ThreadsPerRank, "synthetic run: CPU threads per rank")
 	f.BoolVar(&wl.GPU, "gpu", wl.GPU, "synthetic run: offload kernels to GPU streams")
 	f.Float64Var(&scale, "anomaly-scale", 1, "synthetic run: multiply every anomaly injection rate")
-	f.StringSliceVar(&cfg.Inputs, "input", nil, "trace files to run on instead of a synthetic run")
+	f.StringSliceVar(&cfg.Inputs, "input", nil, "trace files or directories to run on instead of a synthetic run (also as arguments)")
 	f.StringVar(&cfg.InputFormat, "format", "", "format of --input: tau, caliper, chrome or frames")
 	f.DurationVar(&cfg.Step, "step", 0, "traces: io_step length in trace time (default 1s)")
 	f.StringVar(&cfg.StepMarker, "step-marker", "", "traces: start a new io_step at each entry of this function")
