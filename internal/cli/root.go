@@ -6,9 +6,12 @@ import (
 	"context"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
+
+	"github.com/kipimo-hpc/kipimo/internal/config"
 )
 
 // NewRoot builds the kipimo command tree. Output goes to stdout and stderr as
@@ -26,6 +29,9 @@ and context, and keeps them for queries, dashboards and TAU profiles.`,
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
+	cobra.AddTemplateFunc("flagsHeading", flagsHeading)
+	root.SetUsageTemplate(strings.Replace(root.UsageTemplate(), "\n\nFlags:\n", "\n\n{{flagsHeading .}}\n", 1) +
+		"{{if not .HasParent}}\n" + rootConventions + "\n{{end}}")
 	root.PersistentFlags().String("log-level", "info", "log level: debug, info, warn, error")
 	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
 		lvl, _ := cmd.Flags().GetString("log-level")
@@ -46,6 +52,23 @@ and context, and keeps them for queries, dashboards and TAU profiles.`,
 		newLibCmd(),
 	)
 	return root
+}
+
+// rootConventions ends kipimo's own help: the settings convention every
+// Kipimo binary shares (internal/config).
+const rootConventions = `Flags take two dashes (--name). Commands with a --config flag (run, exec),
+like the ad, pserver and provdb daemons, also read every flag from a
+KIPIMO_<FLAG> environment variable and a --config YAML key (precedence:
+flag > environment > config file > default).`
+
+// flagsHeading is the heading of a command's flags in its help: the shared
+// convention line of internal/config for commands that read KIPIMO_<FLAG>
+// variables and --config files, plain "Flags:" for the others.
+func flagsHeading(c *cobra.Command) string {
+	if c.Flags().Lookup(config.ConfigFlag) != nil {
+		return config.FlagsHeading
+	}
+	return "Flags:"
 }
 
 // Execute runs the kipimo command with args and returns its error; main prints

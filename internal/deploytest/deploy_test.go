@@ -116,6 +116,9 @@ func TestFlagsExist(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			for _, f := range u.oneDash {
+				t.Errorf("%s: %s is given %s with one dash; its flags take two (--%s)", u.where, u.program, f, strings.TrimPrefix(f, "-"))
+			}
 			for _, f := range u.flags {
 				if !known[f] {
 					t.Errorf("%s: %s has no flag --%s (it has --%s)", u.where, u.program, f, strings.Join(sortedKeys(known), ", --"))

@@ -243,3 +243,28 @@ func TestStripComment(t *testing.T) {
 		})
 	}
 }
+
+func TestArgvUsageOneDash(t *testing.T) {
+	for _, tc := range []struct {
+		name, argv, flags, oneDash string
+	}{
+		{"two dashes", `pserver --http 0.0.0.0:8080 --run r`, "http run", ""},
+		{"one dash", `pserver -http 0.0.0.0:8080 --run r`, "run", "-http"},
+		{"one dash with value", `provdb -store=x.db`, "", "-store=x.db"},
+		{"shorthand and numbers are not long flags", `ad -h --min-runtime -1`, "min-runtime", ""},
+		{"the command after -- has its own flags", `kipimo run --exec -- mpirun -np 2 lmp --in x`, "exec", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			u, ok := argvUsage("x", strings.Fields(tc.argv))
+			if !ok {
+				t.Fatal("no usage found")
+			}
+			if got := strings.Join(u.flags, " "); got != tc.flags {
+				t.Errorf("flags %q, want %q", got, tc.flags)
+			}
+			if got := strings.Join(u.oneDash, " "); got != tc.oneDash {
+				t.Errorf("one-dash flags %q, want %q", got, tc.oneDash)
+			}
+		})
+	}
+}

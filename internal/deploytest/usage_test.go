@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -18,6 +19,7 @@ type usage struct {
 	where   string   // file:line or file:service
 	program string   // "ad", "pserver", "provdb" or "kipimo <sub>"
 	flags   []string // long flag names given, without dashes
+	oneDash []string // long flags given with a single dash (-http), which the programs reject
 	env     []string // KIPIMO_* variables set for the program
 	argv    []string // the words of the command line, for messages
 }
@@ -84,7 +86,14 @@ func argvUsage(where string, argv []string) (u usage, ok bool) {
 				break
 			}
 			a = strings.Trim(a, `"'`)
-			if !strings.HasPrefix(a, "--") || a == "--" {
+			if a == "--" {
+				break // what follows is the command kipimo runs, with its own flags
+			}
+			if oneDashFlag.MatchString(a) {
+				u.oneDash = append(u.oneDash, a)
+				continue
+			}
+			if !strings.HasPrefix(a, "--") {
 				continue
 			}
 			n, _, _ := strings.Cut(a[2:], "=")
@@ -94,6 +103,10 @@ func argvUsage(where string, argv []string) (u usage, ok bool) {
 	}
 	return usage{}, false
 }
+
+// oneDashFlag matches a long flag written with one dash (-http, -run=x);
+// one-letter flags (-h) and negative numbers do not match.
+var oneDashFlag = regexp.MustCompile(`^-[A-Za-z][A-Za-z0-9_-]+(=.*)?$`)
 
 // isName reports whether s is a shell variable name.
 func isName(s string) bool {
