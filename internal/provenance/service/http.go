@@ -1,6 +1,8 @@
 package service
 
 import (
+	"bufio"
+	"bytes"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
@@ -26,26 +28,46 @@ func WithStats(stats func() Stats) HTTPOption {
 	return func(h *httpAPI) { h.stats = stats }
 }
 
+// WithListPage sets the number of records an answer of /api/v1/records
+// holds when its limit is 0 (default ListPage).
+func WithListPage(n int) HTTPOption {
+	return func(h *httpAPI) {
+		if n > 0 {
+			h.listPage = min(n, provenance.MaxLimit)
+		}
+	}
+}
+
 type httpAPI struct {
-	store  provenance.Store
-	token  string
-	origin string
-	stats  func() Stats
+	listPage int
+	store    provenance.Store
+	token    string
+	origin   string
+	stats    func() Stats
 }
 
 // NewHTTPHandler returns the read-only JSON query API on store. When token
 // is not empty every request must carry "Authorization: Bearer <token>".
 //
 //	GET /api/v1/health                          {"status":"ok", ...}
-//	GET /api/v1/records?<filters>               {"records":[...]}
+//	GET /api/v1/records?<filters>&cursor=<next> {"records":[...],"next":"<cursor>"}
 //	GET /api/v1/records/<kind>/<pid>/<event_id> one record whole
 //	GET /api/v1/count?<filters>                 {"count":n}
 //	GET /api/v1/aggregate?by=rank|func|step|rank,func&<filters> {"groups":[...]}
 //
 // Filters are those of provenance.ParseQuery; unknown or malformed ones get
 // 400 with a message naming them.
+//
+// /api/v1/records pages: an answer holds at most limit records (MaxLimit at
+// most; limit=0, every record, gives pages of ListPage or WithListPage), streamed as they
+// are read. When more records match after its last one, it ends with
+// "next", a cursor: asking again with cursor=<next> (and the same filters,
+// sort and order) gives the records after it, each once even where sort
+// values tie, until an answer has no "next". An error after the first
+// record aborts the answer, so that a client never takes a cut answer for
+// a whole one.
 func NewHTTPHandler(store provenance.Store, token string, opts ...HTTPOption) http.Handler {
-	h := &httpAPI{store: store, token: token}
+	h := &httpAPI{store: store, token: token, listPage: ListPage}
 	for _, o := range opts {
 		o(h)
 	}
@@ -131,6 +153,13 @@ func parse(w http.ResponseWriter, r *http.Request, allowBy bool) (provenance.Que
 	return q, true
 }
 
+// ListPage is the number of records an answer of /api/v1/records holds
+// when its limit is 0 (every record); "next" resumes after them.
+const ListPage = 10000
+
+// errPageFull stops a page's stream at the record after its last.
+var errPageFull = errors.New("page full")
+
 func (h *httpAPI) records(w http.ResponseWriter, r *http.Request) {
 	q, ok := parse(w, r, false)
 	if !ok {
@@ -140,15 +169,69 @@ func (h *httpAPI) records(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, fmt.Errorf("kind %s cannot be listed: use anomalies or normalexecs", q.Kind))
 		return
 	}
-	recs, err := h.store.Query(r.Context(), q)
-	if err != nil {
+	page := q.Limit
+	if page == provenance.NoLimit {
+		page = h.listPage
+	}
+	page = min(page, provenance.MaxLimit)
+	// One record more than the page tells whether "next" is due.
+	sq := q
+	sq.Limit = page + 1
+	var (
+		bw      *bufio.Writer
+		buf     bytes.Buffer
+		n       int
+		last    provenance.Exec
+		next    *provenance.Cursor
+		started bool
+	)
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	start := func() {
+		started = true
+		w.Header().Set("Content-Type", "application/json")
+		bw = bufio.NewWriterSize(w, 64<<10)
+		bw.WriteString(`{"records":[`)
+	}
+	err := h.store.Each(r.Context(), sq, func(e provenance.Exec) error {
+		if n == page {
+			next = provenance.CursorAfter(q, &last)
+			return errPageFull
+		}
+		if !started {
+			start()
+		}
+		buf.Reset()
+		if err := enc.Encode(&e); err != nil {
+			return fmt.Errorf("encode record %s: %w", provenance.ExecKey(e.PID, e.EventID), err)
+		}
+		if n > 0 {
+			bw.WriteByte(',')
+		}
+		if _, err := bw.Write(bytes.TrimSuffix(buf.Bytes(), []byte("\n"))); err != nil {
+			return fmt.Errorf("write records: %w", err)
+		}
+		n++
+		last = e
+		return nil
+	})
+	if err != nil && !errors.Is(err, errPageFull) {
+		if started {
+			// The status is sent: only a cut connection tells the client.
+			panic(http.ErrAbortHandler)
+		}
 		writeError(w, http.StatusInternalServerError, err)
 		return
 	}
-	if recs == nil {
-		recs = []provenance.Exec{}
+	if !started {
+		start()
 	}
-	writeJSON(w, map[string]any{"records": recs})
+	bw.WriteByte(']')
+	if next != nil {
+		bw.WriteString(`,"next":"` + next.String() + `"`)
+	}
+	bw.WriteString("}\n")
+	_ = bw.Flush()
 }
 
 func (h *httpAPI) record(w http.ResponseWriter, r *http.Request) {

@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -166,4 +167,128 @@ func TestHTTPToken(t *testing.T) {
 			t.Errorf("token %q: %d %s, want %d", token, code, body, want)
 		}
 	}
+}
+
+// pageAnswer is an answer of /api/v1/records.
+type pageAnswer struct {
+	Records []provenance.Exec `json:"records"`
+	Next    string            `json:"next"`
+}
+
+// TestHTTPRecordsPages follows the cursor of /api/v1/records through records
+// whose sort values tie, and checks every record comes once, in order.
+func TestHTTPRecordsPages(t *testing.T) {
+	ctx := context.Background()
+	s, err := sqlitestore.Open(ctx, filepath.Join(t.TempDir(), "prov.db"), sqlitestore.Options{Synchronous: "OFF"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	execs := storetest.TiedExecs(storetest.Generate(storetest.GenConfig{Seed: 11, N: 300, Programs: 2, Anomaly: true}))
+	if err := s.Write(ctx, provenance.Batch{Kind: natsx.ProvAnomalies, Execs: execs}); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(NewHTTPHandler(s, "", WithListPage(37)))
+	defer srv.Close()
+	cases := []struct {
+		name, params string
+		wantPages    int // answers until one without "next"
+		wantN        int // records in all
+	}{
+		{"all by entry", "limit=0", 9, 300},
+		{"all by runtime, descending", "limit=0&sort=runtime_total&order=desc", 9, 300},
+		{"all by score, filtered", "limit=0&sort=outlier_score&pid=1", 0, 0},
+		{"limit pages", "limit=100&sort=runtime_exclusive", 3, 300},
+		{"one page", "limit=300", 1, 300},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			v, err := url.ParseQuery(tc.params)
+			if err != nil {
+				t.Fatal(err)
+			}
+			q, err := provenance.ParseQuery(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			q.Limit = provenance.NoLimit
+			var want []string
+			if err := s.Each(ctx, q, func(e provenance.Exec) error {
+				want = append(want, provenance.ExecKey(e.PID, e.EventID))
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			pages := 0
+			for cursor := ""; ; {
+				p := url.Values{}
+				for k, vs := range v {
+					p[k] = vs
+				}
+				if cursor != "" {
+					p.Set("cursor", cursor)
+				}
+				code, body, _ := get(t, srv, "/api/v1/records?"+p.Encode(), "")
+				if code != http.StatusOK {
+					t.Fatalf("%d: %s", code, body)
+				}
+				var a pageAnswer
+				if err := json.Unmarshal(body, &a); err != nil {
+					t.Fatal(err)
+				}
+				pages++
+				for _, e := range a.Records {
+					got = append(got, provenance.ExecKey(e.PID, e.EventID))
+				}
+				if a.Next == "" {
+					break
+				}
+				cursor = a.Next
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("got %d records, want %d in the store's order", len(got), len(want))
+			}
+			if tc.wantPages > 0 && (pages != tc.wantPages || len(got) != tc.wantN) {
+				t.Fatalf("%d answers, %d records; want %d, %d", pages, len(got), tc.wantPages, tc.wantN)
+			}
+		})
+	}
+	t.Run("a cursor of another order is refused", func(t *testing.T) {
+		code, body, _ := get(t, srv, "/api/v1/records?limit=5", "")
+		var a pageAnswer
+		if err := json.Unmarshal(body, &a); err != nil || code != http.StatusOK || a.Next == "" {
+			t.Fatalf("%d %s %v", code, body, err)
+		}
+		code, body, _ = get(t, srv, "/api/v1/records?sort=runtime_total&cursor="+a.Next, "")
+		if code != http.StatusBadRequest || !strings.Contains(string(body), "another order") {
+			t.Fatalf("%d %s", code, body)
+		}
+	})
+	t.Run("an error after the first record cuts the answer", func(t *testing.T) {
+		srv := httptest.NewServer(NewHTTPHandler(failingStore{s}, ""))
+		defer srv.Close()
+		resp, err := srv.Client().Get(srv.URL + "/api/v1/records?limit=0")
+		if err != nil {
+			return // cut before the headers went out
+		}
+		defer resp.Body.Close()
+		var a pageAnswer
+		if err := json.NewDecoder(resp.Body).Decode(&a); err == nil {
+			t.Fatalf("a cut answer decoded whole: %d records", len(a.Records))
+		}
+	})
+}
+
+// failingStore fails each stream after its first record.
+type failingStore struct{ provenance.Store }
+
+func (f failingStore) Each(ctx context.Context, q provenance.Query, fn func(provenance.Exec) error) error {
+	n := 0
+	return f.Store.Each(ctx, q, func(e provenance.Exec) error {
+		if n++; n > 1 {
+			return errors.New("disk on fire")
+		}
+		return fn(e)
+	})
 }
