@@ -158,7 +158,11 @@ func runPipeline(ctx context.Context, stdout, stderr io.Writer, cfg run.Config, 
 		return err
 	}
 	defer p.Close(context.WithoutCancel(ctx))
-	fmt.Fprintf(stderr, "dashboard: %s\n", p.DashboardURL())
+	if keepServing {
+		fmt.Fprintf(stderr, "dashboard: %s (live during the run and after it, until interrupted)\n", p.DashboardURL())
+	} else {
+		fmt.Fprintf(stderr, "dashboard: %s (live while the run lasts; --keep-serving keeps it up after)\n", p.DashboardURL())
+	}
 	tty := isTerminal(stderr)
 	var progress func(run.Progress)
 	if tty {
@@ -192,6 +196,9 @@ func runPipeline(ctx context.Context, stdout, stderr io.Writer, cfg run.Config, 
 	}
 	if err != nil {
 		return err
+	}
+	if keepServing {
+		sum.DashboardServed = run.DashboardUntilInterrupted
 	}
 	if jsonOut {
 		err = sum.WriteJSON(stdout)

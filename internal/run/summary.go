@@ -93,6 +93,9 @@ type Summary struct {
 	TaudbTrial  int64  `json:"taudb_trial,omitempty"`
 	Truth       string `json:"truth,omitempty"`
 	Dashboard   string `json:"dashboard"`
+	// DashboardServed says how long Dashboard answers: DashboardDuringRun
+	// (it stopped with the run) or DashboardUntilInterrupted (--keep-serving).
+	DashboardServed string `json:"dashboard_served"`
 	// Explore are commands to look at the results.
 	Explore []string `json:"explore"`
 }
@@ -139,19 +142,20 @@ func (p *Pipeline) summarize(ctx context.Context, st []ad.Stats, truthFn func() 
 	sum := &Summary{
 		RunID: cfg.RunID, Algorithm: cfg.Detector.Algorithm, Ranks: len(st),
 		Frames: in.Frames, FramesProcessed: total.Frames, Events: int64(in.Events), Executions: total.Executions, Anomalies: total.Anomalies,
-		Stored:         map[string]int64{},
-		DetectSeconds:  detect.Seconds(),
-		WallSeconds:    wall.Seconds(),
-		RawBytes:       in.Bytes,
-		BadFrames:      total.BadFrames,
-		UnmatchedExits: total.UnmatchedExits,
-		OpenAtEnd:      total.OpenAtEnd,
-		DroppedRecords: total.DroppedRecords,
-		SyncFailures:   total.SyncFailures,
-		BadProvenance:  p.prov.Stats().Bad,
-		Store:          cfg.path("provenance.db"),
-		ProfilesDir:    cfg.path("profiles"),
-		Dashboard:      p.DashboardURL(),
+		Stored:          map[string]int64{},
+		DetectSeconds:   detect.Seconds(),
+		WallSeconds:     wall.Seconds(),
+		RawBytes:        in.Bytes,
+		BadFrames:       total.BadFrames,
+		UnmatchedExits:  total.UnmatchedExits,
+		OpenAtEnd:       total.OpenAtEnd,
+		DroppedRecords:  total.DroppedRecords,
+		SyncFailures:    total.SyncFailures,
+		BadProvenance:   p.prov.Stats().Bad,
+		Store:           cfg.path("provenance.db"),
+		ProfilesDir:     cfg.path("profiles"),
+		Dashboard:       p.DashboardURL(),
+		DashboardServed: DashboardDuringRun,
 	}
 	if detect > 0 {
 		sum.EventsPerSecond = float64(in.Events) / detect.Seconds()
@@ -453,7 +457,7 @@ func (s *Summary) WriteText(w io.Writer) error {
 	if s.Truth != "" {
 		fmt.Fprintf(tw, "ground truth\t%s\n", s.Truth)
 	}
-	fmt.Fprintf(tw, "dashboard\t%s\n", s.Dashboard)
+	fmt.Fprintf(tw, "dashboard\t%s\n", dashboardText(s.Dashboard, s.DashboardServed))
 	if err := tw.Flush(); err != nil {
 		return err
 	}
@@ -462,6 +466,26 @@ func (s *Summary) WriteText(w io.Writer) error {
 		fmt.Fprintln(w, "  "+c)
 	}
 	return nil
+}
+
+// How long a run's dashboard is served (Summary.DashboardServed).
+const (
+	// DashboardDuringRun: the dashboard was served while the run lasted
+	// and stops with it.
+	DashboardDuringRun = "during_run"
+	// DashboardUntilInterrupted: the dashboard stays up after the run until
+	// the process is interrupted (kipimo run --keep-serving).
+	DashboardUntilInterrupted = "until_interrupted"
+)
+
+// dashboardText is the summary's dashboard line: a URL that still answers
+// only when it is kept up; otherwise it says the dashboard is gone and how
+// to keep it.
+func dashboardText(url, served string) string {
+	if served == DashboardUntilInterrupted {
+		return url + " (still served until interrupted: Ctrl-C stops it)"
+	}
+	return fmt.Sprintf("served at %s during the run only, now stopped (run with --keep-serving to keep it up after the run)", url)
 }
 
 // WriteJSON prints the summary as one JSON object.
