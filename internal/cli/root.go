@@ -50,6 +50,7 @@ and context, and keeps them for queries, dashboards and TAU profiles.`,
 		newComponentCmd(),
 		newExecCmd(),
 		newLibCmd(),
+		newServeCmd(),
 	)
 	return root
 }

@@ -46,10 +46,10 @@ func storedRun(t testing.TB, ranks, steps, funcs int, slow uint32) (*sqlitestore
 				} else if rng.Float64() < 0.04 {
 					n = 1
 				}
-				for i := range 6 + n {
+				for i := range 4 + n {
 					id := func(j int) string { return fmt.Sprintf("%d:%d:%d", r, step, 100*f+10*i+j) }
 					x := base * (1 + rng.NormFloat64()/10)
-					isAnom := i >= 6
+					isAnom := i >= 4
 					if isAnom {
 						x = base * (3 + rng.Float64()*3)
 					}
@@ -276,7 +276,7 @@ func TestDashboardPanels(t *testing.T) {
 		{"live-8", 8, 40, "live", "live"},
 		{"finished-1024", 1024, 24, "finished", "finished"},
 		{"stored-8", 8, 40, "stored", "finished (from store)"},
-		{"stored-1024", 1024, 6, "stored", "finished (from store)"},
+		{"stored-1024", 1024, 4, "stored", "finished (from store)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			const slow = 5

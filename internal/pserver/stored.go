@@ -102,6 +102,23 @@ func (d *StoreDashboard) load(ctx context.Context) error {
 		d.add(execs)
 		i = j
 	}
+	// Ranks without anomalies are known from their stored normal executions
+	// (groups carry no program id: such ranks are shown as program 0).
+	ranks, err := d.store.Aggregate(ctx, provenance.Query{Kind: natsx.ProvNormalExecs, Limit: provenance.MaxLimit}, provenance.ByRank)
+	if err != nil {
+		return fmt.Errorf("count normal executions per rank: %w", err)
+	}
+	seen := map[uint32]bool{}
+	for id := range d.st.Agg.Ranks {
+		seen[id.Rank] = true
+	}
+	for _, g := range ranks {
+		if g.Rank != nil && !seen[*g.Rank] {
+			id := DetectorID{Rank: *g.Rank}
+			d.st.Agg.Ranks[id] = &RankTotals{}
+			d.st.LastSeq[id] = 1
+		}
+	}
 	return nil
 }
 
