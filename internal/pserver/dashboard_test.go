@@ -368,7 +368,7 @@ func TestDashboardPanels(t *testing.T) {
 
 			// No label overlaps another, on the page or on a canvas.
 			var boxes []box
-			raw := run(t, ctx, chromedp.Evaluate[string](`JSON.stringify(` + labelBoxesJS + `)`))
+			raw := run(t, ctx, chromedp.Evaluate[string](`JSON.stringify(`+labelBoxesJS+`)`))
 			if err := json.Unmarshal([]byte(raw), &boxes); err != nil {
 				t.Fatal(err)
 			}
