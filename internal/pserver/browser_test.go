@@ -172,7 +172,8 @@ func TestDashboardInBrowser(t *testing.T) {
 	if !run(t, ctx, chromedp.Evaluate[bool](clickJS(`#top-ranks tbody tr`))) {
 		t.Fatal("no top-ranks row to click")
 	}
-	if err := chromedp.Do(ctx, chromedp.Poll[chromedp.Void](`document.querySelectorAll("#callstack li").length > 0`)); err != nil {
+	// The anomaly list shows the clicked rank once its answer arrived.
+	if err := chromedp.Do(ctx, chromedp.Poll[chromedp.Void](`(window.kipimo.listed || "").includes("rank=`+strconv.Itoa(slow)+`") && document.querySelectorAll("#callstack li").length > 0`)); err != nil {
 		t.Fatalf("click-through: %v", err)
 	}
 	stack := run(t, ctx, chromedp.Evaluate[string](textJS(`#callstack`)))

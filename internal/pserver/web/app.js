@@ -262,9 +262,11 @@
     const rank = $("f-rank").value, fn = $("f-func").value, smin = $("f-step-min").value, smax = $("f-step-max").value;
     const what = [rank !== "" && "rank " + rank, fn && fn, (smin !== "" || smax !== "") && (smin === smax ? "io_step " + smin : `io_steps ${smin || "0"}..${smax || "end"}`)].filter(Boolean);
     $("details-title").textContent = "Anomalies" + (what.length ? " of " + what.join(", ") : ", highest scores first");
-    const tb = $("records").querySelector("tbody"); tb.textContent = "";
+    // The list is replaced when the answer arrives, so a reader (or test)
+    // never sees it empty in between.
+    const clear = () => { $("records").querySelector("tbody").textContent = ""; $("record").hidden = true; };
     $("details-msg").textContent = "";
-    if (!state.config.provdb) { $("details-msg").textContent = "No provenance query API is configured (start the pserver with --provdb-url), so anomaly records cannot be shown."; $("record").hidden = true; return; }
+    if (!state.config.provdb) { clear(); $("details-msg").textContent = "No provenance query API is configured (start the pserver with --provdb-url), so anomaly records cannot be shown."; return; }
     const q = new URLSearchParams({ sort: "outlier_score", order: "desc", limit: "50" });
     if (rank !== "") { q.set("rank", rank); if (state.filterPID) q.set("pid", state.filterPID); }
     if (fn) q.set("func", fn);
@@ -272,11 +274,12 @@
     if (smax !== "") q.set("step_max", smax);
     const seq = (state.listSeq = (state.listSeq || 0) + 1);
     let recs;
-    try { recs = records(await getJSON(provURL(state.config.provdb_list, {}) + "?" + q)); } catch (e) { $("details-msg").textContent = "The provenance query API did not answer: " + e.message; return; }
+    try { recs = records(await getJSON(provURL(state.config.provdb_list, {}) + "?" + q)); } catch (e) { clear(); $("details-msg").textContent = "The provenance query API did not answer: " + e.message; return; }
     if (seq !== state.listSeq) return;
-    if (!recs.length) { $("details-msg").textContent = "No anomaly records found (yet) for this selection."; $("record").hidden = true; return; }
+    if (!recs.length) { clear(); $("details-msg").textContent = "No anomaly records found (yet) for this selection."; return; }
     fillTable("records", recs, [[(r) => r.event_id], [(r) => r.rid, 1], [(r) => r.tid, 1], [(r) => r.func], [(r) => r.io_step, 1], [(r) => fmt(r.runtime_exclusive ?? r.runtime_total), 1], [(r) => fmt(r.outlier_score), 1]], openRecord);
     await openRecord(recs[0]);
+    state.listed = q.toString();
   }
   async function openRecord(r) {
     let rec = r;
