@@ -281,6 +281,7 @@ func TestDashboardPanels(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			const slow = 5
 			var url string
+			var live *Server
 			switch tc.mode {
 			case "stored":
 				st, fs := storedRun(t, tc.ranks, tc.steps, 12, slow)
@@ -296,6 +297,8 @@ func TestDashboardPanels(t *testing.T) {
 				s, ts, _ := fedServer(t, Config{Run: tc.name, ProvDBURL: prov.URL}, tc.ranks, tc.steps, slow)
 				if tc.mode == "finished" {
 					s.finished.Store(true)
+				} else {
+					live = s
 				}
 				url = ts.URL
 			}
@@ -377,6 +380,14 @@ func TestDashboardPanels(t *testing.T) {
 			}
 			if o := overlaps(boxes); len(o) > 0 {
 				t.Errorf("%d overlapping labels, first: %s", len(o), strings.Join(o[:min(len(o), 5)], "; "))
+			}
+
+			if live != nil {
+				// The run ends while the page is open: the badge follows.
+				live.finished.Store(true)
+				if err := chromedp.Do(ctx, chromedp.Poll[chromedp.Void](`document.getElementById("status").textContent === "finished"`)); err != nil {
+					t.Errorf("the badge did not turn finished when the run ended: %v", err)
+				}
 			}
 
 			png := run(t, ctx, chromedp.FullScreenshot(100))

@@ -344,8 +344,16 @@
 
   function connect() {
     const es = new EventSource(withToken("api/events"));
+    // Updates come only when step summaries arrive, so the end of a run (its
+    // final statistics published) is learnt by asking when the stream is quiet.
+    state.lastUpdate = Date.now();
+    const quiet = setInterval(() => {
+      if (state.status === "finished" || state.status === "stored") { clearInterval(quiet); es.close(); return; }
+      if (Date.now() - state.lastUpdate > 4000) getJSON("api/summary").then(showSummary).catch(() => {});
+    }, 5000);
     es.addEventListener("update", (ev) => {
       const u = JSON.parse(ev.data);
+      state.lastUpdate = Date.now();
       showSummary(u.summary); applyHeat(u.heat); applySeries(u.steps); drawHeat(); drawSeries();
       if ($("ranks-by").value === "count") showRanks(u.top_ranks);
       if ($("funcs-by").value === "count") showFuncs(u.top_functions);
