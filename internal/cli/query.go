@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,6 +14,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -25,7 +27,9 @@ import (
 // queryBackend is what kipimo query reads: a store opened directly, or
 // provdb's HTTP API.
 type queryBackend interface {
-	Query(ctx context.Context, q provenance.Query) ([]provenance.Exec, error)
+	// Each streams the executions q selects, in its order (see
+	// provenance.Store.Each).
+	Each(ctx context.Context, q provenance.Query, fn func(provenance.Exec) error) error
 	Get(ctx context.Context, kind string, pid uint32, eventID string) (provenance.Exec, error)
 	Count(ctx context.Context, q provenance.Query) (int64, error)
 	Aggregate(ctx context.Context, q provenance.Query, by provenance.GroupBy) ([]provenance.Group, error)
@@ -77,7 +81,7 @@ func filterFlags(fs *pflag.FlagSet, sortable bool) {
 	fs.Uint64("min-runtime", 0, "minimum total runtime")
 	fs.Float64("min-score", 0, "minimum outlier score")
 	fs.Bool("gpu", false, "GPU executions only")
-	fs.Int("limit", provenance.DefaultLimit, "maximum number of records (groups for agg)")
+	fs.Int("limit", provenance.DefaultLimit, "maximum number of records (groups for agg); 0: all, streamed")
 	if sortable {
 		fs.String("sort", provenance.SortEntry, "sort by "+strings.Join(provenance.SortFields, ", "))
 		fs.Bool("desc", false, "sort in descending order")
@@ -140,7 +144,10 @@ func newQueryListCmd(o *queryOpts) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "List executions matching filters, sorted",
-		Args:  cobra.NoArgs,
+		Long: `List executions matching filters, sorted. --limit 0 lists every one: records
+are streamed as they are read (from the store, or page after page from
+provdb), so a listing of any length takes little memory.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			q, err := queryFromFlags(cmd)
 			if err != nil {
@@ -154,15 +161,7 @@ func newQueryListCmd(o *queryOpts) *cobra.Command {
 				return err
 			}
 			defer b.Close()
-			recs, err := b.Query(cmd.Context(), q)
-			if err != nil {
-				return err
-			}
-			out := cmd.OutOrStdout()
-			if o.json {
-				return jsonLines(out, recs)
-			}
-			return execTable(out, recs)
+			return listExecs(cmd.Context(), cmd.OutOrStdout(), b, q, o.json)
 		},
 	}
 	filterFlags(cmd.Flags(), true)
@@ -286,21 +285,122 @@ func jsonLines[T any](w io.Writer, items []T) error {
 	return nil
 }
 
-func execTable(w io.Writer, recs []provenance.Exec) error {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "PID\tEVENT_ID\tRANK\tTID\tSTEP\tENTRY\tRUNTIME\tEXCLUSIVE\tSCORE\tGPU\tFUNC")
-	for _, e := range recs {
-		gpu := ""
-		if e.IsGPUEvent {
-			gpu = "gpu"
+// listExecs prints the executions q selects as JSON lines or a table, one
+// at a time as b streams them.
+func listExecs(ctx context.Context, w io.Writer, b queryBackend, q provenance.Query, asJSON bool) error {
+	bw := bufio.NewWriterSize(w, 64<<10)
+	var fn func(provenance.Exec) error
+	var t *streamTable
+	n := 0
+	if asJSON {
+		enc := json.NewEncoder(bw)
+		enc.SetEscapeHTML(false)
+		fn = func(e provenance.Exec) error {
+			return enc.Encode(&e)
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%.3f\t%s\t%s\n", e.PID, e.EventID, e.RID, e.TID, e.IOStep,
-			e.Entry, e.RuntimeTotal, e.RuntimeExclusive, e.OutlierScore, gpu, e.Func)
+	} else {
+		t = &streamTable{w: bw, hold: tableHold}
+		if err := t.row("PID", "EVENT_ID", "RANK", "TID", "STEP", "ENTRY", "RUNTIME", "EXCLUSIVE", "SCORE", "GPU", "FUNC"); err != nil {
+			return err
+		}
+		u := func(x uint64) string { return strconv.FormatUint(x, 10) }
+		fn = func(e provenance.Exec) error {
+			n++
+			gpu := ""
+			if e.IsGPUEvent {
+				gpu = "gpu"
+			}
+			return t.row(u(uint64(e.PID)), e.EventID, u(uint64(e.RID)), u(uint64(e.TID)), u(e.IOStep), u(e.Entry),
+				u(e.RuntimeTotal), u(e.RuntimeExclusive), strconv.FormatFloat(e.OutlierScore, 'f', 3, 64), gpu, e.Func)
+		}
 	}
-	if err := tw.Flush(); err != nil {
+	if err := b.Each(ctx, q, fn); err != nil {
+		_ = bw.Flush()
 		return err
 	}
-	_, err := fmt.Fprintf(w, "%d records\n", len(recs))
+	if t != nil {
+		if err := t.flush(); err != nil {
+			return err
+		}
+		if _, err := fmt.Fprintf(bw, "%d records\n", n); err != nil {
+			return err
+		}
+	}
+	return bw.Flush()
+}
+
+// tableHold is the number of rows a streamed table holds to size its
+// columns.
+const tableHold = 1000
+
+// streamTable aligns columns as text/tabwriter does (each cell but the last
+// padded to its column's widest cell and two spaces) but holds only its
+// first hold rows: their widths are the table's, widened by any later cell
+// wider still, so that a table of any length streams. A table of up to hold
+// rows prints exactly as text/tabwriter would.
+type streamTable struct {
+	w      io.Writer
+	hold   int
+	rows   [][]string
+	widths []int
+	fixed  bool
+	line   []byte
+}
+
+// row adds a row; all rows have the same number of cells.
+func (t *streamTable) row(cells ...string) error {
+	if t.fixed {
+		return t.write(cells)
+	}
+	t.rows = append(t.rows, cells)
+	if len(t.rows) >= t.hold {
+		return t.flush()
+	}
+	return nil
+}
+
+// flush sizes the columns on the rows held, if not done yet, and writes
+// them.
+func (t *streamTable) flush() error {
+	if t.fixed {
+		return nil
+	}
+	t.fixed = true
+	for _, r := range t.rows {
+		t.widen(r)
+	}
+	for _, r := range t.rows {
+		if err := t.write(r); err != nil {
+			return err
+		}
+	}
+	t.rows = nil
+	return nil
+}
+
+// widen grows the column widths to fit cells.
+func (t *streamTable) widen(cells []string) {
+	for len(t.widths) < len(cells) {
+		t.widths = append(t.widths, 0)
+	}
+	for j, c := range cells[:len(cells)-1] {
+		t.widths[j] = max(t.widths[j], utf8.RuneCountInString(c))
+	}
+}
+
+func (t *streamTable) write(cells []string) error {
+	t.widen(cells)
+	t.line = t.line[:0]
+	for j, c := range cells {
+		t.line = append(t.line, c...)
+		if j < len(cells)-1 {
+			for range t.widths[j] + 2 - utf8.RuneCountInString(c) {
+				t.line = append(t.line, ' ')
+			}
+		}
+	}
+	t.line = append(t.line, '\n')
+	_, err := t.w.Write(t.line)
 	return err
 }
 
@@ -433,6 +533,18 @@ func newHTTPBackend(raw, tokenFile string) (*httpBackend, error) {
 }
 
 func (h *httpBackend) get(ctx context.Context, path string, v url.Values, out any) error {
+	return h.do(ctx, path, v, func(body io.Reader) error {
+		data, err := io.ReadAll(io.LimitReader(body, 1<<30))
+		if err != nil {
+			return err
+		}
+		return json.Unmarshal(data, out)
+	})
+}
+
+// do asks provdb for path with parameters v and passes the body of a 200
+// answer to read.
+func (h *httpBackend) do(ctx context.Context, path string, v url.Values, read func(io.Reader) error) error {
 	u := *h.base
 	u.Path = strings.TrimSuffix(u.Path, "/") + path
 	u.RawQuery = v.Encode()
@@ -448,11 +560,11 @@ func (h *httpBackend) get(ctx context.Context, path string, v url.Values, out an
 		return fmt.Errorf("ask provdb: %w", err)
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<30))
-	if err != nil {
-		return fmt.Errorf("ask provdb: %w", err)
-	}
 	if resp.StatusCode != http.StatusOK {
+		body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		if err != nil {
+			return fmt.Errorf("ask provdb: %w", err)
+		}
 		var e struct{ Error string }
 		if json.Unmarshal(body, &e) == nil && e.Error != "" {
 			if resp.StatusCode == http.StatusNotFound {
@@ -462,16 +574,119 @@ func (h *httpBackend) get(ctx context.Context, path string, v url.Values, out an
 		}
 		return fmt.Errorf("provdb answered %s", resp.Status)
 	}
-	if err := json.Unmarshal(body, out); err != nil {
+	if err := read(resp.Body); err != nil {
 		return fmt.Errorf("provdb's answer: %w", err)
 	}
 	return nil
 }
 
-func (h *httpBackend) Query(ctx context.Context, q provenance.Query) ([]provenance.Exec, error) {
-	var r struct{ Records []provenance.Exec }
-	err := h.get(ctx, "/api/v1/records", q.Values(), &r)
-	return r.Records, err
+// callbackError carries the error of Each's callback through a page's read,
+// to be returned as it is.
+type callbackError struct{ err error }
+
+func (e callbackError) Error() string { return e.err.Error() }
+
+// Each asks /api/v1/records page after page, following its "next" cursor,
+// until q.Limit records or no "next"; each page is decoded one record at a
+// time as it arrives.
+func (h *httpBackend) Each(ctx context.Context, q provenance.Query, fn func(provenance.Exec) error) error {
+	if err := q.Normalize(); err != nil {
+		return fmt.Errorf("list: %w", err)
+	}
+	left := q.Limit // NoLimit: every record
+	for {
+		pq := q
+		if left != provenance.NoLimit {
+			pq.Limit = left
+		}
+		var next string
+		n := 0
+		err := h.do(ctx, "/api/v1/records", pq.Values(), func(body io.Reader) error {
+			var err error
+			next, err = readRecords(body, func(e provenance.Exec) error {
+				n++
+				if err := fn(e); err != nil {
+					return callbackError{err}
+				}
+				return nil
+			})
+			return err
+		})
+		var cb callbackError
+		if errors.As(err, &cb) {
+			return cb.err
+		}
+		if err != nil {
+			return err
+		}
+		if left != provenance.NoLimit {
+			left -= n
+		}
+		if next == "" || left == 0 || n == 0 {
+			return nil
+		}
+		c, err := provenance.ParseCursor(next)
+		if err != nil {
+			return fmt.Errorf("provdb's answer: %w", err)
+		}
+		q.After = c
+	}
+}
+
+// readRecords decodes an answer of /api/v1/records, {"records":[...],
+// "next":"..."}, passing each record to fn as it is read, and returns next.
+func readRecords(r io.Reader, fn func(provenance.Exec) error) (next string, err error) {
+	dec := json.NewDecoder(r)
+	delim := func(want json.Delim) error {
+		tok, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		if d, ok := tok.(json.Delim); !ok || d != want {
+			return fmt.Errorf("got %v where %q was due", tok, want)
+		}
+		return nil
+	}
+	if err := delim('{'); err != nil {
+		return "", err
+	}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return "", err
+		}
+		switch tok {
+		case "records":
+			if err := delim('['); err != nil {
+				return "", err
+			}
+			for dec.More() {
+				var e provenance.Exec
+				if err := dec.Decode(&e); err != nil {
+					return "", err
+				}
+				if err := fn(e); err != nil {
+					return "", err
+				}
+			}
+			if err := delim(']'); err != nil {
+				return "", err
+			}
+		case "next":
+			if err := dec.Decode(&next); err != nil {
+				return "", err
+			}
+		default:
+			var skip json.RawMessage
+			if err := dec.Decode(&skip); err != nil {
+				return "", err
+			}
+		}
+	}
+	if err := delim('}'); err != nil {
+		return "", err
+	}
+	return next, nil
 }
 
 func (h *httpBackend) Get(ctx context.Context, kind string, pid uint32, eventID string) (provenance.Exec, error) {
