@@ -81,7 +81,7 @@ func filterFlags(fs *pflag.FlagSet, sortable bool) {
 	fs.Uint64("min-runtime", 0, "minimum total runtime")
 	fs.Float64("min-score", 0, "minimum outlier score")
 	fs.Bool("gpu", false, "GPU executions only")
-	fs.Int("limit", provenance.DefaultLimit, "maximum number of records (groups for agg); 0: all, streamed")
+	fs.Int("limit", provenance.DefaultLimit, "maximum number of records (groups for agg); 0: no limit, records streamed")
 	if sortable {
 		fs.String("sort", provenance.SortEntry, "sort by "+strings.Join(provenance.SortFields, ", "))
 		fs.Bool("desc", false, "sort in descending order")
