@@ -24,7 +24,7 @@
   const fmt = (x) => {
     if (typeof x !== "number") return String(x);
     if (Number.isInteger(x)) return x.toLocaleString("en-US");
-    return Math.abs(x) >= 1000 ? x.toFixed(0) : x.toPrecision(4);
+    return Math.abs(x) >= 1000 ? Math.round(x).toLocaleString("en-US") : x.toPrecision(4);
   };
   const short = (x) => x >= 1e9 ? +(x / 1e9).toPrecision(3) + "G" : x >= 1e6 ? +(x / 1e6).toPrecision(3) + "M" : x >= 1e3 ? +(x / 1e3).toPrecision(3) + "k" : String(+x.toPrecision(3));
   function cell(tr, v, num) { const td = document.createElement("td"); td.textContent = v; if (num) td.className = "num"; tr.appendChild(td); return td; }
