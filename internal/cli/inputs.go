@@ -10,8 +10,9 @@ import (
 )
 
 // matchInputs lists the files the input arguments name: a file as itself, a
-// directory as the regular files in it (not hidden, sorted). A path that does
-// not exist is an error naming it.
+// directory as the regular files in it (not hidden, sorted; the reader of
+// the format says what an empty one lacks). A path that does not exist is an
+// error naming it.
 func matchInputs(args []string) ([]string, error) {
 	var out []string
 	for _, a := range args {
@@ -32,9 +33,6 @@ func matchInputs(args []string) ([]string, error) {
 			if e.Type().IsRegular() && !strings.HasPrefix(e.Name(), ".") {
 				in = append(in, filepath.Join(a, e.Name()))
 			}
-		}
-		if len(in) == 0 {
-			return nil, fmt.Errorf("input %s: the directory holds no files", a)
 		}
 		sort.Strings(in)
 		out = append(out, in...)
