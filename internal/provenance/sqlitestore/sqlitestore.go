@@ -6,6 +6,7 @@
 package sqlitestore
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"database/sql/driver"
@@ -639,18 +640,22 @@ func selectDocs(ctx context.Context, db rowQueryer, q provenance.Query) (string,
 	return sqlText, append(args, q.Limit), nil
 }
 
-// Stream sizes of Each: the rows read before their documents are decoded
-// and passed on, and the decompressed bytes of document blocks kept for
-// the next rows.
+// Stream sizes of Each: the rows whose documents are read together, and
+// the decompressed bytes of document blocks kept for the next rows.
 const (
-	eachChunk      = 512
+	eachChunk      = 4096
 	eachCacheBytes = 8 << 20
 )
 
 // Each streams the matching executions to fn. It reads them through one
 // connection of its own (from a pool without a cap, apart from the
 // readers Query uses, so that fn may call any method), eachChunk rows at a
-// time, and keeps at most eachCacheBytes of decompressed document blocks.
+// time: each document block the chunk's rows refer to is read and
+// decompressed once for them all, their documents copied out of it, and at
+// most eachCacheBytes of blocks kept for the next chunks. In write order
+// (entry, mostly) blocks are met one after the other; in an order
+// unrelated to it (outlier_score) a chunk needs most blocks, and a result
+// of n records decompresses about n/eachChunk times the blocks it spans.
 func (s *Store) Each(ctx context.Context, q provenance.Query, fn func(provenance.Exec) error) error {
 	if err := q.Normalize(); err != nil {
 		return fmt.Errorf("list: %w", err)
@@ -683,11 +688,16 @@ func (s *Store) Each(ctx context.Context, q provenance.Query, fn func(provenance
 		if err := st.resolve(ctx, refs); err != nil {
 			return fmt.Errorf("list %s: %w", q.Kind, err)
 		}
-		for i := range st.execs {
-			if err := fn(st.execs[i]); err != nil {
+		for i, js := range st.docs {
+			var e provenance.Exec
+			if err := provenance.DecodeExec(js, &e); err != nil {
+				return fmt.Errorf("list %s: stored document: %w", q.Kind, err)
+			}
+			e.Normalize()
+			st.docs[i] = nil
+			if err := fn(e); err != nil {
 				return err
 			}
-			st.execs[i] = provenance.Exec{}
 		}
 		refs = refs[:0]
 		return nil
@@ -710,15 +720,22 @@ func (s *Store) Each(ctx context.Context, q provenance.Query, fn func(provenance
 	return flush()
 }
 
-// streamer decodes the rows of one Each, a chunk at a time.
+// streamer reads the documents of the rows of one Each, a chunk at a time.
 type streamer struct {
 	blockStmt *sql.Stmt
-	execs     []provenance.Exec
+	docs      [][]byte // of the chunk's rows, in order
 	// cache holds decompressed blocks, at most eachCacheBytes of them;
 	// tick orders their last uses, to drop the least recent first.
 	cache      map[int64]*cachedBlock
 	cacheBytes int
 	tick       int64
+	slots      []blockSlot
+}
+
+// blockSlot is a row of a chunk that refers to a block.
+type blockSlot struct {
+	id        int64
+	slot, row int
 }
 
 type cachedBlock struct {
@@ -727,31 +744,36 @@ type cachedBlock struct {
 	lastUse int64
 }
 
-// resolve decodes the executions whose doc columns are refs into s.execs.
+// resolve sets s.docs to the JSON documents of the rows whose doc columns
+// are refs, reading each block they refer to once. The documents are
+// copied out of their blocks, which the cache may then drop.
 func (s *streamer) resolve(ctx context.Context, refs [][]byte) error {
-	s.execs = slices.Grow(s.execs[:0], len(refs))[:len(refs)]
+	s.docs = slices.Grow(s.docs[:0], len(refs))[:len(refs)]
+	s.slots = s.slots[:0]
 	for i, doc := range refs {
-		js := doc
-		if len(doc) == 0 || doc[0] != '{' {
-			id, slot, err := parseRef(doc)
-			if err != nil {
+		if len(doc) > 0 && doc[0] == '{' {
+			s.docs[i] = doc
+			continue
+		}
+		id, slot, err := parseRef(doc)
+		if err != nil {
+			return err
+		}
+		s.slots = append(s.slots, blockSlot{id: id, slot: slot, row: i})
+	}
+	slices.SortFunc(s.slots, func(a, b blockSlot) int { return cmp.Compare(a.id, b.id) })
+	var b *cachedBlock
+	for i, sl := range s.slots {
+		if i == 0 || sl.id != s.slots[i-1].id {
+			var err error
+			if b, err = s.block(ctx, sl.id); err != nil {
 				return err
 			}
-			b, err := s.block(ctx, id)
-			if err != nil {
-				return err
-			}
-			if slot >= len(b.docs) {
-				return fmt.Errorf("document block %d has no slot %d", id, slot)
-			}
-			js = b.docs[slot]
 		}
-		e := &s.execs[i]
-		*e = provenance.Exec{}
-		if err := provenance.DecodeExec(js, e); err != nil {
-			return fmt.Errorf("stored document: %w", err)
+		if sl.slot >= len(b.docs) {
+			return fmt.Errorf("document block %d has no slot %d", sl.id, sl.slot)
 		}
-		e.Normalize()
+		s.docs[sl.row] = slices.Clone(b.docs[sl.slot])
 	}
 	return nil
 }
