@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -139,6 +140,7 @@ func TestQueryErrors(t *testing.T) {
 		{"bad regexp", []string{"query", "list", "--func-re", "(x"}, "--func-re"},
 		{"empty step range", []string{"query", "count", "--step-min", "4", "--step-max", "1"}, "io_step range 4..1 is empty"},
 		{"bad grouping", []string{"query", "agg", "--by", "host"}, `cannot group by "host"`},
+		{"negative limit", []string{"query", "list", "--limit", "-1"}, `--limit "-1" is not a non-negative integer`},
 		{"list metadata", []string{"query", "list", "--kind", "metadata"}, "cannot be listed"},
 		{"bad event id", []string{"query", "show", "12"}, `event_id "12"`},
 		{"missing record", []string{"query", "show", "99:0:0"}, "not found"},
@@ -154,6 +156,55 @@ func TestQueryErrors(t *testing.T) {
 			_, err := runQuery(t, args...)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("error %v, want one containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestQueryListPaged lists with --limit 0 and with limits above one page
+// through provdb's HTTP API in pages of 7 records, which must print what
+// the store read directly prints.
+func TestQueryListPaged(t *testing.T) {
+	path := queryStore(t)
+	st, err := sqlitestore.Open(context.Background(), path, sqlitestore.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	srv := httptest.NewServer(service.NewHTTPHandler(st, "", service.WithListPage(7)))
+	defer srv.Close()
+	cases := []struct {
+		name  string
+		args  []string
+		lines int // records printed
+	}{
+		{"all", []string{"--limit", "0"}, 300},
+		{"all by runtime, descending, json", []string{"--limit", "0", "--sort", "runtime_total", "--desc", "--json"}, 300},
+		{"all of a function by score", []string{"--limit", "0", "--func", "MPI_Send", "--sort", "outlier_score"}, -1},
+		{"limit above the total", []string{"--limit", "1000", "--sort", "runtime_exclusive"}, 300},
+		{"limit", []string{"--limit", "20", "--json"}, 20},
+		{"normal executions", []string{"--limit", "0", "--kind", "normalexecs", "--json"}, 60},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append([]string{"query", "list"}, tc.args...)
+			direct, err := runQuery(t, append(args, "--store", path)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			paged, err := runQuery(t, append(args, "--url", srv.URL)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if paged != direct {
+				t.Fatalf("paged through HTTP:\n%s\ndirect:\n%s", paged, direct)
+			}
+			n := strings.Count(direct, "\n")
+			if !slices.Contains(tc.args, "--json") {
+				n -= 2 // header and footer
+			}
+			if tc.lines >= 0 && n != tc.lines {
+				t.Fatalf("%d records printed, want %d", n, tc.lines)
 			}
 		})
 	}
