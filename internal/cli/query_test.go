@@ -140,7 +140,7 @@ func TestQueryErrors(t *testing.T) {
 		{"bad regexp", []string{"query", "list", "--func-re", "(x"}, "--func-re"},
 		{"empty step range", []string{"query", "count", "--step-min", "4", "--step-max", "1"}, "io_step range 4..1 is empty"},
 		{"bad grouping", []string{"query", "agg", "--by", "host"}, `cannot group by "host"`},
-		{"negative limit", []string{"query", "list", "--limit", "-1"}, `--limit "-1" is not a non-negative integer`},
+		{"negative limit", []string{"query", "list", "--limit", "-1"}, `limit "-1" is not a non-negative integer`},
 		{"list metadata", []string{"query", "list", "--kind", "metadata"}, "cannot be listed"},
 		{"bad event id", []string{"query", "show", "12"}, `event_id "12"`},
 		{"missing record", []string{"query", "show", "99:0:0"}, "not found"},
