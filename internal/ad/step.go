@@ -454,16 +454,15 @@ func (d *Detector) Profiles(final bool) []provenance.ThreadProfile {
 	for _, t := range d.threads {
 		p := provenance.ThreadProfile{PID: d.cfg.PID, Rank: d.cfg.Rank, TID: t.tid, Step: d.step, Final: final,
 			Timers: []provenance.TimerProfile{}, Counters: []provenance.CounterProfile{}}
-		// Every execution is counted in exactly one call-path node, so a
-		// function's flat timer is the sum of the nodes that end with it.
+		// Every execution is counted in exactly one call-path node, or past
+		// the table's bound in its function's overflow, so a function's flat
+		// timer is the sum of those.
 		flat := map[uint32]*timerAcc{}
 		var fids []uint32
-		for n := range t.paths {
-			a := &t.paths[n]
+		addFlat := func(fid uint32, a *timerAcc) {
 			if a.calls == 0 {
-				continue
+				return
 			}
-			fid := d.nodes[n].fid
 			f := flat[fid]
 			if f == nil {
 				f = &timerAcc{}
@@ -477,23 +476,11 @@ func (d *Detector) Profiles(final bool) []provenance.ThreadProfile {
 			f.sqIncl += a.sqIncl
 			f.sqExcl += a.sqExcl
 		}
+		for n := range t.paths {
+			addFlat(d.nodes[n].fid, &t.paths[n])
+		}
 		for fid := range t.over {
-			a := &t.over[fid]
-			if a.calls == 0 {
-				continue
-			}
-			f := flat[uint32(fid)]
-			if f == nil {
-				f = &timerAcc{}
-				flat[uint32(fid)] = f
-				fids = append(fids, uint32(fid))
-			}
-			f.calls += a.calls
-			f.subrs += a.subrs
-			f.incl += a.incl
-			f.excl += a.excl
-			f.sqIncl += a.sqIncl
-			f.sqExcl += a.sqExcl
+			addFlat(uint32(fid), &t.over[fid])
 		}
 		sort.Slice(fids, func(i, j int) bool { return fids[i] < fids[j] })
 		for _, fid := range fids {

@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -134,24 +133,9 @@ func (p *Pipeline) executeLive(ctx context.Context, progress func(Progress)) (*S
 	collector := ad.NewCollector(64, p.sink.Dropped)
 	sctx, cancelServe := context.WithCancel(ctx)
 	defer cancelServe()
-	type served struct {
-		stats []ad.Stats
-		err   error
-	}
-	serveDone := make(chan served, 1)
-	ready := make(chan struct{})
-	go pprof.Do(sctx, pprof.Labels("component", "ad"), func(ctx context.Context) {
-		st, err := ad.Serve(ctx, ad.ServeConfig{
-			Conn: p.nc, Run: cfg.RunID, Discover: true, Detector: dc,
-			Collector: collector, Logger: p.log.With().Str("component", "ad").Logger(),
-			PendingFrames: cfg.MaxLag * 4, Ready: func() { close(ready) },
-		})
-		serveDone <- served{st, err}
-	})
-	select {
-	case <-ready:
-	case s := <-serveDone:
-		return nil, fmt.Errorf("start detectors: %w", s.err)
+	serveDone, err := p.startDetectors(sctx, ad.ServeConfig{Discover: true, Detector: dc, Collector: collector})
+	if err != nil {
+		return nil, err
 	}
 
 	cmd := exec.CommandContext(ctx, lc.Command[0], lc.Command[1:]...)

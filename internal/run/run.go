@@ -248,24 +248,9 @@ func (p *Pipeline) Execute(ctx context.Context, progress func(Progress)) (*Summa
 
 	sctx, cancelServe := context.WithCancel(ctx)
 	defer cancelServe()
-	type served struct {
-		stats []ad.Stats
-		err   error
-	}
-	serveDone := make(chan served, 1)
-	ready := make(chan struct{})
-	go pprof.Do(sctx, pprof.Labels("component", "ad"), func(ctx context.Context) {
-		st, err := ad.Serve(ctx, ad.ServeConfig{
-			Conn: p.nc, Run: cfg.RunID, PID: p.pid(), Ranks: ranks, Detector: dc,
-			Collector: collector, Logger: p.log.With().Str("component", "ad").Logger(),
-			PendingFrames: cfg.MaxLag * 4, Ready: func() { close(ready) },
-		})
-		serveDone <- served{st, err}
-	})
-	select {
-	case <-ready:
-	case s := <-serveDone:
-		return nil, fmt.Errorf("start detectors: %w", s.err)
+	serveDone, err := p.startDetectors(sctx, ad.ServeConfig{PID: p.pid(), Ranks: ranks, Detector: dc, Collector: collector})
+	if err != nil {
+		return nil, err
 	}
 
 	if p.afterReady != nil {
@@ -338,6 +323,35 @@ func (p *Pipeline) Execute(ctx context.Context, progress func(Progress)) (*Summa
 	}
 	sum.Backpressure = flow.report()
 	return sum, nil
+}
+
+// served is what ad.Serve returned.
+type served struct {
+	stats []ad.Stats
+	err   error
+}
+
+// startDetectors runs ad.Serve with sc (its connection, run, logger, queue
+// bound and Ready filled in here) on a goroutine of its own, labelled for
+// CPU profiles, and returns once the detectors listen. The channel yields
+// Serve's result when it returns; cancelling ctx stops it.
+func (p *Pipeline) startDetectors(ctx context.Context, sc ad.ServeConfig) (<-chan served, error) {
+	sc.Conn, sc.Run = p.nc, p.cfg.RunID
+	sc.Logger = p.log.With().Str("component", "ad").Logger()
+	sc.PendingFrames = p.cfg.MaxLag * 4
+	ready := make(chan struct{})
+	sc.Ready = func() { close(ready) }
+	done := make(chan served, 1)
+	go pprof.Do(ctx, pprof.Labels("component", "ad"), func(ctx context.Context) {
+		st, err := ad.Serve(ctx, sc)
+		done <- served{st, err}
+	})
+	select {
+	case <-ready:
+		return done, nil
+	case s := <-done:
+		return nil, fmt.Errorf("start detectors: %w", s.err)
+	}
 }
 
 // finishDetection ends a run's detection once the detectors have stopped:
