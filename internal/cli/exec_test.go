@@ -117,3 +117,32 @@ func TestExecStreamsToExternalServer(t *testing.T) {
 		t.Errorf("status %+v (%v), %d frames received", st, err, frames)
 	}
 }
+
+func TestOneDashLongFlags(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		want string // "" for no error
+	}{
+		{"long flag with one dash", []string{"run", "-http", "127.0.0.1:0"}, "use --http"},
+		{"subcommand flag with one dash", []string{"query", "list", "-limit", "5"}, "use --limit"},
+		{"two dashes", []string{"run", "--http", "127.0.0.1:0"}, ""},
+		{"a shorthand", []string{"gen", "-o", "dir"}, ""},
+		{"the command's own arguments after --", []string{"run", "--exec", "--", "mpirun", "-np", "2", "./app"}, ""},
+		{"a negative value", []string{"run", "--sigma", "-1"}, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := checkDashes(NewRoot(io.Discard, io.Discard), tc.args)
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("error %v, want none", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want one containing %q", err, tc.want)
+			}
+		})
+	}
+}

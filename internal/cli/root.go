@@ -10,6 +10,7 @@ import (
 
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/kipimo-hpc/kipimo/internal/config"
 )
@@ -76,8 +77,25 @@ func flagsHeading(c *cobra.Command) string {
 // it and chooses the exit code.
 func Execute(ctx context.Context, args []string) error {
 	root := NewRoot(os.Stdout, os.Stderr)
+	if err := checkDashes(root, args); err != nil {
+		return err
+	}
 	root.SetArgs(args)
 	return root.ExecuteContext(ctx)
+}
+
+// checkDashes rejects a long flag given with one dash (-http for --http)
+// before cobra reads it as a group of one-letter flags, "-h" among them,
+// and prints help instead of an error: the daemons' rule (config.CheckDashes).
+func checkDashes(root *cobra.Command, args []string) error {
+	cmd, rest, err := root.Find(args)
+	if err != nil || cmd == nil {
+		return nil // cobra reports unknown commands itself
+	}
+	fs := pflag.NewFlagSet(cmd.CommandPath(), pflag.ContinueOnError)
+	fs.AddFlagSet(cmd.Flags())
+	fs.AddFlagSet(cmd.InheritedFlags())
+	return config.CheckDashes(fs, rest)
 }
 
 func setupLogging(w io.Writer, level string) error {
