@@ -152,19 +152,13 @@ func Serve(ctx context.Context, cfg ServeConfig) ([]Stats, error) {
 		}
 		subs = append(subs, s)
 	}
-	all, err := cfg.Conn.Subscribe(subj.AllCallstacks(), func(m *nats.Msg) {
-		var req psync.CallstackRequest
-		if len(m.Data) > 0 && json.Unmarshal(m.Data, &req) != nil {
-			return
-		}
-		for _, rs := range ranks {
-			if req.Rank == nil || *req.Rank == rs.d.cfg.Rank {
-				respondCallstack(m, rs.d)
-			}
-		}
-	})
+	detectors := make([]*Detector, len(ranks))
+	for i, rs := range ranks {
+		detectors[i] = rs.d
+	}
+	all, err := subscribeAllCallstacks(cfg, func() []*Detector { return detectors })
 	if err != nil {
-		return nil, fmt.Errorf("subscribe to %s: %w", subj.AllCallstacks(), err)
+		return nil, err
 	}
 	subs = append(subs, all)
 	ctl, err := subscribeControl(cfg)
@@ -261,6 +255,28 @@ func ready(ctx context.Context, cfg ServeConfig) error {
 		cfg.Ready()
 	}
 	return nil
+}
+
+// subscribeAllCallstacks answers the run-wide call-stack probe with the
+// call stacks of the detectors list returns (all, or the rank asked for).
+// list is called on the subscription's goroutine, once per probe.
+func subscribeAllCallstacks(cfg ServeConfig, list func() []*Detector) (*nats.Subscription, error) {
+	subject := natsx.Subjects{Run: cfg.Run}.AllCallstacks()
+	sub, err := cfg.Conn.Subscribe(subject, func(m *nats.Msg) {
+		var req psync.CallstackRequest
+		if len(m.Data) > 0 && json.Unmarshal(m.Data, &req) != nil {
+			return
+		}
+		for _, d := range list() {
+			if req.Rank == nil || *req.Rank == d.cfg.Rank {
+				respondCallstack(m, d)
+			}
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("subscribe to %s: %w", subject, err)
+	}
+	return sub, nil
 }
 
 func respondCallstack(m *nats.Msg, d *Detector) {

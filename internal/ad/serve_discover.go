@@ -2,7 +2,6 @@ package ad
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"runtime/pprof"
@@ -14,7 +13,6 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/kipimo-hpc/kipimo/internal/natsx"
-	"github.com/kipimo-hpc/kipimo/internal/psync"
 )
 
 // msgSource is where a rank's detector takes its messages from: its own
@@ -202,22 +200,17 @@ func serveDiscovered(ctx context.Context, cfg ServeConfig) ([]Stats, error) {
 			_ = s.Unsubscribe()
 		}
 	}()
-	all, err := cfg.Conn.Subscribe(subj.AllCallstacks(), func(m *nats.Msg) {
-		var req psync.CallstackRequest
-		if len(m.Data) > 0 && json.Unmarshal(m.Data, &req) != nil {
-			return
-		}
+	all, err := subscribeAllCallstacks(cfg, func() []*Detector {
 		mu.Lock()
-		list := append([]*discovered(nil), order...)
-		mu.Unlock()
-		for _, r := range list {
-			if req.Rank == nil || *req.Rank == r.d.cfg.Rank {
-				respondCallstack(m, r.d)
-			}
+		defer mu.Unlock()
+		out := make([]*Detector, len(order))
+		for i, r := range order {
+			out[i] = r.d
 		}
+		return out
 	})
 	if err != nil {
-		return nil, fmt.Errorf("subscribe to %s: %w", subj.AllCallstacks(), err)
+		return nil, err
 	}
 	subs = append(subs, all)
 	if err := ready(ctx, cfg); err != nil {
