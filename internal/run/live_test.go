@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kipimo-hpc/kipimo/internal/hatchetread"
 	"github.com/kipimo-hpc/kipimo/internal/instrument"
 	"github.com/kipimo-hpc/kipimo/internal/mpitest"
 	"github.com/kipimo-hpc/kipimo/internal/natsx"
@@ -86,6 +87,12 @@ func TestLiveLAMMPSInjectedDelays(t *testing.T) {
 	profiles, _ := filepath.Glob(filepath.Join(sum.ProfilesDir, "profile.*"))
 	if len(profiles) < 2 {
 		t.Errorf("%d TAU profiles, want one per rank at least", len(profiles))
+	}
+	// A real application's profiles read as Hatchet reads them.
+	if g, err := hatchetread.Read(sum.ProfilesDir); err != nil {
+		t.Errorf("LAMMPS's profiles break Hatchet's rules: %v", err)
+	} else if len(g.Unread) > 0 {
+		t.Errorf("functions of LAMMPS's profiles Hatchet would not read: %v", g.Unread)
 	}
 	t.Logf("injected %d, flagged %d (precision %.3f, recall %.3f), %d propagated, %d in other functions; %d of %d frames while running",
 		sc.Injected, sc.Flagged, sc.Precision, sc.Recall, sc.Propagated, sc.FlaggedOtherFunctions, l.FramesWhileRunning, sum.FramesProcessed)
