@@ -892,6 +892,65 @@ static void sample_counters(uint64_t *cpu, uint64_t *rss, uint64_t *vcsw, uint64
 	}
 }
 
+/* The three event sections of a frame, in their order. */
+enum { SEC_FUNC, SEC_COUNTER, SEC_COMM, SEC_NONE };
+
+/* section_of is the section event e goes to (SEC_NONE: an excluded
+ * function's event, never encoded). */
+static int section_of(const kp_ev *e) {
+	unsigned type = (unsigned)(e->t >> EV_SHIFT);
+	if (type <= EV_ENTRY_INJECTED)
+		return atomic_load_explicit(&K.funcs.excluded[e->id], memory_order_relaxed) ? SEC_NONE : SEC_FUNC;
+	return type == EV_COUNTER ? SEC_COUNTER : SEC_COMM;
+}
+
+/* encode_section writes the events of one section, thread by thread in the
+ * thread table's order, each timestamp a delta from the previous one of its
+ * thread in the section. pvals, when set, are the process counters, added to
+ * the first thread's counter events at tend. */
+static void encode_section(const kp_span *sp, uint32_t nt, unsigned B, uint64_t tstart, int sec, const uint64_t *pvals, uint64_t tend) {
+	uint32_t ti = 0;
+	for (uint32_t i = 0; i < nt; i++) {
+		if (sp[i].nf + sp[i].nc + sp[i].nk == 0)
+			continue;
+		uint64_t prev = tstart;
+		for (uint64_t j = sp[i].from; j < sp[i].to; j++) {
+			const kp_ev *e = &sp[i].t->ring[j & sp[i].t->mask];
+			if (section_of(e) != sec)
+				continue;
+			unsigned type = (unsigned)(e->t >> EV_SHIFT);
+			uint64_t us = tick_to_us(e->t & EV_TICKS);
+			switch (sec) {
+			case SEC_FUNC:
+				put_uvarint((((uint64_t)e->id << 1 | (type == EV_EXIT)) << B) | ti);
+				break;
+			case SEC_COUNTER:
+				put_uvarint(((uint64_t)e->id << B) | ti);
+				put_uvarint(e->v);
+				break;
+			default:
+				put_uvarint((((uint64_t)e->id << 1 | (type == EV_RECV)) << B) | ti);
+				put_uvarint(e->aux);
+				put_uvarint(e->v);
+			}
+			put_zigzag(us, prev);
+			prev = us;
+			if (type == EV_ENTRY_INJECTED)
+				add_truth(e->id, sp[i].t->tid, us);
+		}
+		if (pvals && i == 0) {
+			uint32_t ids[4] = {K.cid_cpu, K.cid_rss, K.cid_vcsw, K.cid_ivcsw};
+			for (int k = 0; k < 4; k++) {
+				put_uvarint(((uint64_t)ids[k] << B) | ti);
+				put_uvarint(pvals[k]);
+				put_zigzag(tend, prev);
+				prev = tend;
+			}
+		}
+		ti++;
+	}
+}
+
 /* cut encodes every event recorded since the last cut as one frame and
  * queues it for sending. */
 static void cut(void) {
@@ -935,14 +994,16 @@ static void cut(void) {
 	for (uint32_t i = 0; i < nt; i++) {
 		for (uint64_t j = sp[i].from; j < sp[i].to; j++) {
 			kp_ev *e = &sp[i].t->ring[j & sp[i].t->mask];
-			unsigned type = (unsigned)(e->t >> EV_SHIFT);
-			if (type <= EV_ENTRY_INJECTED) {
-				if (!atomic_load_explicit(&K.funcs.excluded[e->id], memory_order_relaxed))
-					sp[i].nf++;
-			} else if (type == EV_COUNTER) {
+			switch (section_of(e)) {
+			case SEC_FUNC:
+				sp[i].nf++;
+				break;
+			case SEC_COUNTER:
 				sp[i].nc++;
-			} else {
+				break;
+			case SEC_COMM:
 				sp[i].nk++;
+				break;
 			}
 			uint64_t us = tick_to_us(e->t & EV_TICKS);
 			if (us > tend)
@@ -1014,83 +1075,20 @@ static void cut(void) {
 	K.sent_meta = K.nmeta;
 	pthread_mutex_unlock(&K.meta_mu);
 
-	/* function events */
 	uint64_t nf = 0, nc = 0, nk = 0;
 	for (uint32_t i = 0; i < nt; i++) {
 		nf += sp[i].nf;
 		nc += sp[i].nc;
 		nk += sp[i].nk;
 	}
+	/* the process counters go on the first thread, at the cut */
+	uint64_t pvals[4] = {pcpu, prss, pvcsw, pivcsw};
 	put_uvarint(nf);
-	uint32_t ti = 0;
-	for (uint32_t i = 0; i < nt; i++) {
-		if (sp[i].nf + sp[i].nc + sp[i].nk == 0)
-			continue;
-		uint64_t prev = tstart;
-		for (uint64_t j = sp[i].from; j < sp[i].to; j++) {
-			kp_ev *e = &sp[i].t->ring[j & sp[i].t->mask];
-			unsigned type = (unsigned)(e->t >> EV_SHIFT);
-			if (type > EV_ENTRY_INJECTED || atomic_load_explicit(&K.funcs.excluded[e->id], memory_order_relaxed))
-				continue;
-			uint64_t us = tick_to_us(e->t & EV_TICKS);
-			uint64_t kind = type == EV_EXIT;
-			put_uvarint((((uint64_t)e->id << 1 | kind) << B) | ti);
-			put_zigzag(us, prev);
-			prev = us;
-			if (type == EV_ENTRY_INJECTED)
-				add_truth(e->id, sp[i].t->tid, us);
-		}
-		ti++;
-	}
-	/* counter events; the process counters go on the first thread, at the cut */
+	encode_section(sp, nt, B, tstart, SEC_FUNC, NULL, 0);
 	put_uvarint(nc);
-	ti = 0;
-	for (uint32_t i = 0; i < nt; i++) {
-		if (sp[i].nf + sp[i].nc + sp[i].nk == 0)
-			continue;
-		uint64_t prev = tstart;
-		for (uint64_t j = sp[i].from; j < sp[i].to; j++) {
-			kp_ev *e = &sp[i].t->ring[j & sp[i].t->mask];
-			if ((unsigned)(e->t >> EV_SHIFT) != EV_COUNTER)
-				continue;
-			uint64_t us = tick_to_us(e->t & EV_TICKS);
-			put_uvarint(((uint64_t)e->id << B) | ti);
-			put_uvarint(e->v);
-			put_zigzag(us, prev);
-			prev = us;
-		}
-		if (pc && i == 0) {
-			uint64_t vals[4] = {pcpu, prss, pvcsw, pivcsw};
-			uint32_t ids[4] = {K.cid_cpu, K.cid_rss, K.cid_vcsw, K.cid_ivcsw};
-			for (int k = 0; k < 4; k++) {
-				put_uvarint(((uint64_t)ids[k] << B) | ti);
-				put_uvarint(vals[k]);
-				put_zigzag(tend, prev);
-				prev = tend;
-			}
-		}
-		ti++;
-	}
+	encode_section(sp, nt, B, tstart, SEC_COUNTER, pc ? pvals : NULL, tend);
 	put_uvarint(nk);
-	ti = 0;
-	for (uint32_t i = 0; i < nt; i++) {
-		if (sp[i].nf + sp[i].nc + sp[i].nk == 0)
-			continue;
-		uint64_t prev = tstart;
-		for (uint64_t j = sp[i].from; j < sp[i].to; j++) {
-			kp_ev *e = &sp[i].t->ring[j & sp[i].t->mask];
-			unsigned type = (unsigned)(e->t >> EV_SHIFT);
-			if (type != EV_SEND && type != EV_RECV)
-				continue;
-			uint64_t us = tick_to_us(e->t & EV_TICKS);
-			put_uvarint((((uint64_t)e->id << 1 | (type == EV_RECV)) << B) | ti);
-			put_uvarint(e->aux);
-			put_uvarint(e->v);
-			put_zigzag(us, prev);
-			prev = us;
-		}
-		ti++;
-	}
+	encode_section(sp, nt, B, tstart, SEC_COMM, NULL, 0);
 	nev = nf + nc + nk;
 	/* the events are encoded: give the ring space back */
 	for (uint32_t i = 0; i < nt; i++)
