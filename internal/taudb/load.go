@@ -1,10 +1,14 @@
 package taudb
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"strings"
 )
 
 // Format names accepted by LoadPath.
@@ -23,12 +27,13 @@ var Formats = []string{FormatTAU, FormatPPK, FormatXML, FormatCaliper, FormatCal
 // LoadPath reads the profile at path into a trial named after the path, with
 // the derived threads -1..-7 and metadata rows computed as ReadDir computes
 // them. format is one of Formats, or "" to detect it from the content: a
-// directory is read as TAU profiles; a file by its first bytes.
+// directory is read as TAU profiles (or, when it holds snapshot.N.C.T files
+// and no profiles, as TAU snapshot XML); a file by its first bytes.
 func LoadPath(path, format string) (*Trial, error) {
 	return LoadPathContext(context.Background(), path, format)
 }
 
-// LoadPathContext is LoadPath with a context checked between files.
+// LoadPathContext is LoadPath with a context checked before reading.
 func LoadPathContext(ctx context.Context, path, format string) (*Trial, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -39,16 +44,88 @@ func LoadPathContext(ctx context.Context, path, format string) (*Trial, error) {
 	}
 	name := filepath.Base(filepath.Clean(path))
 	if format == "" {
-		if fi.IsDir() {
-			format = FormatTAU
-		} else {
-			return nil, fmt.Errorf("load profile %s: cannot tell its format; pass one of %v", path, Formats)
+		if format, err = DetectFormat(path); err != nil {
+			return nil, err
+		}
+	}
+	if fi.IsDir() {
+		switch format {
+		case FormatTAU:
+			return ReadDir(path, name)
+		default:
+			return nil, fmt.Errorf("load profile %s: a directory is read as %q profiles, not %q", path, FormatTAU, format)
 		}
 	}
 	switch format {
 	case FormatTAU:
-		return ReadDir(path, name)
+		return nil, fmt.Errorf("load profile %s: format %q reads a directory of profile.N.C.T files, not a file; pass the directory", path, format)
+	case FormatPPK:
+		return readFile(path, name, ReadPPK)
 	default:
-		return nil, fmt.Errorf("load profile %s: unknown format %q; want one of %v", path, format, Formats)
+		return nil, fmt.Errorf("load profile %s: unknown format %q; want one of %s", path, format, strings.Join(Formats, ", "))
 	}
+}
+
+func readFile(path, name string, read func(io.Reader, string, string) (*Trial, error)) (*Trial, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("load profile: %w", err)
+	}
+	defer f.Close()
+	return read(f, path, name)
+}
+
+// DetectFormat names the format of the profile at path from its content: a
+// directory of TAU profiles is "tau"; a file starting with the gzip magic or
+// ParaProf's "PPK" is "ppk"; an XML document whose root is profile_xml is
+// "xml"; Caliper's "__rec=" records are "caliper"; a JSON object is
+// "caliper-json".
+func DetectFormat(path string) (string, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return "", fmt.Errorf("detect profile format: %w", err)
+	}
+	if fi.IsDir() {
+		return FormatTAU, nil
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return "", fmt.Errorf("detect profile format: %w", err)
+	}
+	defer f.Close()
+	head := make([]byte, 4096)
+	n, err := io.ReadFull(bufio.NewReader(f), head)
+	if err != nil && err != io.ErrUnexpectedEOF && err != io.EOF {
+		return "", fmt.Errorf("detect profile format of %s: %w", path, err)
+	}
+	head = head[:n]
+	if format := detectBytes(head); format != "" {
+		return format, nil
+	}
+	if _, _, _, ok := ProfileNCT(filepath.Base(path)); ok && bytes.Contains(head, []byte("templated_functions")) {
+		return "", fmt.Errorf("%s is one TAU profile file; pass its directory to read all threads", path)
+	}
+	return "", fmt.Errorf("%s: cannot tell the profile format from its first %d bytes; pass --format, one of %s", path, n, strings.Join(Formats, ", "))
+}
+
+// detectBytes names the format of a file starting with head, or "".
+func detectBytes(head []byte) string {
+	if len(head) >= 2 && head[0] == 0x1f && head[1] == 0x8b {
+		return FormatPPK
+	}
+	if bytes.HasPrefix(head, ppkMagic) {
+		return FormatPPK
+	}
+	t := bytes.TrimLeft(bytes.TrimPrefix(head, []byte("\xef\xbb\xbf")), " \t\r\n\x00")
+	switch {
+	case bytes.HasPrefix(t, []byte("<")):
+		if bytes.Contains(head, []byte("<profile_xml")) {
+			return FormatXML
+		}
+	case bytes.HasPrefix(t, []byte("__rec=")):
+		return FormatCaliper
+	case bytes.HasPrefix(t, []byte("{")):
+		return FormatCaliperJSON
+	}
+	return ""
 }
