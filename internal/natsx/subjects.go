@@ -5,16 +5,6 @@ package natsx
 
 import "fmt"
 
-// Provenance kinds published on kipimo.<run>.prov.<kind>.
-const (
-	ProvAnomalies    = "anomalies"
-	ProvNormalExecs  = "normalexecs"
-	ProvMetadata     = "metadata"
-	ProvFuncStats    = "func_stats"
-	ProvCounterStats = "counter_stats"
-	ProvProfiles     = "profiles"
-)
-
 // ProvStream is the JetStream stream that holds a run's provenance subjects.
 func ProvStream(run string) string { return "KIPIMO_PROV_" + run }
 
@@ -33,7 +23,15 @@ func (s Subjects) AllFrames() string { return "kipimo." + s.Run + ".frames.>" }
 // Sync is the parameter-server request subject of a shard.
 func (s Subjects) Sync(shard int) string { return fmt.Sprintf("kipimo.%s.ps.sync.%d", s.Run, shard) }
 
-// Prov is the provenance subject of one kind (ProvAnomalies, ...).
+// PSWAL is the subject of a parameter-server shard's write-ahead log of sync
+// requests (stream KIPIMO_PSWAL_<run>).
+func (s Subjects) PSWAL(shard int) string { return fmt.Sprintf("kipimo.%s.pswal.%d", s.Run, shard) }
+
+// AllPSWAL matches every shard's write-ahead-log subject of the run.
+func (s Subjects) AllPSWAL() string { return "kipimo." + s.Run + ".pswal.*" }
+
+// Prov is the provenance subject of one kind of record (its collection
+// name, a provenance.Kind).
 func (s Subjects) Prov(kind string) string { return "kipimo." + s.Run + ".prov." + kind }
 
 // AllProv matches every provenance subject of the run.
