@@ -52,8 +52,10 @@ func LoadPathContext(ctx context.Context, path, format string) (*Trial, error) {
 		switch format {
 		case FormatTAU:
 			return ReadDir(path, name)
+		case FormatXML:
+			return ReadSnapshotDir(path, name)
 		default:
-			return nil, fmt.Errorf("load profile %s: a directory is read as %q profiles, not %q", path, FormatTAU, format)
+			return nil, fmt.Errorf("load profile %s: a directory is read as %q or %q (snapshot.N.C.T files) profiles, not %q", path, FormatTAU, FormatXML, format)
 		}
 	}
 	switch format {
@@ -61,6 +63,8 @@ func LoadPathContext(ctx context.Context, path, format string) (*Trial, error) {
 		return nil, fmt.Errorf("load profile %s: format %q reads a directory of profile.N.C.T files, not a file; pass the directory", path, format)
 	case FormatPPK:
 		return readFile(path, name, ReadPPK)
+	case FormatXML:
+		return readFile(path, name, ReadSnapshotXML)
 	default:
 		return nil, fmt.Errorf("load profile %s: unknown format %q; want one of %s", path, format, strings.Join(Formats, ", "))
 	}
@@ -76,7 +80,7 @@ func readFile(path, name string, read func(io.Reader, string, string) (*Trial, e
 }
 
 // DetectFormat names the format of the profile at path from its content: a
-// directory of TAU profiles is "tau"; a file starting with the gzip magic or
+// directory of TAU profiles is "tau", one of snapshot.N.C.T files "xml"; a file starting with the gzip magic or
 // ParaProf's "PPK" is "ppk"; an XML document whose root is profile_xml is
 // "xml"; Caliper's "__rec=" records are "caliper"; a JSON object is
 // "caliper-json".
@@ -86,7 +90,13 @@ func DetectFormat(path string) (string, error) {
 		return "", fmt.Errorf("detect profile format: %w", err)
 	}
 	if fi.IsDir() {
-		return FormatTAU, nil
+		if _, err := profileDirs(path); err == nil {
+			return FormatTAU, nil
+		}
+		if snaps, err := snapshotFiles(path); err == nil && len(snaps) > 0 {
+			return FormatXML, nil
+		}
+		return "", fmt.Errorf("%s holds no profile.N.C.T files, MULTI__<metric> directories or snapshot.N.C.T files", path)
 	}
 	f, err := os.Open(path)
 	if err != nil {
