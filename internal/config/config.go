@@ -251,8 +251,11 @@ func flagNames(fs flags) string {
 	return strings.Join(names, ", ")
 }
 
-// ReadSecret returns the trimmed contents of a secret file, or "" when path
-// is empty. The error names the file, never its contents.
+// ReadSecret returns the contents of a secret file (a --*-file flag's value)
+// without surrounding whitespace, or "" when path is empty. A file that
+// cannot be read, or holds only whitespace, is an error naming the file,
+// never its contents: an empty token file must not quietly turn
+// authentication off. It is the one way Kipimo reads secret files.
 func ReadSecret(path string) (string, error) {
 	if path == "" {
 		return "", nil
@@ -261,5 +264,9 @@ func ReadSecret(path string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("read secret: %w", err)
 	}
-	return strings.TrimSpace(string(b)), nil
+	s := strings.TrimSpace(string(b))
+	if s == "" {
+		return "", fmt.Errorf("secret file %s is empty", path)
+	}
+	return s, nil
 }

@@ -1,0 +1,125 @@
+// Package daemon is the shell every Kipimo daemon (ad, pserver, provdb) is
+// built in, so that the three read as one program with different parts:
+//
+//   - settings: a pflag set read by internal/config (flags, KIPIMO_<FLAG>
+//     variables, a --config YAML file) into the daemon's Config, which has a
+//     DefaultConfig and a Validate that checks without changing anything;
+//   - secrets: --token-file and other *-file flags are read with Secret
+//     (internal/config.ReadSecret), never given on the command line;
+//   - logging: one zerolog.Logger built by NewLogger from --log-level and
+//     passed by value to whatever logs; no package uses zerolog's global;
+//   - HTTP: one bearer-token rule (Bearer), one JSON answer and error shape
+//     (WriteJSON, WriteError), and one listener lifecycle (Listen, Shutdown
+//     bounded by ShutdownTimeout);
+//   - the command: Main turns SIGINT/SIGTERM into a cancelled context, exits
+//     0 after --help and 1 with "<name>: <error>" on failure.
+//
+// # Bearer tokens
+//
+// A daemon given a token (--token-file) requires it on every HTTP request
+// that reads run data:
+//
+//   - every daemon accepts "Authorization: Bearer <token>" (the scheme in any
+//     case); when the header is present it alone decides;
+//   - the dashboard (pserver, kipimo serve) also accepts the token as the
+//     query parameter ?token=<token> on GET and HEAD requests, because its
+//     page is opened from a link and its event stream (EventSource) cannot
+//     set headers; the parameter is removed before the request is handled,
+//     so it never reaches a proxied API or a log line of the handler;
+//   - the provdb query API takes the header only: its clients are programs
+//     (kipimo query, the dashboard's proxy, scripts) that can set headers;
+//   - a refused request gets 401, "WWW-Authenticate: Bearer realm=\"kipimo\""
+//     and the JSON error body {"error":"missing or wrong bearer token"};
+//   - tokens are compared in constant time.
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/rs/zerolog"
+	"github.com/spf13/pflag"
+
+	"github.com/kipimo-hpc/kipimo/internal/config"
+)
+
+// LogLevels are the values --log-level takes.
+const LogLevels = "debug, info, warn, error"
+
+// AddLogLevelFlag adds --log-level (default info) to fs and returns where
+// its value lands.
+func AddLogLevelFlag(fs *pflag.FlagSet) *string {
+	return fs.String("log-level", "info", "log level: "+LogLevels)
+}
+
+// NewLogger returns the logger of a daemon: JSON lines with a timestamp on
+// w, at level (a --log-level value: LogLevels, or zerolog's trace and
+// disabled). The error names the flag.
+func NewLogger(w io.Writer, level string) (zerolog.Logger, error) {
+	lvl, err := zerolog.ParseLevel(level)
+	if err != nil || level == "" {
+		return zerolog.Nop(), fmt.Errorf("--log-level %q: use %s", level, LogLevels)
+	}
+	return zerolog.New(w).Level(lvl).With().Timestamp().Logger(), nil
+}
+
+// Secret reads the secret file named by the value path of flag (token-file,
+// password-file) through config.ReadSecret: "" when path is empty, an error
+// naming the flag and the file when it cannot be read or holds only
+// whitespace. The error never holds the file's contents.
+func Secret(flag, path string) (string, error) {
+	s, err := config.ReadSecret(path)
+	if err != nil {
+		return "", fmt.Errorf("--%s: %w", flag, err)
+	}
+	return s, nil
+}
+
+// ParseFlags is the whole settings step of a daemon named name: fs (with
+// its usage line intro) is parsed from args and then filled from the
+// environment (lookup, normally os.LookupEnv) and a --config file, as
+// internal/config describes. Positional arguments are an error: daemons take
+// flags only. It returns pflag.ErrHelp after printing help on stderr.
+func ParseFlags(fs *pflag.FlagSet, name, intro string, args []string, lookup func(string) (string, bool), stderr io.Writer) error {
+	fs.SetOutput(stderr)
+	if fs.Lookup(config.ConfigFlag) == nil {
+		config.AddConfigFlag(fs)
+	}
+	config.SetUsage(fs, stderr, intro)
+	if err := config.Parse(fs, args, lookup); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q: %s takes no arguments, only flags", fs.Args(), name)
+	}
+	return nil
+}
+
+// Main runs a daemon's command the way every cmd/<daemon> does: run gets
+// os.Args[1:] and a context cancelled on SIGINT or SIGTERM; --help
+// (pflag.ErrHelp) exits 0, any other error is printed as "<name>: <error>"
+// on stderr and exits 1.
+func Main(name string, run func(ctx context.Context, args []string) error) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:])
+	stop()
+	if code := ExitCode(err); code != 0 {
+		fmt.Fprintf(os.Stderr, "%s: %s\n", name, strings.TrimSpace(err.Error()))
+		os.Exit(code)
+	}
+}
+
+// ExitCode is the exit status of a daemon whose run ended with err: 0 for
+// nil and for pflag.ErrHelp (help was asked for and printed), 1 otherwise.
+func ExitCode(err error) int {
+	if err == nil || errors.Is(err, pflag.ErrHelp) {
+		return 0
+	}
+	return 1
+}
