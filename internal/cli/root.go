@@ -52,6 +52,7 @@ and context, and keeps them for queries, dashboards and TAU profiles.`,
 		newExecCmd(),
 		newLibCmd(),
 		newServeCmd(),
+		newDiffCmd(),
 	)
 	return root
 }
