@@ -1,8 +1,8 @@
 package taudb
 
 import (
-	"bufio"
 	"bytes"
+	"compress/gzip"
 	"context"
 	"fmt"
 	"io"
@@ -65,6 +65,10 @@ func LoadPathContext(ctx context.Context, path, format string) (*Trial, error) {
 		return readFile(path, name, ReadPPK)
 	case FormatXML:
 		return readFile(path, name, ReadSnapshotXML)
+	case FormatCaliper:
+		return readFile(path, name, ReadCaliper)
+	case FormatCaliperJSON:
+		return readFile(path, name, ReadCaliperJSON)
 	default:
 		return nil, fmt.Errorf("load profile %s: unknown format %q; want one of %s", path, format, strings.Join(Formats, ", "))
 	}
@@ -104,11 +108,27 @@ func DetectFormat(path string) (string, error) {
 	}
 	defer f.Close()
 	head := make([]byte, 4096)
-	n, err := io.ReadFull(bufio.NewReader(f), head)
+	n, err := io.ReadFull(f, head)
 	if err != nil && err != io.ErrUnexpectedEOF && err != io.EOF {
 		return "", fmt.Errorf("detect profile format of %s: %w", path, err)
 	}
 	head = head[:n]
+	if len(head) >= 2 && head[0] == 0x1f && head[1] == 0x8b {
+		if _, err := f.Seek(0, io.SeekStart); err != nil {
+			return "", fmt.Errorf("detect profile format of %s: %w", path, err)
+		}
+		zr, err := gzip.NewReader(f)
+		if err != nil {
+			return "", fmt.Errorf("%s: gzip header: %w", path, err)
+		}
+		inner := make([]byte, len(ppkMagic))
+		_, err = io.ReadFull(zr, inner)
+		zr.Close()
+		if err != nil || !bytes.Equal(inner, ppkMagic) {
+			return "", fmt.Errorf("%s is gzip-compressed and does not hold a ParaProf packed profile; decompress it and pass the result", path)
+		}
+		return FormatPPK, nil
+	}
 	if format := detectBytes(head); format != "" {
 		return format, nil
 	}
