@@ -1,5 +1,5 @@
 // Package replay turns traces made by other tools (TAU .trc/.edf, Caliper .cali
-// event traces, Chrome/Perfetto JSON) and Kipimo's own frame files into the
+// event traces, Chrome/Perfetto JSON, OTF2 archives) and Kipimo's own frame files into the
 // frame stream the detector consumes, and writes them as frame files.
 //
 // A Source yields frames, each rank's in step order; Open picks the reader for
@@ -20,6 +20,7 @@ import (
 	"github.com/kipimo-hpc/kipimo/internal/frame"
 	"github.com/kipimo-hpc/kipimo/internal/replay/caliper"
 	"github.com/kipimo-hpc/kipimo/internal/replay/chrome"
+	"github.com/kipimo-hpc/kipimo/internal/replay/otf2"
 	"github.com/kipimo-hpc/kipimo/internal/replay/steps"
 	"github.com/kipimo-hpc/kipimo/internal/replay/tautrace"
 )
@@ -29,11 +30,12 @@ const (
 	FormatTAU     = "tau"
 	FormatCaliper = "caliper"
 	FormatChrome  = "chrome"
+	FormatOTF2    = "otf2"
 	FormatFrames  = "frames"
 )
 
 // Formats lists the formats Open accepts.
-var Formats = []string{FormatTAU, FormatCaliper, FormatChrome, FormatFrames}
+var Formats = []string{FormatTAU, FormatCaliper, FormatChrome, FormatOTF2, FormatFrames}
 
 // Stats counts what a Source produced; see steps.Stats.
 type Stats = steps.Stats
@@ -88,6 +90,8 @@ func Open(format string, files []string, cfg steps.Config) (Source, error) {
 		read = caliper.Read
 	case FormatChrome:
 		read = chrome.Read
+	case FormatOTF2:
+		read = otf2.Read
 	case FormatFrames:
 		return OpenFrames(files)
 	default:
