@@ -133,7 +133,7 @@ func TestMainEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	counts := map[string]int{}
+	counts := map[provenance.Kind]int{}
 	info, err := stream.Info(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -143,7 +143,7 @@ func TestMainEndToEnd(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		kind := m.Subject()[strings.LastIndex(m.Subject(), ".")+1:]
+		kind := provenance.Kind(m.Subject()[strings.LastIndex(m.Subject(), ".")+1:])
 		var recs []json.RawMessage
 		if err := json.Unmarshal(m.Data(), &recs); err != nil {
 			t.Fatalf("batch on %s: %v", m.Subject(), err)
@@ -152,17 +152,17 @@ func TestMainEndToEnd(t *testing.T) {
 		if m.Headers().Get(jetstream.MsgIDHeader) == "" {
 			t.Errorf("batch on %s has no message id", m.Subject())
 		}
-		if kind == natsx.ProvAnomalies {
+		if kind == provenance.KindAnomalies {
 			var a []provenance.Exec
 			if err := json.Unmarshal(m.Data(), &a); err != nil || a[0].EventID == "" || a[0].Algorithm != SSTD {
 				t.Errorf("anomaly batch: %v %+v", err, a[0])
 			}
 		}
 	}
-	if counts[natsx.ProvAnomalies] != int(sum.Total.Anomalies) {
-		t.Errorf("anomalies in the stream %d, detectors flagged %d", counts[natsx.ProvAnomalies], sum.Total.Anomalies)
+	if counts[provenance.KindAnomalies] != int(sum.Total.Anomalies) {
+		t.Errorf("anomalies in the stream %d, detectors flagged %d", counts[provenance.KindAnomalies], sum.Total.Anomalies)
 	}
-	if counts[natsx.ProvProfiles] == 0 || counts[natsx.ProvMetadata] == 0 {
+	if counts[provenance.KindProfiles] == 0 || counts[provenance.KindMetadata] == 0 {
 		t.Errorf("records per kind %v", counts)
 	}
 	t.Logf("records per kind %v; summary total %+v", counts, sum.Total)

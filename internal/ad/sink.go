@@ -13,6 +13,7 @@ import (
 
 	"github.com/kipimo-hpc/kipimo/internal/natsx"
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
+	"github.com/kipimo-hpc/kipimo/internal/provenance/provstream"
 )
 
 // Batch is one detector's records of one step (or of Close).
@@ -113,7 +114,7 @@ type NATSSink struct {
 	flushReq chan chan error
 	log      zerolog.Logger
 
-	pubs map[pubKey]*provenance.Publisher // owned by the run goroutine
+	pubs map[pubKey]*provstream.Publisher // owned by the run goroutine
 
 	dropped   atomic.Uint64
 	published atomic.Uint64
@@ -128,7 +129,7 @@ type NATSSink struct {
 
 type pubKey struct {
 	pid, rank uint32
-	kind      string
+	kind      provenance.Kind
 }
 
 // NewNATSSink returns a sink of run's records with a queue of queueLen
@@ -141,7 +142,7 @@ func NewNATSSink(js jetstream.JetStream, run string, queueLen int, overflow Over
 		queueLen = 64
 	}
 	return &NATSSink{js: js, run: run, overflow: overflow, queue: make(chan *Batch, queueLen),
-		flushReq: make(chan chan error), log: log, pubs: map[pubKey]*provenance.Publisher{}, done: make(chan struct{})}, nil
+		flushReq: make(chan chan error), log: log, pubs: map[pubKey]*provstream.Publisher{}, done: make(chan struct{})}, nil
 }
 
 // Start starts the publishing goroutine; it stops with Shutdown.
@@ -151,7 +152,7 @@ func (s *NATSSink) Start(ctx context.Context) error {
 	if s.started {
 		return errors.New("provenance sink already started")
 	}
-	if _, err := provenance.EnsureStream(ctx, s.js, s.run); err != nil {
+	if _, err := provstream.EnsureStream(ctx, s.js, s.run); err != nil {
 		return err
 	}
 	s.started = true
@@ -251,7 +252,7 @@ func (s *NATSSink) loop() {
 }
 
 func (s *NATSSink) publish(ctx context.Context, b *Batch) {
-	add := func(kind string, n int, rec func(i int) any) {
+	add := func(kind provenance.Kind, n int, rec func(i int) any) {
 		if n == 0 {
 			return
 		}
@@ -259,7 +260,7 @@ func (s *NATSSink) publish(ctx context.Context, b *Batch) {
 		p := s.pubs[k]
 		if p == nil {
 			var err error
-			p, err = provenance.NewPublisher(s.js, s.run, kind, fmt.Sprintf("ad.%d.%d", b.PID, b.Rank))
+			p, err = provstream.NewPublisher(s.js, s.run, kind, fmt.Sprintf("ad.%d.%d", b.PID, b.Rank))
 			if err != nil {
 				s.failed.Add(uint64(n))
 				return
@@ -269,17 +270,17 @@ func (s *NATSSink) publish(ctx context.Context, b *Batch) {
 		for i := 0; i < n; i++ {
 			if err := p.Add(ctx, rec(i)); err != nil {
 				s.failed.Add(1)
-				s.log.Warn().Err(err).Str("kind", kind).Msg("provenance record not published")
+				s.log.Warn().Err(err).Str("kind", string(kind)).Msg("provenance record not published")
 				continue
 			}
 			s.published.Add(1)
 		}
 		if err := p.Flush(ctx); err != nil {
-			s.log.Warn().Err(err).Str("kind", kind).Msg("provenance batch not published; will retry with the next batch")
+			s.log.Warn().Err(err).Str("kind", string(kind)).Msg("provenance batch not published; will retry with the next batch")
 		}
 	}
-	add(natsx.ProvAnomalies, len(b.Anomalies), func(i int) any { return &b.Anomalies[i] })
-	add(natsx.ProvNormalExecs, len(b.Normal), func(i int) any { return &b.Normal[i] })
-	add(natsx.ProvMetadata, len(b.Metadata), func(i int) any { return &b.Metadata[i] })
-	add(natsx.ProvProfiles, len(b.Profiles), func(i int) any { return &b.Profiles[i] })
+	add(provenance.KindAnomalies, len(b.Anomalies), func(i int) any { return &b.Anomalies[i] })
+	add(provenance.KindNormalExecs, len(b.Normal), func(i int) any { return &b.Normal[i] })
+	add(provenance.KindMetadata, len(b.Metadata), func(i int) any { return &b.Metadata[i] })
+	add(provenance.KindProfiles, len(b.Profiles), func(i int) any { return &b.Profiles[i] })
 }

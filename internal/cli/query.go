@@ -19,7 +19,6 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/kipimo-hpc/kipimo/internal/natsx"
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
 	"github.com/kipimo-hpc/kipimo/internal/provenance/service"
 )
@@ -30,7 +29,7 @@ type queryBackend interface {
 	// Each streams the executions q selects, in its order (see
 	// provenance.Store.Each).
 	Each(ctx context.Context, q provenance.Query, fn func(provenance.Exec) error) error
-	Get(ctx context.Context, kind string, pid uint32, eventID string) (provenance.Exec, error)
+	Get(ctx context.Context, kind provenance.Kind, pid uint32, eventID string) (provenance.Exec, error)
 	Count(ctx context.Context, q provenance.Query) (int64, error)
 	Aggregate(ctx context.Context, q provenance.Query, by provenance.GroupBy) ([]provenance.Group, error)
 	Close() error
@@ -68,7 +67,7 @@ mongodb:// URI) or asks a running provdb over HTTP (--url).`,
 // are turned into the same URL parameters the HTTP API takes, so both
 // paths share one parser.
 func filterFlags(fs *pflag.FlagSet, sortable bool) {
-	fs.String("kind", natsx.ProvAnomalies, "records to read: anomalies or normalexecs (count: any collection)")
+	fs.String("kind", string(provenance.KindAnomalies), "records to read: anomalies or normalexecs (count: any collection)")
 	fs.Uint32("pid", 0, "program index")
 	fs.Uint32("rank", 0, "MPI rank")
 	fs.Uint32("tid", 0, "thread")
@@ -169,7 +168,7 @@ provdb), so a listing of any length takes little memory.`,
 }
 
 func newQueryShowCmd(o *queryOpts) *cobra.Command {
-	var kind string
+	var kind provenance.Kind
 	var pid uint32
 	cmd := &cobra.Command{
 		Use:   "show EVENT_ID",
@@ -201,7 +200,7 @@ EVENT_ID is "<rank>:<io_step>:<idx>".`,
 			return execTree(cmd.OutOrStdout(), kind, &e)
 		},
 	}
-	cmd.Flags().StringVar(&kind, "kind", natsx.ProvAnomalies, "anomalies or normalexecs")
+	cmd.Flags().StringVar((*string)(&kind), "kind", string(provenance.KindAnomalies), "anomalies or normalexecs")
 	cmd.Flags().Uint32Var(&pid, "pid", 0, "program index")
 	return cmd
 }
@@ -432,10 +431,10 @@ func groupTable(w io.Writer, by provenance.GroupBy, gs []provenance.Group) error
 }
 
 // execTree prints one execution as a readable tree.
-func execTree(w io.Writer, kind string, e *provenance.Exec) error {
+func execTree(w io.Writer, kind provenance.Kind, e *provenance.Exec) error {
 	var b strings.Builder
 	label := "anomaly"
-	if kind == natsx.ProvNormalExecs {
+	if kind == provenance.KindNormalExecs {
 		label = "normal execution"
 	}
 	rel := func(t uint64) string {
@@ -689,9 +688,9 @@ func readRecords(r io.Reader, fn func(provenance.Exec) error) (next string, err 
 	return next, nil
 }
 
-func (h *httpBackend) Get(ctx context.Context, kind string, pid uint32, eventID string) (provenance.Exec, error) {
+func (h *httpBackend) Get(ctx context.Context, kind provenance.Kind, pid uint32, eventID string) (provenance.Exec, error) {
 	var e provenance.Exec
-	err := h.get(ctx, "/api/v1/records/"+url.PathEscape(kind)+"/"+strconv.FormatUint(uint64(pid), 10)+"/"+url.PathEscape(eventID), nil, &e)
+	err := h.get(ctx, "/api/v1/records/"+url.PathEscape(string(kind))+"/"+strconv.FormatUint(uint64(pid), 10)+"/"+url.PathEscape(eventID), nil, &e)
 	return e, err
 }
 

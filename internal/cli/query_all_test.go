@@ -15,7 +15,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kipimo-hpc/kipimo/internal/natsx"
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
 	"github.com/kipimo-hpc/kipimo/internal/provenance/service"
 	"github.com/kipimo-hpc/kipimo/internal/provenance/sqlitestore"
@@ -41,7 +40,7 @@ func bigStore(t *testing.T, n int) string {
 			execs[i].PID = uint32(b)
 		}
 		slices.SortFunc(execs, func(x, y provenance.Exec) int { return cmp.Compare(x.Entry, y.Entry) })
-		if err := s.Write(ctx, provenance.Batch{Kind: natsx.ProvAnomalies, Execs: execs}); err != nil {
+		if err := s.Write(ctx, provenance.Batch{Kind: provenance.KindAnomalies, Execs: execs}); err != nil {
 			t.Fatal(err)
 		}
 	}

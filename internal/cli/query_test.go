@@ -11,7 +11,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kipimo-hpc/kipimo/internal/natsx"
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
 	"github.com/kipimo-hpc/kipimo/internal/provenance/service"
 	"github.com/kipimo-hpc/kipimo/internal/provenance/sqlitestore"
@@ -33,13 +32,13 @@ func queryStore(t *testing.T) string {
 	defer s.Close()
 	an := storetest.Generate(storetest.GenConfig{Seed: 2026, N: 300, Programs: 2, Ranks: 4, Steps: 6, Anomaly: true})
 	ne := storetest.Generate(storetest.GenConfig{Seed: 2027, N: 60, Programs: 2, Ranks: 4, Steps: 6})
-	for _, b := range []provenance.Batch{{Kind: natsx.ProvAnomalies, Execs: an}, {Kind: natsx.ProvNormalExecs, Execs: ne}} {
+	for _, b := range []provenance.Batch{{Kind: provenance.KindAnomalies, Execs: an}, {Kind: provenance.KindNormalExecs, Execs: ne}} {
 		if err := s.Write(ctx, b); err != nil {
 			t.Fatal(err)
 		}
 	}
 	meta, _, _, _ := storetest.GenerateOthers(0, 4)
-	if err := s.Write(ctx, provenance.Batch{Kind: natsx.ProvMetadata, Metadata: meta}); err != nil {
+	if err := s.Write(ctx, provenance.Batch{Kind: provenance.KindMetadata, Metadata: meta}); err != nil {
 		t.Fatal(err)
 	}
 	return path

@@ -10,7 +10,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kipimo-hpc/kipimo/internal/natsx"
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
 	"github.com/kipimo-hpc/kipimo/internal/provenance/sqlitestore"
 	"github.com/kipimo-hpc/kipimo/internal/provenance/storetest"
@@ -32,9 +31,9 @@ func serveStore(t *testing.T, withStats bool) (string, []provenance.Exec, []prov
 	an := storetest.Generate(storetest.GenConfig{Seed: 7, N: 200, Programs: 1, Ranks: 4, Steps: 5, Anomaly: true})
 	ne := storetest.Generate(storetest.GenConfig{Seed: 8, N: 400, Programs: 1, Ranks: 4, Steps: 5})
 	_, fs, _, _ := storetest.GenerateOthers(0, 4)
-	batches := []provenance.Batch{{Kind: natsx.ProvAnomalies, Execs: an}, {Kind: natsx.ProvNormalExecs, Execs: ne}}
+	batches := []provenance.Batch{{Kind: provenance.KindAnomalies, Execs: an}, {Kind: provenance.KindNormalExecs, Execs: ne}}
 	if withStats {
-		batches = append(batches, provenance.Batch{Kind: natsx.ProvFuncStats, FuncStats: fs})
+		batches = append(batches, provenance.Batch{Kind: provenance.KindFuncStats, FuncStats: fs})
 	} else {
 		fs = nil
 	}

@@ -13,8 +13,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-
-	"github.com/kipimo-hpc/kipimo/internal/natsx"
 )
 
 // Sort fields a query may order executions by.
@@ -44,7 +42,7 @@ const DefaultLimit = 100
 // Results are ordered by Sort (Desc for descending), ties broken by
 // (pid, event_id) ascending so that every query has one answer.
 type Query struct {
-	Kind       string   // anomalies (default) or normalexecs; any kind for Count
+	Kind       Kind     // anomalies (default) or normalexecs; any kind for Count
 	PID        *uint32  // program
 	Rank       *uint32  // rid
 	TID        *uint32  // thread
@@ -72,10 +70,10 @@ type Query struct {
 // limit, the step range and the regular expression.
 func (q *Query) Normalize() error {
 	if q.Kind == "" {
-		q.Kind = natsx.ProvAnomalies
+		q.Kind = KindAnomalies
 	}
 	if !ValidKind(q.Kind) {
-		return fmt.Errorf("unknown kind %q (want one of %s)", q.Kind, strings.Join(Kinds, ", "))
+		return fmt.Errorf("unknown kind %q (want one of %s)", q.Kind, KindNames())
 	}
 	if q.Sort == "" {
 		q.Sort = SortEntry
@@ -470,7 +468,7 @@ func ParseQuery(v url.Values) (Query, error) {
 		}
 		return &n
 	}
-	q.Kind = v.Get("kind")
+	q.Kind = Kind(v.Get("kind"))
 	q.PID, q.Rank, q.TID = u32("pid"), u32("rank"), u32("tid")
 	q.Func, q.FuncRegexp = v.Get("func"), v.Get("func_re")
 	q.StepMin, q.StepMax = u64("step_min"), u64("step_max")
@@ -529,7 +527,7 @@ func (q Query) Values() url.Values {
 			v.Set(k, s)
 		}
 	}
-	set("kind", q.Kind)
+	set("kind", string(q.Kind))
 	if q.PID != nil {
 		set("pid", strconv.FormatUint(uint64(*q.PID), 10))
 	}

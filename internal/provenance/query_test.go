@@ -101,7 +101,7 @@ func FuzzDecodeBatch(f *testing.F) {
 	f.Add("anomalies", `[{"event_id":"0:1"}]`)
 	f.Add("normalexecs", `{}`)
 	f.Fuzz(func(t *testing.T, kind, data string) {
-		b, err := DecodeBatch(kind, []byte(data))
+		b, err := DecodeBatch(Kind(kind), []byte(data))
 		if err != nil {
 			return
 		}
@@ -121,7 +121,7 @@ func FuzzDecodeBatch(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		b2, err := DecodeBatch(kind, enc)
+		b2, err := DecodeBatch(Kind(kind), enc)
 		if err != nil {
 			t.Fatalf("re-encoded batch refused: %v", err)
 		}

@@ -10,15 +10,14 @@ import (
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
-	"github.com/kipimo-hpc/kipimo/internal/natsx"
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
 	"github.com/kipimo-hpc/kipimo/internal/provenance/sqlitestore"
 	"github.com/kipimo-hpc/kipimo/internal/provenance/storetest"
 )
 
-func compile(t *testing.T, kind string) *jsonschema.Schema {
+func compile(t *testing.T, kind provenance.Kind) *jsonschema.Schema {
 	t.Helper()
-	path, err := filepath.Abs(filepath.Join("..", "..", "schemas", "provenance", kind+".schema.json"))
+	path, err := filepath.Abs(filepath.Join("..", "..", "schemas", "provenance", string(kind)+".schema.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,14 +51,14 @@ func TestSchemasAcceptStoredRecords(t *testing.T) {
 	}
 	defer st.Close()
 	execs := storetest.Generate(storetest.GenConfig{Seed: 5, N: 200, Anomaly: true})
-	if err := st.Write(ctx, provenance.Batch{Kind: natsx.ProvAnomalies, Execs: execs}); err != nil {
+	if err := st.Write(ctx, provenance.Batch{Kind: provenance.KindAnomalies, Execs: execs}); err != nil {
 		t.Fatal(err)
 	}
 	back, err := st.Query(ctx, provenance.Query{Limit: 1000})
 	if err != nil || len(back) != len(execs) {
 		t.Fatalf("read back %d records (%v)", len(back), err)
 	}
-	for _, kind := range []string{natsx.ProvAnomalies, natsx.ProvNormalExecs} {
+	for _, kind := range []provenance.Kind{provenance.KindAnomalies, provenance.KindNormalExecs} {
 		s := compile(t, kind)
 		gpu := 0
 		for i := range back {
@@ -75,7 +74,7 @@ func TestSchemasAcceptStoredRecords(t *testing.T) {
 		}
 	}
 	meta, fs, cs, prof := storetest.GenerateOthers(0, 3)
-	for kind, recs := range map[string]any{natsx.ProvMetadata: meta, natsx.ProvFuncStats: fs, natsx.ProvCounterStats: cs, natsx.ProvProfiles: prof} {
+	for kind, recs := range map[provenance.Kind]any{provenance.KindMetadata: meta, provenance.KindFuncStats: fs, provenance.KindCounterStats: cs, provenance.KindProfiles: prof} {
 		s := compile(t, kind)
 		data, _ := json.Marshal(recs)
 		b, err := provenance.DecodeBatch(kind, data)
@@ -100,7 +99,7 @@ func TestSchemasAcceptStoredRecords(t *testing.T) {
 func TestSchemasRefuseDrift(t *testing.T) {
 	e := storetest.Generate(storetest.GenConfig{Seed: 6, N: 1})[0]
 	data, _ := json.Marshal(e)
-	s := compile(t, natsx.ProvAnomalies)
+	s := compile(t, provenance.KindAnomalies)
 	cases := map[string]func(m map[string]any){
 		"renamed rid":        func(m map[string]any) { m["rank"] = m["rid"]; delete(m, "rid") },
 		"missing call_stack": func(m map[string]any) { delete(m, "call_stack") },

@@ -7,8 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-
-	"github.com/kipimo-hpc/kipimo/internal/natsx"
 )
 
 // ErrNotFound is returned by Store.Get when no record has the key.
@@ -45,13 +43,20 @@ type Store interface {
 	Each(ctx context.Context, q Query, fn func(Exec) error) error
 	// Get returns the execution of kind with key (pid, eventID), or
 	// ErrNotFound.
-	Get(ctx context.Context, kind string, pid uint32, eventID string) (Exec, error)
+	Get(ctx context.Context, kind Kind, pid uint32, eventID string) (Exec, error)
 	// Count returns how many records of q.Kind match q. For kinds other
 	// than executions only the program, rank and thread filters apply.
 	Count(ctx context.Context, q Query) (int64, error)
 	// Aggregate counts the executions that match q grouped by by, largest
 	// count first (ties by key); q.Limit bounds the number of groups.
 	Aggregate(ctx context.Context, q Query, by GroupBy) ([]Group, error)
+	// Profiles streams every stored thread profile to fn, ordered by
+	// (pid, rank, tid, io_step), holding a bounded number at a time; fn
+	// and the way to stop early are as for Each.
+	Profiles(ctx context.Context, fn func(ThreadProfile) error) error
+	// Metadata streams every stored metadata record to fn, ordered by
+	// (pid, rid, tid, descr); fn and stopping are as for Each.
+	Metadata(ctx context.Context, fn func(Metadata) error) error
 	// Close releases the store's resources.
 	Close() error
 }
@@ -59,7 +64,7 @@ type Store interface {
 // Batch is the records of one message: a kind and its records. Exactly the
 // slice matching Kind is used.
 type Batch struct {
-	Kind         string
+	Kind         Kind
 	Execs        []Exec // anomalies or normalexecs
 	Metadata     []Metadata
 	FuncStats    []GlobalFuncStats
@@ -70,23 +75,18 @@ type Batch struct {
 // Len is the number of records in b.
 func (b Batch) Len() int {
 	switch b.Kind {
-	case natsx.ProvAnomalies, natsx.ProvNormalExecs:
+	case KindAnomalies, KindNormalExecs:
 		return len(b.Execs)
-	case natsx.ProvMetadata:
+	case KindMetadata:
 		return len(b.Metadata)
-	case natsx.ProvFuncStats:
+	case KindFuncStats:
 		return len(b.FuncStats)
-	case natsx.ProvCounterStats:
+	case KindCounterStats:
 		return len(b.CounterStats)
-	case natsx.ProvProfiles:
+	case KindProfiles:
 		return len(b.Profiles)
 	}
 	return 0
-}
-
-// IsExecKind reports whether kind holds executions (anomalies, normalexecs).
-func IsExecKind(kind string) bool {
-	return kind == natsx.ProvAnomalies || kind == natsx.ProvNormalExecs
 }
 
 // DecodeBatch decodes one message of kind: a JSON array of records. Unknown
@@ -94,7 +94,7 @@ func IsExecKind(kind string) bool {
 // its Validate. Executions are decoded by this package's own codec, which
 // reads every document exactly as encoding/json does or rejects it. Records are normalized (nil arrays become empty ones) so
 // that stored documents have the same shape whoever wrote them.
-func DecodeBatch(kind string, data []byte) (Batch, error) {
+func DecodeBatch(kind Kind, data []byte) (Batch, error) {
 	b := Batch{Kind: kind}
 	data = bytes.TrimSpace(data)
 	if len(data) == 0 || data[0] != '[' {
@@ -102,15 +102,15 @@ func DecodeBatch(kind string, data []byte) (Batch, error) {
 	}
 	var err error
 	switch kind {
-	case natsx.ProvAnomalies, natsx.ProvNormalExecs:
+	case KindAnomalies, KindNormalExecs:
 		b.Execs, err = decodeExecs(data)
-	case natsx.ProvMetadata:
+	case KindMetadata:
 		err = json.Unmarshal(data, &b.Metadata)
-	case natsx.ProvFuncStats:
+	case KindFuncStats:
 		err = json.Unmarshal(data, &b.FuncStats)
-	case natsx.ProvCounterStats:
+	case KindCounterStats:
 		err = json.Unmarshal(data, &b.CounterStats)
-	case natsx.ProvProfiles:
+	case KindProfiles:
 		err = json.Unmarshal(data, &b.Profiles)
 	default:
 		return b, fmt.Errorf("decode batch: unknown kind %q", kind)
@@ -139,26 +139,26 @@ func (b Batch) Validate() error {
 		return true
 	}
 	switch b.Kind {
-	case natsx.ProvAnomalies, natsx.ProvNormalExecs:
+	case KindAnomalies, KindNormalExecs:
 		for i := range b.Execs {
 			if !check(i, b.Execs[i].Validate()) {
 				return err
 			}
 		}
-	case natsx.ProvMetadata:
+	case KindMetadata:
 		for i, m := range b.Metadata {
 			if !check(i, m.Validate()) {
 				return err
 			}
 		}
-	case natsx.ProvFuncStats:
+	case KindFuncStats:
 		for i, f := range b.FuncStats {
 			if f.Func == "" {
 				check(i, errors.New("empty func"))
 				return err
 			}
 		}
-	case natsx.ProvCounterStats:
+	case KindCounterStats:
 		for i, c := range b.CounterStats {
 			if c.Counter == "" {
 				check(i, errors.New("empty counter"))

@@ -14,7 +14,6 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/kipimo-hpc/kipimo/internal/natsx"
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
 	"github.com/kipimo-hpc/kipimo/internal/provenance/sqlitestore"
 	"github.com/kipimo-hpc/kipimo/internal/stats"
@@ -92,9 +91,9 @@ func storedRun(t testing.TB, ranks, steps, funcs int, slow uint32) (*sqlitestore
 		fs = append(fs, provenance.GlobalFuncStats{FID: uint32(f), Func: funcName(f), Stats: provenance.FuncStatsOf(mom[f]), Anomalies: anoms[f]})
 	}
 	for _, b := range []provenance.Batch{
-		{Kind: natsx.ProvAnomalies, Execs: anom},
-		{Kind: natsx.ProvNormalExecs, Execs: normal},
-		{Kind: natsx.ProvFuncStats, FuncStats: fs},
+		{Kind: provenance.KindAnomalies, Execs: anom},
+		{Kind: provenance.KindNormalExecs, Execs: normal},
+		{Kind: provenance.KindFuncStats, FuncStats: fs},
 	} {
 		if err := st.Write(ctx, b); err != nil {
 			t.Fatal(err)
@@ -110,7 +109,7 @@ func TestStoreDashboardViews(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n, err := st.Count(context.Background(), provenance.Query{Kind: natsx.ProvAnomalies})
+	n, err := st.Count(context.Background(), provenance.Query{Kind: provenance.KindAnomalies})
 	if err != nil {
 		t.Fatal(err)
 	}

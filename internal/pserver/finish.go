@@ -8,8 +8,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/kipimo-hpc/kipimo/internal/natsx"
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
+	"github.com/kipimo-hpc/kipimo/internal/provenance/provstream"
 )
 
 // FuncStatsRecords returns the final func_stats records of this shard's model
@@ -53,19 +53,16 @@ func (s *Server) Finish(ctx context.Context) error {
 	if s.nc == nil {
 		return fmt.Errorf("publish final statistics: server not started")
 	}
-	js := s.js
-	if js == nil {
-		var err error
-		if js, err = jetstream.New(s.nc); err != nil {
-			return fmt.Errorf("publish final statistics: JetStream: %w", err)
-		}
+	js, err := jetstream.New(s.nc)
+	if err != nil {
+		return fmt.Errorf("publish final statistics: JetStream: %w", err)
 	}
-	if _, err := provenance.EnsureStream(ctx, js, s.cfg.Run); err != nil {
+	if _, err := provstream.EnsureStream(ctx, js, s.cfg.Run); err != nil {
 		return fmt.Errorf("publish final statistics: %w", err)
 	}
 	prefix := "pserver." + strconv.Itoa(s.cfg.Shard)
-	pub := func(kind string, add func(p *provenance.Publisher) error) error {
-		p, err := provenance.NewPublisher(js, s.cfg.Run, kind, prefix)
+	pub := func(kind provenance.Kind, add func(p *provstream.Publisher) error) error {
+		p, err := provstream.NewPublisher(js, s.cfg.Run, kind, prefix)
 		if err != nil {
 			return err
 		}
@@ -74,7 +71,7 @@ func (s *Server) Finish(ctx context.Context) error {
 		}
 		return p.Flush(ctx)
 	}
-	err := pub(natsx.ProvFuncStats, func(p *provenance.Publisher) error {
+	err = pub(provenance.KindFuncStats, func(p *provstream.Publisher) error {
 		for _, r := range s.FuncStatsRecords() {
 			if err := p.Add(ctx, r); err != nil {
 				return err
@@ -83,7 +80,7 @@ func (s *Server) Finish(ctx context.Context) error {
 		return nil
 	})
 	if err == nil {
-		err = pub(natsx.ProvCounterStats, func(p *provenance.Publisher) error {
+		err = pub(provenance.KindCounterStats, func(p *provstream.Publisher) error {
 			for _, r := range s.CounterStatsRecords() {
 				if err := p.Add(ctx, r); err != nil {
 					return err

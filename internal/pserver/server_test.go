@@ -38,7 +38,7 @@ func connect(t testing.TB, ns *natsx.Server) *nats.Conn {
 
 func startServer(t testing.TB, nc *nats.Conn, cfg Config) *Server {
 	t.Helper()
-	s, err := New(cfg)
+	s, err := New(cfg, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -304,8 +304,8 @@ func TestFinishPublishesGlobalRecords(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := reference(t, g.all(), DefaultWindow)
-	for kind, n := range map[string]int{natsx.ProvFuncStats: len(want.Models), natsx.ProvCounterStats: len(want.Counters)} {
-		msg, err := str.GetLastMsgForSubject(ctx, natsx.Subjects{Run: "fin"}.Prov(kind))
+	for kind, n := range map[provenance.Kind]int{provenance.KindFuncStats: len(want.Models), provenance.KindCounterStats: len(want.Counters)} {
+		msg, err := str.GetLastMsgForSubject(ctx, natsx.Subjects{Run: "fin"}.Prov(string(kind)))
 		if err != nil {
 			t.Fatalf("%s: %v", kind, err)
 		}
@@ -313,7 +313,7 @@ func TestFinishPublishesGlobalRecords(t *testing.T) {
 		if err := json.Unmarshal(msg.Data, &recs); err != nil || len(recs) != n {
 			t.Fatalf("%s batch: %d records (%v), want %d", kind, len(recs), err, n)
 		}
-		if kind == natsx.ProvFuncStats {
+		if kind == provenance.KindFuncStats {
 			var r provenance.GlobalFuncStats
 			_ = json.Unmarshal(recs[0], &r)
 			m := want.Models[r.Func]

@@ -9,7 +9,6 @@ import (
 	"sort"
 	"time"
 
-	"github.com/kipimo-hpc/kipimo/internal/natsx"
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
 	"github.com/kipimo-hpc/kipimo/internal/provenance/service"
 	"github.com/kipimo-hpc/kipimo/internal/psync"
@@ -79,7 +78,7 @@ func momentsOf(f provenance.FuncStats) stats.Moments {
 // load folds every stored anomaly into per-(rank, io_step) summaries, reading
 // the steps in chunks of at most provenance.MaxLimit records.
 func (d *StoreDashboard) load(ctx context.Context) error {
-	groups, err := d.store.Aggregate(ctx, provenance.Query{Kind: natsx.ProvAnomalies, Limit: provenance.MaxLimit}, provenance.ByStep)
+	groups, err := d.store.Aggregate(ctx, provenance.Query{Kind: provenance.KindAnomalies, Limit: provenance.MaxLimit}, provenance.ByStep)
 	if err != nil {
 		return fmt.Errorf("count anomalies per io_step: %w", err)
 	}
@@ -93,7 +92,7 @@ func (d *StoreDashboard) load(ctx context.Context) error {
 		}
 		hi := *groups[j-1].Step
 		execs, err := d.store.Query(ctx, provenance.Query{
-			Kind: natsx.ProvAnomalies, StepMin: &lo, StepMax: &hi, Limit: provenance.MaxLimit,
+			Kind: provenance.KindAnomalies, StepMin: &lo, StepMax: &hi, Limit: provenance.MaxLimit,
 		})
 		if err != nil {
 			return fmt.Errorf("read anomalies of io_steps %d..%d: %w", lo, hi, err)
@@ -104,7 +103,7 @@ func (d *StoreDashboard) load(ctx context.Context) error {
 	}
 	// Ranks without anomalies are known from their stored normal executions
 	// (groups carry no program id: such ranks are shown as program 0).
-	ranks, err := d.store.Aggregate(ctx, provenance.Query{Kind: natsx.ProvNormalExecs, Limit: provenance.MaxLimit}, provenance.ByRank)
+	ranks, err := d.store.Aggregate(ctx, provenance.Query{Kind: provenance.KindNormalExecs, Limit: provenance.MaxLimit}, provenance.ByRank)
 	if err != nil {
 		return fmt.Errorf("count normal executions per rank: %w", err)
 	}
@@ -213,8 +212,7 @@ func (d *StoreDashboard) Handler() http.Handler {
 		}
 		<-r.Context().Done()
 	}
-	srv := &Server{cfg: d.cfg}
-	return srv.auth(dash.handler())
+	return dash.handler()
 }
 
 // histogram builds fn's runtime histogram from the stored executions of fn,
@@ -223,7 +221,7 @@ func (d *StoreDashboard) Handler() http.Handler {
 func (d *StoreDashboard) histogram(r *http.Request, fn string) (*stats.Histogram, string, error) {
 	var vals []float64
 	n := 0
-	for _, kind := range []string{natsx.ProvNormalExecs, natsx.ProvAnomalies} {
+	for _, kind := range []provenance.Kind{provenance.KindNormalExecs, provenance.KindAnomalies} {
 		execs, err := d.store.Query(r.Context(), provenance.Query{Kind: kind, Func: fn, Limit: provenance.MaxLimit})
 		if err != nil {
 			return nil, "", fmt.Errorf("read %s of %s: %w", kind, fn, err)
@@ -240,8 +238,9 @@ func (d *StoreDashboard) histogram(r *http.Request, fn string) (*stats.Histogram
 	return &h, fmt.Sprintf("%d stored executions (normal and anomalous)", n), nil
 }
 
-// withoutToken drops the dashboard's ?token= (already checked) before the
-// query API, which rejects parameters it does not know.
+// withoutToken drops a ?token= the page sends when the dashboard has no
+// token (with one, daemon.Bearer drops it) before the query API, which
+// rejects parameters it does not know.
 func withoutToken(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if q := r.URL.Query(); q.Has("token") {

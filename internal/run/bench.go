@@ -328,7 +328,7 @@ func benchIngest(ctx context.Context, from, to string) (ingestFigures, error) {
 	if err != nil {
 		return f, err
 	}
-	recs, err := src.Query(ctx, provenance.Query{Kind: natsx.ProvAnomalies, Limit: provenance.MaxLimit})
+	recs, err := src.Query(ctx, provenance.Query{Kind: provenance.KindAnomalies, Limit: provenance.MaxLimit})
 	src.Close()
 	if err != nil {
 		return f, err
@@ -368,7 +368,7 @@ func benchIngest(ctx context.Context, from, to string) (ingestFigures, error) {
 	defer dst.Close()
 	start, cpu0 := time.Now(), procstat.CPUTime()
 	for _, m := range msgs {
-		b, err := provenance.DecodeBatch(natsx.ProvAnomalies, m)
+		b, err := provenance.DecodeBatch(provenance.KindAnomalies, m)
 		if err != nil {
 			return f, err
 		}

@@ -180,7 +180,7 @@ func benchComponents(ctx context.Context, command []string, dir string, wl workl
 		return nil, err
 	}
 	defer st.Close()
-	if res.Stored, err = st.Count(ctx, provenance.Query{Kind: natsx.ProvAnomalies}); err != nil {
+	if res.Stored, err = st.Count(ctx, provenance.Query{Kind: provenance.KindAnomalies}); err != nil {
 		return nil, fmt.Errorf("count stored anomalies: %w", err)
 	}
 	return res, nil

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/kipimo-hpc/kipimo/internal/provenance"
 )
 
 // TestSummaryDashboardLifecycle: the summary never prints the dashboard's URL
@@ -42,7 +44,7 @@ func TestSummaryDashboardLifecycle(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			s := &Summary{RunID: "r", Algorithm: "sstd", Stored: map[string]int64{}, Dashboard: url, DashboardServed: tc.served}
+			s := &Summary{RunID: "r", Algorithm: "sstd", Stored: map[provenance.Kind]int64{}, Dashboard: url, DashboardServed: tc.served}
 			var text bytes.Buffer
 			if err := s.WriteText(&text); err != nil {
 				t.Fatal(err)

@@ -16,7 +16,7 @@ import (
 	"github.com/kipimo-hpc/kipimo/internal/hatchetread"
 	"github.com/kipimo-hpc/kipimo/internal/instrument"
 	"github.com/kipimo-hpc/kipimo/internal/mpitest"
-	"github.com/kipimo-hpc/kipimo/internal/natsx"
+	"github.com/kipimo-hpc/kipimo/internal/provenance"
 	"github.com/kipimo-hpc/kipimo/internal/pserver"
 )
 
@@ -81,7 +81,7 @@ func TestLiveLAMMPSInjectedDelays(t *testing.T) {
 	if sc == nil || sc.Injected < 10 || sc.Precision < 0.8 || sc.Recall < 0.8 {
 		t.Fatalf("score %+v: want at least 10 injected delays found with precision and recall >= 0.8", sc)
 	}
-	if sum.Stored[natsx.ProvAnomalies] != int64(sum.Anomalies) || sum.Stored[natsx.ProvMetadata] == 0 {
+	if sum.Stored[provenance.KindAnomalies] != int64(sum.Anomalies) || sum.Stored[provenance.KindMetadata] == 0 {
 		t.Errorf("stored %v for %d anomalies: want every anomaly and the processes' metadata", sum.Stored, sum.Anomalies)
 	}
 	profiles, _ := filepath.Glob(filepath.Join(sum.ProfilesDir, "profile.*"))

@@ -19,7 +19,7 @@ import (
 
 	"github.com/kipimo-hpc/kipimo/internal/ad"
 	"github.com/kipimo-hpc/kipimo/internal/natsx"
-	"github.com/kipimo-hpc/kipimo/internal/provenance"
+	"github.com/kipimo-hpc/kipimo/internal/provenance/provstream"
 	"github.com/kipimo-hpc/kipimo/internal/provenance/service"
 	"github.com/kipimo-hpc/kipimo/internal/provenance/sqlitestore"
 	"github.com/kipimo-hpc/kipimo/internal/pserver"
@@ -101,7 +101,7 @@ func (p *Pipeline) start(ctx context.Context) error {
 	if p.js, err = jetstream.New(nc); err != nil {
 		return fmt.Errorf("JetStream: %w", err)
 	}
-	if _, err := provenance.EnsureStream(ctx, p.js, cfg.RunID); err != nil {
+	if _, err := provstream.EnsureStream(ctx, p.js, cfg.RunID); err != nil {
 		return err
 	}
 

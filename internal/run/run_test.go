@@ -57,8 +57,8 @@ func execute(t *testing.T, cfg Config, setup func(p *Pipeline), progress func(*P
 // TAU profiles exist, and the pserver counted every anomaly once.
 func checkConsistent(t *testing.T, p *Pipeline, sum *Summary) {
 	t.Helper()
-	if sum.Stored[natsx.ProvAnomalies] != int64(sum.Anomalies) {
-		t.Errorf("store holds %d anomalies, detectors flagged %d", sum.Stored[natsx.ProvAnomalies], sum.Anomalies)
+	if sum.Stored[provenance.KindAnomalies] != int64(sum.Anomalies) {
+		t.Errorf("store holds %d anomalies, detectors flagged %d", sum.Stored[provenance.KindAnomalies], sum.Anomalies)
 	}
 	if sum.DroppedRecords != 0 {
 		t.Errorf("%d records dropped", sum.DroppedRecords)
@@ -80,7 +80,7 @@ func checkConsistent(t *testing.T, p *Pipeline, sum *Summary) {
 func TestRunSyntheticWorkload(t *testing.T) {
 	p, sum := execute(t, smallRun(t), nil, nil)
 	checkConsistent(t, p, sum)
-	if sum.Stored[natsx.ProvMetadata] == 0 || sum.Stored[natsx.ProvFuncStats] == 0 {
+	if sum.Stored[provenance.KindMetadata] == 0 || sum.Stored[provenance.KindFuncStats] == 0 {
 		t.Errorf("stored %v: want metadata and func_stats", sum.Stored)
 	}
 	if _, err := os.Stat(sum.Truth); err != nil {
@@ -176,8 +176,8 @@ func TestRunSurvivesRestarts(t *testing.T) {
 		t.Fatal("the run ended before the restart")
 	}
 	checkConsistent(t, p, sum)
-	n, err := p.store.Count(context.Background(), provenance.Query{Kind: natsx.ProvNormalExecs})
-	if err != nil || n != sum.Stored[natsx.ProvNormalExecs] {
+	n, err := p.store.Count(context.Background(), provenance.Query{Kind: provenance.KindNormalExecs})
+	if err != nil || n != sum.Stored[provenance.KindNormalExecs] {
 		t.Errorf("normal executions %d (%v)", n, err)
 	}
 }

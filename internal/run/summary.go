@@ -16,6 +16,7 @@ import (
 	"github.com/kipimo-hpc/kipimo/internal/ad"
 	"github.com/kipimo-hpc/kipimo/internal/natsx"
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
+	"github.com/kipimo-hpc/kipimo/internal/provenance/provstream"
 	"github.com/kipimo-hpc/kipimo/internal/replay"
 	"github.com/kipimo-hpc/kipimo/internal/replay/publish"
 	"github.com/kipimo-hpc/kipimo/internal/summary"
@@ -40,7 +41,7 @@ type Summary struct {
 	Executions      uint64 `json:"executions"`
 	Anomalies       uint64 `json:"anomalies"`
 	// Stored counts the records in the provenance store per collection.
-	Stored map[string]int64 `json:"stored"`
+	Stored map[provenance.Kind]int64 `json:"stored"`
 	// Score compares the anomalies with the injected ground truth
 	// (synthetic runs only).
 	Score *Score `json:"score,omitempty"`
@@ -142,7 +143,7 @@ func (p *Pipeline) summarize(ctx context.Context, st []ad.Stats, truthFn func() 
 	sum := &Summary{
 		RunID: cfg.RunID, Algorithm: cfg.Detector.Algorithm, Ranks: len(st),
 		Frames: in.Frames, FramesProcessed: total.Frames, Events: int64(in.Events), Executions: total.Executions, Anomalies: total.Anomalies,
-		Stored:          map[string]int64{},
+		Stored:          map[provenance.Kind]int64{},
 		DetectSeconds:   detect.Seconds(),
 		WallSeconds:     wall.Seconds(),
 		RawBytes:        in.Bytes,
@@ -167,7 +168,7 @@ func (p *Pipeline) summarize(ctx context.Context, st []ad.Stats, truthFn func() 
 		}
 		sum.Stored[kind] = n
 	}
-	top, err := p.store.Aggregate(ctx, provenance.Query{Kind: natsx.ProvAnomalies, Limit: 5}, provenance.ByFunc)
+	top, err := p.store.Aggregate(ctx, provenance.Query{Kind: provenance.KindAnomalies, Limit: 5}, provenance.ByFunc)
 	if err != nil {
 		return nil, fmt.Errorf("top functions: %w", err)
 	}
@@ -179,7 +180,7 @@ func (p *Pipeline) summarize(ctx context.Context, st []ad.Stats, truthFn func() 
 		sum.Reduction = float64(sum.RawBytes) / float64(sum.StoredBytes)
 		sum.ReductionVsTAU = float64(sum.Events*tauStreamBytesPerEvent) / float64(sum.StoredBytes)
 	}
-	sum.KeptExecutions = sum.Stored[natsx.ProvAnomalies] + sum.Stored[natsx.ProvNormalExecs]
+	sum.KeptExecutions = sum.Stored[provenance.KindAnomalies] + sum.Stored[provenance.KindNormalExecs]
 	if inputExecs > 0 {
 		sum.KeptFraction = float64(sum.KeptExecutions) / float64(inputExecs)
 	}
@@ -240,7 +241,7 @@ func (p *Pipeline) allAnomalies(ctx context.Context) ([]provenance.Exec, error) 
 	var from uint64
 	for {
 		f := from
-		q := provenance.Query{Kind: natsx.ProvAnomalies, Sort: provenance.SortEntry, Limit: provenance.MaxLimit, From: &f}
+		q := provenance.Query{Kind: provenance.KindAnomalies, Sort: provenance.SortEntry, Limit: provenance.MaxLimit, From: &f}
 		page, err := p.store.Query(ctx, q)
 		if err != nil {
 			return nil, fmt.Errorf("read anomalies: %w", err)
@@ -270,8 +271,8 @@ func (p *Pipeline) allAnomalies(ctx context.Context) ([]provenance.Exec, error) 
 func (p *Pipeline) writeProfiles(ctx context.Context) (int, error) {
 	var profiles []provenance.ThreadProfile
 	var meta []provenance.Metadata
-	err := p.readSubject(ctx, natsx.ProvProfiles, func(data []byte) error {
-		b, err := provenance.DecodeBatch(natsx.ProvProfiles, data)
+	err := p.readSubject(ctx, provenance.KindProfiles, func(data []byte) error {
+		b, err := provenance.DecodeBatch(provenance.KindProfiles, data)
 		if err != nil {
 			return err
 		}
@@ -281,8 +282,8 @@ func (p *Pipeline) writeProfiles(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	err = p.readSubject(ctx, natsx.ProvMetadata, func(data []byte) error {
-		b, err := provenance.DecodeBatch(natsx.ProvMetadata, data)
+	err = p.readSubject(ctx, provenance.KindMetadata, func(data []byte) error {
+		b, err := provenance.DecodeBatch(provenance.KindMetadata, data)
 		if err != nil {
 			return err
 		}
@@ -334,8 +335,8 @@ func finalProfiles(ps []provenance.ThreadProfile) []provenance.ThreadProfile {
 
 // readSubject calls fn with every message of one provenance kind in the
 // run's stream.
-func (p *Pipeline) readSubject(ctx context.Context, kind string, fn func([]byte) error) error {
-	subject := natsx.Subjects{Run: p.cfg.RunID}.Prov(kind)
+func (p *Pipeline) readSubject(ctx context.Context, kind provenance.Kind, fn func([]byte) error) error {
+	subject := provstream.Subject(p.cfg.RunID, kind)
 	stream, err := p.js.Stream(ctx, natsx.ProvStream(p.cfg.RunID))
 	if err != nil {
 		return fmt.Errorf("read %s: %w", kind, err)
@@ -393,7 +394,7 @@ func (s *Summary) WriteText(w io.Writer) error {
 		fmt.Fprintf(tw, "speed\t%.2fM events/s (detection %.1fs, wall %.1fs)\n", s.EventsPerSecond/1e6, s.DetectSeconds, s.WallSeconds)
 	}
 	fmt.Fprintf(tw, "anomalies\t%d flagged; stored %d anomalies, %d normal executions, %d metadata\n",
-		s.Anomalies, s.Stored[natsx.ProvAnomalies], s.Stored[natsx.ProvNormalExecs], s.Stored[natsx.ProvMetadata])
+		s.Anomalies, s.Stored[provenance.KindAnomalies], s.Stored[provenance.KindNormalExecs], s.Stored[provenance.KindMetadata])
 	if l := s.Live; l != nil {
 		fmt.Fprintf(tw, "command\t%s (exit status %d)\n", commandLine(l.Command), l.ExitCode)
 		fmt.Fprintf(tw, "event library\t%d processes: %d frames cut, %d sent, %d dropped (%d too large); %d events dropped (full buffers)\n",
@@ -431,7 +432,7 @@ func (s *Summary) WriteText(w io.Writer) error {
 		// must be kept and what keeping it costs, not a ratio of two
 		// encodings (a small trace's store is mostly fixed overhead).
 		fmt.Fprintf(tw, "kept\t%d of %d executions (%s): %d anomalies, %d normal executions\n",
-			s.KeptExecutions, ti.Executions, percent(s.KeptFraction), s.Stored[natsx.ProvAnomalies], s.Stored[natsx.ProvNormalExecs])
+			s.KeptExecutions, ti.Executions, percent(s.KeptFraction), s.Stored[provenance.KindAnomalies], s.Stored[provenance.KindNormalExecs])
 		perAnomaly := "no anomaly"
 		if s.Anomalies > 0 {
 			perAnomaly = bytesText(int64(s.BytesPerAnomaly)) + " per anomaly"

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kipimo-hpc/kipimo/internal/natsx"
+	"github.com/kipimo-hpc/kipimo/internal/provenance"
 	"github.com/kipimo-hpc/kipimo/internal/replay"
 	"github.com/kipimo-hpc/kipimo/internal/replay/steps"
 )
@@ -41,7 +41,7 @@ func TestRunTraceInputReport(t *testing.T) {
 			t.Errorf("%s: %d, want %d", k, ti.Losses.Count(k), n)
 		}
 	}
-	kept := sum.Stored[natsx.ProvAnomalies] + sum.Stored[natsx.ProvNormalExecs]
+	kept := sum.Stored[provenance.KindAnomalies] + sum.Stored[provenance.KindNormalExecs]
 	if sum.KeptExecutions != kept || sum.KeptFraction != float64(kept)/8 {
 		t.Errorf("kept %d (%.3f), store holds %d executions of 8", sum.KeptExecutions, sum.KeptFraction, kept)
 	}

@@ -28,7 +28,6 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
-	"github.com/kipimo-hpc/kipimo/internal/natsx"
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
 )
 
@@ -107,8 +106,11 @@ func redact(raw string) string {
 	return u.String()
 }
 
+// coll is the collection of kind's records.
+func (s *Store) coll(kind provenance.Kind) *mongo.Collection { return s.db.Collection(string(kind)) }
+
 func (s *Store) createIndexes(ctx context.Context) error {
-	for _, kind := range []string{natsx.ProvAnomalies, natsx.ProvNormalExecs} {
+	for _, kind := range []provenance.Kind{provenance.KindAnomalies, provenance.KindNormalExecs} {
 		var models []mongo.IndexModel
 		for _, keys := range []bson.D{
 			{{Key: "rid", Value: 1}, {Key: "func", Value: 1}},
@@ -121,11 +123,11 @@ func (s *Store) createIndexes(ctx context.Context) error {
 		} {
 			models = append(models, mongo.IndexModel{Keys: keys})
 		}
-		if _, err := s.db.Collection(kind).Indexes().CreateMany(ctx, models); err != nil {
+		if _, err := s.coll(kind).Indexes().CreateMany(ctx, models); err != nil {
 			return fmt.Errorf("create indexes of %s: %w", kind, err)
 		}
 	}
-	if _, err := s.db.Collection(natsx.ProvMetadata).Indexes().CreateOne(ctx, mongo.IndexModel{Keys: bson.D{{Key: "pid", Value: 1}, {Key: "rid", Value: 1}}}); err != nil {
+	if _, err := s.coll(provenance.KindMetadata).Indexes().CreateOne(ctx, mongo.IndexModel{Keys: bson.D{{Key: "pid", Value: 1}, {Key: "rid", Value: 1}}}); err != nil {
 		return fmt.Errorf("create indexes of metadata: %w", err)
 	}
 	return nil
@@ -150,28 +152,28 @@ func (s *Store) Write(ctx context.Context, b provenance.Batch) error {
 	}
 	docs := make([]any, 0, b.Len())
 	switch b.Kind {
-	case natsx.ProvAnomalies, natsx.ProvNormalExecs:
+	case provenance.KindAnomalies, provenance.KindNormalExecs:
 		for _, e := range b.Execs {
 			docs = append(docs, execDoc{ID: provenance.ExecKey(e.PID, e.EventID), Exec: e})
 		}
-	case natsx.ProvMetadata:
+	case provenance.KindMetadata:
 		for _, m := range b.Metadata {
 			docs = append(docs, metaDoc{ID: m.Key(), Metadata: m})
 		}
-	case natsx.ProvFuncStats:
+	case provenance.KindFuncStats:
 		for _, f := range b.FuncStats {
 			docs = append(docs, funcDoc{ID: f.Key(), GlobalFuncStats: f})
 		}
-	case natsx.ProvCounterStats:
+	case provenance.KindCounterStats:
 		for _, c := range b.CounterStats {
 			docs = append(docs, counterDoc{ID: c.Key(), GlobalCounterStats: c})
 		}
-	case natsx.ProvProfiles:
+	case provenance.KindProfiles:
 		for _, p := range b.Profiles {
 			docs = append(docs, profileDoc{ID: p.Key(), ThreadProfile: p})
 		}
 	}
-	_, err := s.db.Collection(b.Kind).InsertMany(ctx, docs, options.InsertMany().SetOrdered(false))
+	_, err := s.coll(b.Kind).InsertMany(ctx, docs, options.InsertMany().SetOrdered(false))
 	if err != nil && !onlyDuplicates(err) {
 		return fmt.Errorf("write %s batch: %w", b.Kind, err)
 	}
@@ -200,13 +202,13 @@ func onlyDuplicates(err error) bool {
 func filter(q provenance.Query) bson.D {
 	f := bson.D{}
 	rankField := "rid"
-	if q.Kind == natsx.ProvProfiles {
+	if q.Kind == provenance.KindProfiles {
 		rankField = "rank"
 	}
 	if q.PID != nil {
 		f = append(f, bson.E{Key: "pid", Value: int64(*q.PID)})
 	}
-	if q.Kind != natsx.ProvFuncStats && q.Kind != natsx.ProvCounterStats {
+	if q.Kind != provenance.KindFuncStats && q.Kind != provenance.KindCounterStats {
 		if q.Rank != nil {
 			f = append(f, bson.E{Key: rankField, Value: int64(*q.Rank)})
 		}
@@ -289,7 +291,7 @@ func (s *Store) Query(ctx context.Context, q provenance.Query) ([]provenance.Exe
 	if !provenance.IsExecKind(q.Kind) {
 		return nil, fmt.Errorf("query: kind %s does not hold executions", q.Kind)
 	}
-	cur, err := s.db.Collection(q.Kind).Find(ctx, filter(q), findOptions(q))
+	cur, err := s.coll(q.Kind).Find(ctx, filter(q), findOptions(q))
 	if err != nil {
 		return nil, fmt.Errorf("query %s: %w", q.Kind, err)
 	}
@@ -320,7 +322,7 @@ func (s *Store) Each(ctx context.Context, q provenance.Query, fn func(provenance
 		return fmt.Errorf("list: kind %s does not hold executions", q.Kind)
 	}
 	opts := findOptions(q).SetBatchSize(eachBatch).SetAllowDiskUse(true)
-	cur, err := s.db.Collection(q.Kind).Find(ctx, filter(q), opts)
+	cur, err := s.coll(q.Kind).Find(ctx, filter(q), opts)
 	if err != nil {
 		return fmt.Errorf("list %s: %w", q.Kind, err)
 	}
@@ -341,14 +343,60 @@ func (s *Store) Each(ctx context.Context, q provenance.Query, fn func(provenance
 	return nil
 }
 
+// Profiles streams the profiles collection in key order through one server
+// cursor.
+func (s *Store) Profiles(ctx context.Context, fn func(provenance.ThreadProfile) error) error {
+	sort := bson.D{{Key: "pid", Value: 1}, {Key: "rank", Value: 1}, {Key: "tid", Value: 1}, {Key: "step", Value: 1}}
+	return eachDoc(ctx, s.coll(provenance.KindProfiles), sort, func(cur *mongo.Cursor) error {
+		var d profileDoc
+		if err := cur.Decode(&d); err != nil {
+			return fmt.Errorf("list profiles: %w", err)
+		}
+		return fn(d.ThreadProfile)
+	})
+}
+
+// Metadata streams the metadata collection in key order through one server
+// cursor.
+func (s *Store) Metadata(ctx context.Context, fn func(provenance.Metadata) error) error {
+	sort := bson.D{{Key: "pid", Value: 1}, {Key: "rid", Value: 1}, {Key: "tid", Value: 1}, {Key: "descr", Value: 1}}
+	return eachDoc(ctx, s.coll(provenance.KindMetadata), sort, func(cur *mongo.Cursor) error {
+		var d metaDoc
+		if err := cur.Decode(&d); err != nil {
+			return fmt.Errorf("list metadata: %w", err)
+		}
+		return fn(d.Metadata)
+	})
+}
+
+// eachDoc calls fn at each document of c in sort's order, eachBatch
+// documents a round trip; fn's errors are returned unwrapped.
+func eachDoc(ctx context.Context, c *mongo.Collection, sort bson.D, fn func(*mongo.Cursor) error) error {
+	opts := options.Find().SetSort(sort).SetBatchSize(eachBatch).SetAllowDiskUse(true)
+	cur, err := c.Find(ctx, bson.D{}, opts)
+	if err != nil {
+		return fmt.Errorf("list %s: %w", c.Name(), err)
+	}
+	defer cur.Close(context.WithoutCancel(ctx))
+	for cur.Next(ctx) {
+		if err := fn(cur); err != nil {
+			return err
+		}
+	}
+	if err := cur.Err(); err != nil {
+		return fmt.Errorf("list %s: %w", c.Name(), err)
+	}
+	return nil
+}
+
 // Get returns one execution whole.
-func (s *Store) Get(ctx context.Context, kind string, pid uint32, eventID string) (provenance.Exec, error) {
+func (s *Store) Get(ctx context.Context, kind provenance.Kind, pid uint32, eventID string) (provenance.Exec, error) {
 	if !provenance.IsExecKind(kind) {
 		return provenance.Exec{}, fmt.Errorf("get: kind %q does not hold executions", kind)
 	}
 	key := provenance.ExecKey(pid, eventID)
 	var d execDoc
-	err := s.db.Collection(kind).FindOne(ctx, bson.D{{Key: "_id", Value: key}}).Decode(&d)
+	err := s.coll(kind).FindOne(ctx, bson.D{{Key: "_id", Value: key}}).Decode(&d)
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return provenance.Exec{}, fmt.Errorf("get %s %s: %w", kind, key, provenance.ErrNotFound)
 	}
@@ -364,7 +412,7 @@ func (s *Store) Count(ctx context.Context, q provenance.Query) (int64, error) {
 	if err := q.Normalize(); err != nil {
 		return 0, fmt.Errorf("count: %w", err)
 	}
-	n, err := s.db.Collection(q.Kind).CountDocuments(ctx, filter(q))
+	n, err := s.coll(q.Kind).CountDocuments(ctx, filter(q))
 	if err != nil {
 		return 0, fmt.Errorf("count %s: %w", q.Kind, err)
 	}
@@ -398,7 +446,7 @@ func (s *Store) Aggregate(ctx context.Context, q provenance.Query, by provenance
 		{{Key: "$match", Value: filter(q)}},
 		{{Key: "$group", Value: bson.D{{Key: "_id", Value: id}, {Key: "n", Value: bson.D{{Key: "$sum", Value: 1}}}}}},
 	}
-	cur, err := s.db.Collection(q.Kind).Aggregate(ctx, pipe)
+	cur, err := s.coll(q.Kind).Aggregate(ctx, pipe)
 	if err != nil {
 		return nil, fmt.Errorf("aggregate %s by %s: %w", q.Kind, by, err)
 	}

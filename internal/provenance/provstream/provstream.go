@@ -1,4 +1,9 @@
-package provenance
+// Package provstream is the NATS JetStream transport of provenance records:
+// the stream that holds a run's records (EnsureStream) and the publisher
+// producers batch them with. Subjects and the stream's name come from natsx;
+// the records and their kinds from package provenance, which, like the
+// stores, knows nothing of NATS.
+package provstream
 
 import (
 	"context"
@@ -11,24 +16,12 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/kipimo-hpc/kipimo/internal/natsx"
+	"github.com/kipimo-hpc/kipimo/internal/provenance"
 )
 
-// Kinds lists every provenance kind, in the order of natsx's constants. Each
-// is published on natsx.Subjects{Run}.Prov(kind) and kept in the collection
-// of the same name.
-var Kinds = []string{
-	natsx.ProvAnomalies, natsx.ProvNormalExecs, natsx.ProvMetadata,
-	natsx.ProvFuncStats, natsx.ProvCounterStats, natsx.ProvProfiles,
-}
-
-// ValidKind reports whether kind is one of Kinds.
-func ValidKind(kind string) bool {
-	for _, k := range Kinds {
-		if k == kind {
-			return true
-		}
-	}
-	return false
+// Subject is the subject run's records of kind are published on.
+func Subject(run string, kind provenance.Kind) string {
+	return natsx.Subjects{Run: run}.Prov(string(kind))
 }
 
 // DuplicateWindow is how long JetStream remembers a batch's Nats-Msg-Id, so
@@ -51,7 +44,7 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, run string) (jets
 	cfg := jetstream.StreamConfig{
 		Name:        natsx.ProvStream(run),
 		Description: "Kipimo provenance records of run " + run,
-		Subjects:    []string{"kipimo." + run + ".prov.>"},
+		Subjects:    []string{natsx.Subjects{Run: run}.AllProv()},
 		Storage:     jetstream.FileStorage,
 		Retention:   jetstream.LimitsPolicy,
 		Duplicates:  DuplicateWindow,
@@ -115,22 +108,22 @@ type Publisher struct {
 // NewPublisher returns a Publisher of run's records of kind. prefix must be
 // unique and stable for the producer (e.g. "ad.<pid>.<rank>") so that a
 // restarted producer re-publishing the same records yields the same ids.
-func NewPublisher(js jetstream.JetStream, run, kind, prefix string) (*Publisher, error) {
-	if !ValidKind(kind) {
+func NewPublisher(js jetstream.JetStream, run string, kind provenance.Kind, prefix string) (*Publisher, error) {
+	if !kind.Valid() {
 		return nil, fmt.Errorf("provenance publisher: unknown kind %q", kind)
 	}
 	if err := natsx.ValidRun(run); err != nil {
 		return nil, fmt.Errorf("provenance publisher: %w", err)
 	}
-	return &Publisher{js: js, subject: natsx.Subjects{Run: run}.Prov(kind), prefix: prefix + "." + kind}, nil
+	return &Publisher{js: js, subject: Subject(run, kind), prefix: prefix + "." + string(kind)}, nil
 }
 
 // Add appends one record to the pending batch, publishing the batch first if
 // the record would make it exceed MaxBytes.
 func (p *Publisher) Add(ctx context.Context, record any) error {
 	var err error
-	if e, ok := record.(*Exec); ok {
-		p.rec, err = AppendExecJSON(p.rec[:0], e)
+	if e, ok := record.(*provenance.Exec); ok {
+		p.rec, err = provenance.AppendExecJSON(p.rec[:0], e)
 	} else {
 		p.rec, err = json.Marshal(record)
 	}

@@ -1,4 +1,4 @@
-package provenance
+package provstream
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/kipimo-hpc/kipimo/internal/natsx"
+	"github.com/kipimo-hpc/kipimo/internal/provenance"
 )
 
 func startJS(t *testing.T) jetstream.JetStream {
@@ -47,13 +48,13 @@ func TestEnsureStreamAndPublisherDedupe(t *testing.T) {
 	// Two publishers with the same prefix stand for a producer and its
 	// restart re-publishing the same records: JetStream keeps one copy.
 	for range 2 {
-		p, err := NewPublisher(js, "r1", natsx.ProvMetadata, "ad.0.0")
+		p, err := NewPublisher(js, "r1", provenance.KindMetadata, "ad.0.0")
 		if err != nil {
 			t.Fatal(err)
 		}
 		p.MaxBytes = 200
 		for i := range 10 {
-			if err := p.Add(ctx, Metadata{Descr: "k", PID: 0, RID: uint32(i), Value: "some value"}); err != nil {
+			if err := p.Add(ctx, provenance.Metadata{Descr: "k", PID: 0, RID: uint32(i), Value: "some value"}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -81,7 +82,7 @@ func TestEnsureStreamAndPublisherDedupe(t *testing.T) {
 		if len(m.Data()) > 200 {
 			t.Errorf("batch of %d bytes exceeds MaxBytes", len(m.Data()))
 		}
-		var recs []Metadata
+		var recs []provenance.Metadata
 		if err := json.Unmarshal(m.Data(), &recs); err != nil {
 			t.Fatal(err)
 		}
@@ -90,7 +91,7 @@ func TestEnsureStreamAndPublisherDedupe(t *testing.T) {
 	if total != 10 {
 		t.Fatalf("stream holds %d records, want 10 (duplicates not removed)", total)
 	}
-	if err := PublishBatch(ctx, js, natsx.Subjects{Run: "r1"}.Prov(natsx.ProvMetadata), "x", Metadata{}); err == nil {
+	if err := PublishBatch(ctx, js, Subject("r1", provenance.KindMetadata), "x", provenance.Metadata{}); err == nil {
 		t.Fatal("PublishBatch accepted a non-slice")
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/kipimo-hpc/kipimo/internal/natsx"
 	"github.com/kipimo-hpc/kipimo/internal/procstat"
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
+	"github.com/kipimo-hpc/kipimo/internal/provenance/provstream"
 	"github.com/kipimo-hpc/kipimo/internal/provenance/sqlitestore"
 	"github.com/kipimo-hpc/kipimo/internal/provenance/storetest"
 )
@@ -50,8 +51,8 @@ func BenchmarkProvdbIngest(b *testing.B) {
 	}
 	defer store.Close()
 	execs := storetest.Generate(storetest.GenConfig{Seed: 42, N: perIter, Ranks: 64, Steps: 400, Window: 5, Anomaly: true})
-	subj := natsx.Subjects{Run: "bench"}.Prov(natsx.ProvAnomalies)
-	if _, err := provenance.EnsureStream(ctx, js, "bench"); err != nil {
+	subj := provstream.Subject("bench", provenance.KindAnomalies)
+	if _, err := provstream.EnsureStream(ctx, js, "bench"); err != nil {
 		b.Fatal(err)
 	}
 	log := zerolog.Nop()
@@ -64,7 +65,7 @@ func BenchmarkProvdbIngest(b *testing.B) {
 			for j := range part {
 				part[j].PID = uint32(i) // fresh keys: every record inserts
 			}
-			if err := provenance.PublishBatch(ctx, js, subj, fmt.Sprintf("%d.%d", i, lo), part); err != nil {
+			if err := provstream.PublishBatch(ctx, js, subj, fmt.Sprintf("%d.%d", i, lo), part); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -74,14 +75,14 @@ func BenchmarkProvdbIngest(b *testing.B) {
 		if err := svc.Start(ctx); err != nil {
 			b.Fatal(err)
 		}
-		for svc.Stats().Written[natsx.ProvAnomalies] < perIter {
+		for svc.Stats().Written[provenance.KindAnomalies] < perIter {
 			time.Sleep(time.Millisecond)
 		}
 		if err := svc.Shutdown(ctx); err != nil {
 			b.Fatal(err)
 		}
 		cpu += procstat.CPUTime() - c0
-		written += svc.Stats().Written[natsx.ProvAnomalies]
+		written += svc.Stats().Written[provenance.KindAnomalies]
 	}
 	b.ReportMetric(float64(written)/b.Elapsed().Seconds(), "records/s")
 	if cpu > 0 {

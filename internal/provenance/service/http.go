@@ -235,7 +235,7 @@ func (h *httpAPI) records(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *httpAPI) record(w http.ResponseWriter, r *http.Request) {
-	kind := r.PathValue("kind")
+	kind := provenance.Kind(r.PathValue("kind"))
 	if !provenance.IsExecKind(kind) {
 		writeError(w, http.StatusBadRequest, fmt.Errorf("kind %q is not anomalies or normalexecs", kind))
 		return

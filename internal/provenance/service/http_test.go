@@ -13,7 +13,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kipimo-hpc/kipimo/internal/natsx"
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
 	"github.com/kipimo-hpc/kipimo/internal/provenance/sqlitestore"
 	"github.com/kipimo-hpc/kipimo/internal/provenance/storetest"
@@ -28,7 +27,7 @@ func filledStore(t *testing.T) (*sqlitestore.Store, []provenance.Exec) {
 	}
 	t.Cleanup(func() { s.Close() })
 	execs := storetest.Generate(storetest.GenConfig{Seed: 9, N: 300, Anomaly: true})
-	if err := s.Write(ctx, provenance.Batch{Kind: natsx.ProvAnomalies, Execs: execs}); err != nil {
+	if err := s.Write(ctx, provenance.Batch{Kind: provenance.KindAnomalies, Execs: execs}); err != nil {
 		t.Fatal(err)
 	}
 	return s, execs
@@ -185,7 +184,7 @@ func TestHTTPRecordsPages(t *testing.T) {
 	}
 	defer s.Close()
 	execs := storetest.TiedExecs(storetest.Generate(storetest.GenConfig{Seed: 11, N: 300, Programs: 2, Anomaly: true}))
-	if err := s.Write(ctx, provenance.Batch{Kind: natsx.ProvAnomalies, Execs: execs}); err != nil {
+	if err := s.Write(ctx, provenance.Batch{Kind: provenance.KindAnomalies, Execs: execs}); err != nil {
 		t.Fatal(err)
 	}
 	srv := httptest.NewServer(NewHTTPHandler(s, "", WithListPage(37)))

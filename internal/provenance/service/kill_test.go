@@ -16,6 +16,7 @@ import (
 
 	"github.com/kipimo-hpc/kipimo/internal/natsx"
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
+	"github.com/kipimo-hpc/kipimo/internal/provenance/provstream"
 	"github.com/kipimo-hpc/kipimo/internal/provenance/sqlitestore"
 	"github.com/kipimo-hpc/kipimo/internal/provenance/storetest"
 )
@@ -85,7 +86,7 @@ func TestKillAndRestartLosesNothing(t *testing.T) {
 	}
 	start := time.Now()
 	const run = "killtest"
-	if _, err := provenance.EnsureStream(ctx, js, run); err != nil {
+	if _, err := provstream.EnsureStream(ctx, js, run); err != nil {
 		t.Fatal(err)
 	}
 	dbPath := filepath.Join(dir, "prov.db")
@@ -93,20 +94,20 @@ func TestKillAndRestartLosesNothing(t *testing.T) {
 
 	produced := make(chan error, 1)
 	go func() {
-		subj := natsx.Subjects{Run: run}.Prov(natsx.ProvAnomalies)
+		subj := provstream.Subject(run, provenance.KindAnomalies)
 		for b := range batches {
 			execs := storetest.Generate(storetest.GenConfig{Seed: uint64(b), N: per, Window: 1, Anomaly: true})
 			for i := range execs {
 				execs[i].PID = uint32(b)
 			}
-			if err := provenance.PublishBatch(ctx, js, subj, fmt.Sprintf("b%d", b), execs); err != nil {
+			if err := provstream.PublishBatch(ctx, js, subj, fmt.Sprintf("b%d", b), execs); err != nil {
 				produced <- err
 				return
 			}
 			if b%20 == 0 {
 				// A producer restarted past the duplicate window sends
 				// the batch again under a new id: the store must dedupe.
-				if err := provenance.PublishBatch(ctx, js, subj, fmt.Sprintf("again-b%d", b), execs); err != nil {
+				if err := provstream.PublishBatch(ctx, js, subj, fmt.Sprintf("again-b%d", b), execs); err != nil {
 					produced <- err
 					return
 				}

@@ -12,7 +12,6 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/kipimo-hpc/kipimo/internal/natsx"
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
 	"github.com/kipimo-hpc/kipimo/internal/provenance/sqlitestore"
 	"github.com/kipimo-hpc/kipimo/internal/provenance/storetest"
@@ -38,7 +37,7 @@ func BenchmarkHTTPRecordsAll(b *testing.B) {
 			execs[i].PID = uint32(p)
 		}
 		for lo := 0; lo < len(execs); lo += batch {
-			if err := s.Write(ctx, storetest.ExecBatch(natsx.ProvAnomalies, execs[lo:min(lo+batch, len(execs))])); err != nil {
+			if err := s.Write(ctx, storetest.ExecBatch(provenance.KindAnomalies, execs[lo:min(lo+batch, len(execs))])); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/kipimo-hpc/kipimo/internal/natsx"
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
+	"github.com/kipimo-hpc/kipimo/internal/provenance/provstream"
 )
 
 // Config configures a Service.
@@ -79,10 +80,10 @@ func (c *Config) Validate() error {
 
 // Stats are a Service's counters since it started.
 type Stats struct {
-	Written     map[string]int64 `json:"written"`      // records written, per kind (duplicates included)
-	Batches     int64            `json:"batches"`      // messages written and acknowledged
-	Bad         int64            `json:"bad"`          // messages that could not be decoded, terminated
-	WriteErrors int64            `json:"write_errors"` // failed store writes (redelivered later)
+	Written     map[provenance.Kind]int64 `json:"written"`      // records written, per kind (duplicates included)
+	Batches     int64                     `json:"batches"`      // messages written and acknowledged
+	Bad         int64                     `json:"bad"`          // messages that could not be decoded, terminated
+	WriteErrors int64                     `json:"write_errors"` // failed store writes (redelivered later)
 }
 
 // Service consumes a run's provenance stream into a store. Its owner calls
@@ -94,13 +95,13 @@ type Service struct {
 	js    jetstream.JetStream
 	log   zerolog.Logger
 
-	written     map[string]*atomic.Int64
+	written     map[provenance.Kind]*atomic.Int64
 	batches     atomic.Int64
 	bad         atomic.Int64
 	writeErrors atomic.Int64
 
 	loggedMu  sync.Mutex
-	loggedBad map[string]bool
+	loggedBad map[provenance.Kind]bool
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -108,7 +109,7 @@ type Service struct {
 
 // New returns a Service writing to store from js. cfg is validated by Start.
 func New(cfg Config, store provenance.Store, js jetstream.JetStream) *Service {
-	s := &Service{cfg: cfg, store: store, js: js, written: map[string]*atomic.Int64{}, loggedBad: map[string]bool{}}
+	s := &Service{cfg: cfg, store: store, js: js, written: map[provenance.Kind]*atomic.Int64{}, loggedBad: map[provenance.Kind]bool{}}
 	for _, k := range provenance.Kinds {
 		s.written[k] = new(atomic.Int64)
 	}
@@ -124,7 +125,7 @@ func (s *Service) Start(ctx context.Context) error {
 		return err
 	}
 	s.log = s.cfg.Logger.With().Str("component", "provdb").Str("run", s.cfg.Run).Logger()
-	stream, err := provenance.EnsureStream(ctx, s.js, s.cfg.Run)
+	stream, err := provstream.EnsureStream(ctx, s.js, s.cfg.Run)
 	if err != nil {
 		return err
 	}
@@ -134,7 +135,7 @@ func (s *Service) Start(ctx context.Context) error {
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       s.cfg.AckWait,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
-		FilterSubject: "kipimo." + s.cfg.Run + ".prov.>",
+		FilterSubject: natsx.Subjects{Run: s.cfg.Run}.AllProv(),
 		MaxAckPending: 4 * s.cfg.Fetch,
 	})
 	if err != nil {
@@ -171,7 +172,7 @@ func (s *Service) Shutdown(ctx context.Context) error {
 
 // Stats returns the counters.
 func (s *Service) Stats() Stats {
-	st := Stats{Written: map[string]int64{}, Batches: s.batches.Load(), Bad: s.bad.Load(), WriteErrors: s.writeErrors.Load()}
+	st := Stats{Written: map[provenance.Kind]int64{}, Batches: s.batches.Load(), Bad: s.bad.Load(), WriteErrors: s.writeErrors.Load()}
 	for k, v := range s.written {
 		st.Written[k] = v.Load()
 	}
@@ -253,7 +254,7 @@ type pending struct {
 // decode decodes msg, terminating it if it is bad.
 func (s *Service) decode(msg jetstream.Msg) (pending, bool) {
 	subj := msg.Subject()
-	kind := subj[strings.LastIndexByte(subj, '.')+1:]
+	kind := provenance.Kind(subj[strings.LastIndexByte(subj, '.')+1:])
 	b, err := provenance.DecodeBatch(kind, msg.Data())
 	if err != nil {
 		s.bad.Add(1)
@@ -315,13 +316,13 @@ func (s *Service) flush(pend []pending) {
 }
 
 // logBad logs the first bad message of each kind; the rest are counted.
-func (s *Service) logBad(kind string, err error) {
+func (s *Service) logBad(kind provenance.Kind, err error) {
 	s.loggedMu.Lock()
 	first := !s.loggedBad[kind]
 	s.loggedBad[kind] = true
 	s.loggedMu.Unlock()
 	if first {
-		s.log.Warn().Err(err).Str("kind", kind).Msg("bad provenance batch terminated (further ones of this kind are only counted)")
+		s.log.Warn().Err(err).Str("kind", string(kind)).Msg("bad provenance batch terminated (further ones of this kind are only counted)")
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 
 	"github.com/kipimo-hpc/kipimo/internal/natsx"
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
+	"github.com/kipimo-hpc/kipimo/internal/provenance/provstream"
 	"github.com/kipimo-hpc/kipimo/internal/provenance/sqlitestore"
 	"github.com/kipimo-hpc/kipimo/internal/provenance/storetest"
 )
@@ -71,29 +72,29 @@ func TestServiceCountsAndTerminatesBadBatches(t *testing.T) {
 	if err := svc.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	subj := natsx.Subjects{Run: "r"}
+	subj := func(kind provenance.Kind) string { return provstream.Subject("r", kind) }
 	execs := storetest.Generate(storetest.GenConfig{Seed: 8, N: 90, Anomaly: true})
 	meta, fs, cs, prof := storetest.GenerateOthers(0, 3)
 	bad := 0
-	pubBad := func(kind, data string) {
+	pubBad := func(kind provenance.Kind, data string) {
 		t.Helper()
 		bad++
-		m := &nats.Msg{Subject: subj.Prov(kind), Data: []byte(data), Header: nats.Header{}}
+		m := &nats.Msg{Subject: subj(kind), Data: []byte(data), Header: nats.Header{}}
 		m.Header.Set(jetstream.MsgIDHeader, "bad"+string(rune('a'+bad)))
 		if _, err := js.PublishMsg(ctx, m); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for i := range 3 {
-		if err := provenance.PublishBatch(ctx, js, subj.Prov(natsx.ProvAnomalies), "a"+string(rune('0'+i)), execs[i*30:(i+1)*30]); err != nil {
+		if err := provstream.PublishBatch(ctx, js, subj(provenance.KindAnomalies), "a"+string(rune('0'+i)), execs[i*30:(i+1)*30]); err != nil {
 			t.Fatal(err)
 		}
-		pubBad(natsx.ProvAnomalies, `{"not":"an array"}`)
+		pubBad(provenance.KindAnomalies, `{"not":"an array"}`)
 	}
-	pubBad(natsx.ProvAnomalies, `[{"event_id":"no colons"}]`)
-	pubBad(natsx.ProvMetadata, `[{"descr":""}]`)
-	for kind, recs := range map[string]any{natsx.ProvMetadata: meta, natsx.ProvFuncStats: fs, natsx.ProvCounterStats: cs, natsx.ProvProfiles: prof} {
-		if err := provenance.PublishBatch(ctx, js, subj.Prov(kind), kind, recs); err != nil {
+	pubBad(provenance.KindAnomalies, `[{"event_id":"no colons"}]`)
+	pubBad(provenance.KindMetadata, `[{"descr":""}]`)
+	for kind, recs := range map[provenance.Kind]any{provenance.KindMetadata: meta, provenance.KindFuncStats: fs, provenance.KindCounterStats: cs, provenance.KindProfiles: prof} {
+		if err := provstream.PublishBatch(ctx, js, subj(kind), string(kind), recs); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -118,7 +119,7 @@ func TestServiceCountsAndTerminatesBadBatches(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := svc.Stats()
-	want := map[string]int64{natsx.ProvAnomalies: 90, natsx.ProvMetadata: int64(len(meta)), natsx.ProvFuncStats: int64(len(fs)), natsx.ProvCounterStats: int64(len(cs)), natsx.ProvProfiles: int64(len(prof)), natsx.ProvNormalExecs: 0}
+	want := map[provenance.Kind]int64{provenance.KindAnomalies: 90, provenance.KindMetadata: int64(len(meta)), provenance.KindFuncStats: int64(len(fs)), provenance.KindCounterStats: int64(len(cs)), provenance.KindProfiles: int64(len(prof)), provenance.KindNormalExecs: 0}
 	for k, n := range want {
 		if st.Written[k] != n {
 			t.Errorf("written %s = %d, want %d", k, st.Written[k], n)
@@ -213,11 +214,11 @@ func TestMainEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := provenance.EnsureStream(ctx, js, "e2e"); err != nil {
+	if _, err := provstream.EnsureStream(ctx, js, "e2e"); err != nil {
 		t.Fatal(err)
 	}
 	execs := storetest.Generate(storetest.GenConfig{Seed: 12, N: 30, Anomaly: true})
-	if err := provenance.PublishBatch(ctx, js, natsx.Subjects{Run: "e2e"}.Prov(natsx.ProvAnomalies), "e2e-0", execs); err != nil {
+	if err := provstream.PublishBatch(ctx, js, provstream.Subject("e2e", provenance.KindAnomalies), "e2e-0", execs); err != nil {
 		t.Fatal(err)
 	}
 	for {

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kipimo-hpc/kipimo/internal/natsx"
 	"github.com/kipimo-hpc/kipimo/internal/procstat"
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
 	"github.com/kipimo-hpc/kipimo/internal/provenance/storetest"
@@ -64,7 +63,7 @@ func BenchmarkSQLiteIngest(b *testing.B) {
 			b.StartTimer()
 		}
 		c0 := procstat.CPUTime()
-		bt, err := provenance.DecodeBatch(natsx.ProvAnomalies, msgs[i%len(msgs)])
+		bt, err := provenance.DecodeBatch(provenance.KindAnomalies, msgs[i%len(msgs)])
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -146,7 +145,7 @@ func BenchmarkSQLiteWrite(b *testing.B) {
 	var cpu time.Duration
 	for i := 0; b.Loop(); i++ {
 		lo := (i * batch) % len(execs)
-		bt := provenance.Batch{Kind: natsx.ProvAnomalies, Execs: execs[lo : lo+batch]}
+		bt := provenance.Batch{Kind: provenance.KindAnomalies, Execs: execs[lo : lo+batch]}
 		if i >= len(execs)/batch {
 			b.StopTimer()
 			bt.Execs = slices.Clone(bt.Execs)
@@ -192,7 +191,7 @@ func BenchmarkSQLiteEach(b *testing.B) {
 			execs[i].PID = uint32(p)
 		}
 		for lo := 0; lo < len(execs); lo += batch {
-			if err := s.Write(ctx, storetest.ExecBatch(natsx.ProvAnomalies, execs[lo:min(lo+batch, len(execs))])); err != nil {
+			if err := s.Write(ctx, storetest.ExecBatch(provenance.KindAnomalies, execs[lo:min(lo+batch, len(execs))])); err != nil {
 				b.Fatal(err)
 			}
 		}

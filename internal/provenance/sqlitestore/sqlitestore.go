@@ -22,7 +22,6 @@ import (
 
 	"modernc.org/sqlite"
 
-	"github.com/kipimo-hpc/kipimo/internal/natsx"
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
 )
 
@@ -46,10 +45,10 @@ type Store struct {
 	// streams are the connections of Each, one per call while it runs: a
 	// pool without a cap, so that a stream's callback can call the store.
 	streams *sql.DB
-	ins     map[string]*sql.Stmt // per kind, on w
+	ins     map[provenance.Kind]*sql.Stmt // per kind, on w
 	// insMany inserts execRowsPerInsert executions at once, and insBlock a
 	// block of their documents, per exec kind.
-	insMany, insBlock map[string]*sql.Stmt
+	insMany, insBlock map[provenance.Kind]*sql.Stmt
 
 	mu    sync.Mutex // held by Write: one writer, and the buffers below
 	js    []byte     // one execution's JSON
@@ -120,7 +119,7 @@ const execRowsPerInsert = 64
 
 func schema() []string {
 	var s []string
-	for _, t := range []string{natsx.ProvAnomalies, natsx.ProvNormalExecs} {
+	for _, t := range []string{string(provenance.KindAnomalies), string(provenance.KindNormalExecs)} {
 		s = append(s, `CREATE TABLE IF NOT EXISTS `+t+` (`+execColumns+`)`,
 			`CREATE TABLE IF NOT EXISTS `+t+`_docs (id INTEGER PRIMARY KEY, data BLOB NOT NULL)`)
 		for _, ix := range execIndexes {
@@ -143,13 +142,13 @@ func execInsert(table string, n int) string {
 	return "INSERT OR IGNORE INTO " + table + " " + execInsertColumns + " VALUES " + strings.TrimSuffix(strings.Repeat(row+",", n), ",")
 }
 
-var insertSQL = map[string]string{
-	natsx.ProvAnomalies:    execInsert(natsx.ProvAnomalies, 1),
-	natsx.ProvNormalExecs:  execInsert(natsx.ProvNormalExecs, 1),
-	natsx.ProvMetadata:     `INSERT OR IGNORE INTO metadata (pid, rid, tid, descr, doc) VALUES (?,?,?,?,?)`,
-	natsx.ProvFuncStats:    `INSERT OR IGNORE INTO func_stats (pid, func, doc) VALUES (?,?,?)`,
-	natsx.ProvCounterStats: `INSERT OR IGNORE INTO counter_stats (pid, counter, doc) VALUES (?,?,?)`,
-	natsx.ProvProfiles:     `INSERT OR IGNORE INTO profiles (pid, rid, tid, io_step, doc) VALUES (?,?,?,?,?)`,
+var insertSQL = map[provenance.Kind]string{
+	provenance.KindAnomalies:    execInsert(string(provenance.KindAnomalies), 1),
+	provenance.KindNormalExecs:  execInsert(string(provenance.KindNormalExecs), 1),
+	provenance.KindMetadata:     `INSERT OR IGNORE INTO metadata (pid, rid, tid, descr, doc) VALUES (?,?,?,?,?)`,
+	provenance.KindFuncStats:    `INSERT OR IGNORE INTO func_stats (pid, func, doc) VALUES (?,?,?)`,
+	provenance.KindCounterStats: `INSERT OR IGNORE INTO counter_stats (pid, counter, doc) VALUES (?,?,?)`,
+	provenance.KindProfiles:     `INSERT OR IGNORE INTO profiles (pid, rid, tid, io_step, doc) VALUES (?,?,?,?,?)`,
 }
 
 // Open opens (creating if needed) the SQLite store at path.
@@ -178,7 +177,7 @@ func Open(ctx context.Context, path string, opt Options) (*Store, error) {
 		u.RawQuery = q.Encode()
 		return u.String()
 	}
-	s := &Store{path: path, ins: map[string]*sql.Stmt{}, insMany: map[string]*sql.Stmt{}, insBlock: map[string]*sql.Stmt{}}
+	s := &Store{path: path, ins: map[provenance.Kind]*sql.Stmt{}, insMany: map[provenance.Kind]*sql.Stmt{}, insBlock: map[provenance.Kind]*sql.Stmt{}}
 	var err error
 	if !opt.ReadOnly {
 		// A 64 MiB page cache keeps the indexes' pages in memory while
@@ -201,8 +200,8 @@ func Open(ctx context.Context, path string, opt Options) (*Store, error) {
 			}
 			s.ins[kind] = st
 			if provenance.IsExecKind(kind) {
-				if s.insMany[kind], err = s.w.PrepareContext(ctx, execInsert(kind, execRowsPerInsert)); err == nil {
-					s.insBlock[kind], err = s.w.PrepareContext(ctx, "INSERT INTO "+kind+"_docs (data) VALUES (?)")
+				if s.insMany[kind], err = s.w.PrepareContext(ctx, execInsert(string(kind), execRowsPerInsert)); err == nil {
+					s.insBlock[kind], err = s.w.PrepareContext(ctx, "INSERT INTO "+string(kind)+"_docs (data) VALUES (?)")
 				}
 				if err != nil {
 					s.w.Close()
@@ -302,7 +301,7 @@ func (s *Store) Write(ctx context.Context, b provenance.Batch) error {
 // stored yet, so that no block holds a document that no row refers to.
 // (A savepoint per group would do the same, at a quarter of the write's
 // speed: SQLite then journals every page a group changes.)
-func (s *Store) writeExecs(ctx context.Context, tx *sql.Tx, kind string, execs []provenance.Exec) error {
+func (s *Store) writeExecs(ctx context.Context, tx *sql.Tx, kind provenance.Kind, execs []provenance.Exec) error {
 	w := execWriter{s: s, tx: tx, kind: kind, insBlock: tx.StmtContext(ctx, s.insBlock[kind])}
 	for len(execs) > 0 {
 		group := execs[:min(len(execs), execRowsPerInsert)]
@@ -327,7 +326,7 @@ func (s *Store) writeExecs(ctx context.Context, tx *sql.Tx, kind string, execs [
 type execWriter struct {
 	s                   *Store
 	tx                  *sql.Tx
-	kind                string
+	kind                provenance.Kind
 	insBlock, many, one *sql.Stmt // the transaction's statements (many, one: when first needed)
 	exists              *sql.Stmt
 }
@@ -389,12 +388,12 @@ func (w *execWriter) insert(ctx context.Context, group []provenance.Exec) (id, i
 func (w *execWriter) takeBack(ctx context.Context, group []provenance.Exec, id int64) error {
 	for i := range group {
 		e := &group[i]
-		if _, err := w.tx.ExecContext(ctx, "DELETE FROM "+w.kind+" WHERE pid = ? AND event_id = ? AND doc = ?",
+		if _, err := w.tx.ExecContext(ctx, "DELETE FROM "+string(w.kind)+" WHERE pid = ? AND event_id = ? AND doc = ?",
 			int64(e.PID), e.EventID, appendRef(nil, id, i)); err != nil {
 			return fmt.Errorf("take back a group: %w", err)
 		}
 	}
-	if _, err := w.tx.ExecContext(ctx, "DELETE FROM "+w.kind+"_docs WHERE id = ?", id); err != nil {
+	if _, err := w.tx.ExecContext(ctx, "DELETE FROM "+string(w.kind)+"_docs WHERE id = ?", id); err != nil {
 		return fmt.Errorf("take back a group: %w", err)
 	}
 	return nil
@@ -404,7 +403,7 @@ func (w *execWriter) takeBack(ctx context.Context, group []provenance.Exec, id i
 func (w *execWriter) unstored(ctx context.Context, group []provenance.Exec) ([]provenance.Exec, error) {
 	if w.exists == nil {
 		var err error
-		if w.exists, err = w.tx.PrepareContext(ctx, "SELECT count(*) FROM "+w.kind+" WHERE pid = ? AND event_id = ?"); err != nil {
+		if w.exists, err = w.tx.PrepareContext(ctx, "SELECT count(*) FROM "+string(w.kind)+" WHERE pid = ? AND event_id = ?"); err != nil {
 			return nil, err
 		}
 	}
@@ -441,7 +440,7 @@ func writeRows(ctx context.Context, st *sql.Stmt, b provenance.Batch) error {
 		return err
 	}
 	switch b.Kind {
-	case natsx.ProvMetadata:
+	case provenance.KindMetadata:
 		for _, m := range b.Metadata {
 			doc, err := enc(m)
 			if err != nil {
@@ -451,7 +450,7 @@ func writeRows(ctx context.Context, st *sql.Stmt, b provenance.Batch) error {
 				return err
 			}
 		}
-	case natsx.ProvFuncStats:
+	case provenance.KindFuncStats:
 		for _, f := range b.FuncStats {
 			doc, err := enc(f)
 			if err != nil {
@@ -461,7 +460,7 @@ func writeRows(ctx context.Context, st *sql.Stmt, b provenance.Batch) error {
 				return err
 			}
 		}
-	case natsx.ProvCounterStats:
+	case provenance.KindCounterStats:
 		for _, c := range b.CounterStats {
 			doc, err := enc(c)
 			if err != nil {
@@ -471,7 +470,7 @@ func writeRows(ctx context.Context, st *sql.Stmt, b provenance.Batch) error {
 				return err
 			}
 		}
-	case natsx.ProvProfiles:
+	case provenance.KindProfiles:
 		for _, p := range b.Profiles {
 			doc, err := enc(p)
 			if err != nil {
@@ -550,11 +549,11 @@ func where(q provenance.Query) (string, []any) {
 }
 
 // table maps a validated kind to its table name.
-func table(kind string) (string, error) {
+func table(kind provenance.Kind) (string, error) {
 	if !provenance.ValidKind(kind) {
 		return "", fmt.Errorf("unknown kind %q", kind)
 	}
-	return kind, nil
+	return string(kind), nil
 }
 
 // Query returns the matching executions.
@@ -620,7 +619,7 @@ func selectDocs(ctx context.Context, db rowQueryer, q provenance.Query) (string,
 	// result and its ties) are then sorted.
 	if q.Limit > 0 && sortIndexed(q) {
 		var edge any
-		err := db.QueryRowContext(ctx, "SELECT "+q.Sort+" FROM "+q.Kind+w+" ORDER BY "+q.Sort+dir+" LIMIT 1 OFFSET ?",
+		err := db.QueryRowContext(ctx, "SELECT "+q.Sort+" FROM "+string(q.Kind)+w+" ORDER BY "+q.Sort+dir+" LIMIT 1 OFFSET ?",
 			append(slices.Clone(args), q.Limit-1)...).Scan(&edge)
 		switch {
 		case err == nil:
@@ -636,7 +635,7 @@ func selectDocs(ctx context.Context, db rowQueryer, q provenance.Query) (string,
 		}
 	}
 	// A negative LIMIT is no limit in SQLite: NoLimit needs no other text.
-	sqlText := "SELECT doc FROM " + q.Kind + w + " ORDER BY " + q.Sort + dir + ", pid ASC, event_id ASC LIMIT ?"
+	sqlText := "SELECT doc FROM " + string(q.Kind) + w + " ORDER BY " + q.Sort + dir + ", pid ASC, event_id ASC LIMIT ?"
 	return sqlText, append(args, q.Limit), nil
 }
 
@@ -672,7 +671,7 @@ func (s *Store) Each(ctx context.Context, q provenance.Query, fn func(provenance
 	if err != nil {
 		return fmt.Errorf("list %s: %w", q.Kind, err)
 	}
-	blockStmt, err := conn.PrepareContext(ctx, "SELECT data FROM "+q.Kind+"_docs WHERE id = ?")
+	blockStmt, err := conn.PrepareContext(ctx, "SELECT data FROM "+string(q.Kind)+"_docs WHERE id = ?")
 	if err != nil {
 		return fmt.Errorf("list %s: %w", q.Kind, err)
 	}
@@ -825,14 +824,65 @@ func sortIndexed(q provenance.Query) bool {
 	return false
 }
 
+// Profiles streams the profiles table in key order.
+func (s *Store) Profiles(ctx context.Context, fn func(provenance.ThreadProfile) error) error {
+	return eachDoc(ctx, s, "SELECT doc FROM profiles ORDER BY pid, rid, tid, io_step", provenance.KindProfiles, func(doc []byte) error {
+		var p provenance.ThreadProfile
+		if err := json.Unmarshal(doc, &p); err != nil {
+			return fmt.Errorf("list profiles: stored document: %w", err)
+		}
+		return fn(p)
+	})
+}
+
+// Metadata streams the metadata table in key order.
+func (s *Store) Metadata(ctx context.Context, fn func(provenance.Metadata) error) error {
+	return eachDoc(ctx, s, "SELECT doc FROM metadata ORDER BY pid, rid, tid, descr", provenance.KindMetadata, func(doc []byte) error {
+		var m provenance.Metadata
+		if err := json.Unmarshal(doc, &m); err != nil {
+			return fmt.Errorf("list metadata: stored document: %w", err)
+		}
+		return fn(m)
+	})
+}
+
+// eachDoc runs query, which selects one doc column, on a stream connection
+// of its own (fn may call the store) and passes each row's document to fn.
+// fn's errors are returned unwrapped.
+func eachDoc(ctx context.Context, s *Store, query string, kind provenance.Kind, fn func([]byte) error) error {
+	conn, err := s.streams.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("list %s: %w", kind, err)
+	}
+	defer conn.Close()
+	rows, err := conn.QueryContext(ctx, query)
+	if err != nil {
+		return fmt.Errorf("list %s: %w", kind, err)
+	}
+	defer rows.Close()
+	var doc []byte
+	for rows.Next() {
+		if err := rows.Scan(&doc); err != nil {
+			return fmt.Errorf("list %s: %w", kind, err)
+		}
+		if err := fn(doc); err != nil {
+			return err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("list %s: %w", kind, err)
+	}
+	return nil
+}
+
 // Get returns one execution whole.
-func (s *Store) Get(ctx context.Context, kind string, pid uint32, eventID string) (provenance.Exec, error) {
+func (s *Store) Get(ctx context.Context, kind provenance.Kind, pid uint32, eventID string) (provenance.Exec, error) {
 	var e provenance.Exec
 	if !provenance.IsExecKind(kind) {
 		return e, fmt.Errorf("get: kind %q does not hold executions", kind)
 	}
 	var doc []byte
-	err := s.r.QueryRowContext(ctx, "SELECT doc FROM "+kind+" WHERE pid = ? AND event_id = ?", pid, eventID).Scan(&doc)
+	err := s.r.QueryRowContext(ctx, "SELECT doc FROM "+string(kind)+" WHERE pid = ? AND event_id = ?", pid, eventID).Scan(&doc)
 	if errors.Is(err, sql.ErrNoRows) {
 		return e, fmt.Errorf("get %s %s: %w", kind, provenance.ExecKey(pid, eventID), provenance.ErrNotFound)
 	}
@@ -848,7 +898,7 @@ func (s *Store) Get(ctx context.Context, kind string, pid uint32, eventID string
 // readExec decodes the execution whose doc column is doc into e, reading
 // its document block if doc refers to one. blocks, if not nil, keeps the
 // blocks read for the next calls.
-func (s *Store) readExec(ctx context.Context, kind string, doc []byte, blocks map[int64][][]byte, e *provenance.Exec) error {
+func (s *Store) readExec(ctx context.Context, kind provenance.Kind, doc []byte, blocks map[int64][][]byte, e *provenance.Exec) error {
 	js := doc
 	if len(doc) == 0 || doc[0] != '{' {
 		id, slot, err := parseRef(doc)
@@ -858,7 +908,7 @@ func (s *Store) readExec(ctx context.Context, kind string, doc []byte, blocks ma
 		docs, ok := blocks[id]
 		if !ok {
 			var data []byte
-			if err := s.r.QueryRowContext(ctx, "SELECT data FROM "+kind+"_docs WHERE id = ?", id).Scan(&data); err != nil {
+			if err := s.r.QueryRowContext(ctx, "SELECT data FROM "+string(kind)+"_docs WHERE id = ?", id).Scan(&data); err != nil {
 				return fmt.Errorf("read document block %d: %w", id, err)
 			}
 			if docs, err = decodeBlock(data); err != nil {
@@ -889,7 +939,7 @@ func (s *Store) Count(ctx context.Context, q provenance.Query) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("count: %w", err)
 	}
-	if q.Kind == natsx.ProvFuncStats || q.Kind == natsx.ProvCounterStats {
+	if q.Kind == provenance.KindFuncStats || q.Kind == provenance.KindCounterStats {
 		q.Rank, q.TID = nil, nil // these records have no rank or thread
 	}
 	w, args := where(q)
@@ -922,7 +972,7 @@ func (s *Store) Aggregate(ctx context.Context, q provenance.Query, by provenance
 		return nil, fmt.Errorf("aggregate: cannot group by %q", by)
 	}
 	w, args := where(q)
-	sqlText := "SELECT " + cols + ", count(*) AS n FROM " + q.Kind + w + " GROUP BY " + order +
+	sqlText := "SELECT " + cols + ", count(*) AS n FROM " + string(q.Kind) + w + " GROUP BY " + order +
 		" ORDER BY n DESC, " + order + " LIMIT ?"
 	args = append(args, q.Limit)
 	rows, err := s.r.QueryContext(ctx, sqlText, args...)

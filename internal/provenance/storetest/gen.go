@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 
-	"github.com/kipimo-hpc/kipimo/internal/natsx"
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
 )
 
@@ -149,9 +148,9 @@ func GenerateOthers(pid uint32, ranks int) (meta []provenance.Metadata, fs []pro
 }
 
 // ExecBatch wraps executions as a batch of kind.
-func ExecBatch(kind string, execs []provenance.Exec) provenance.Batch {
+func ExecBatch(kind provenance.Kind, execs []provenance.Exec) provenance.Batch {
 	return provenance.Batch{Kind: kind, Execs: execs}
 }
 
-// Anomalies is natsx.ProvAnomalies, for brevity in tests.
-const Anomalies = natsx.ProvAnomalies
+// Anomalies is provenance.KindAnomalies, for brevity in tests.
+const Anomalies = provenance.KindAnomalies

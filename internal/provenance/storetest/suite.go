@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kipimo-hpc/kipimo/internal/natsx"
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
 )
 
@@ -38,56 +37,56 @@ func Run(t *testing.T, open Opener, opt Options) {
 		s := open(t)
 		defer s.Close()
 		execs := Generate(GenConfig{Seed: 1, N: 60, Programs: 2, Anomaly: true})
-		if err := s.Write(ctx, ExecBatch(natsx.ProvAnomalies, execs[:40])); err != nil {
+		if err := s.Write(ctx, ExecBatch(provenance.KindAnomalies, execs[:40])); err != nil {
 			t.Fatal(err)
 		}
 		// A redelivered batch, then one overlapping the first.
-		if err := s.Write(ctx, ExecBatch(natsx.ProvAnomalies, execs[:40])); err != nil {
+		if err := s.Write(ctx, ExecBatch(provenance.KindAnomalies, execs[:40])); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.Write(ctx, ExecBatch(natsx.ProvAnomalies, execs[20:])); err != nil {
+		if err := s.Write(ctx, ExecBatch(provenance.KindAnomalies, execs[20:])); err != nil {
 			t.Fatal(err)
 		}
-		mustCount(ctx, t, s, provenance.Query{Kind: natsx.ProvAnomalies}, 60)
-		mustCount(ctx, t, s, provenance.Query{Kind: natsx.ProvNormalExecs}, 0)
+		mustCount(ctx, t, s, provenance.Query{Kind: provenance.KindAnomalies}, 60)
+		mustCount(ctx, t, s, provenance.Query{Kind: provenance.KindNormalExecs}, 0)
 		// The same event id in another program is another record.
 		other := execs[0]
 		other.PID = 7
-		if err := s.Write(ctx, ExecBatch(natsx.ProvAnomalies, []provenance.Exec{other})); err != nil {
+		if err := s.Write(ctx, ExecBatch(provenance.KindAnomalies, []provenance.Exec{other})); err != nil {
 			t.Fatal(err)
 		}
-		mustCount(ctx, t, s, provenance.Query{Kind: natsx.ProvAnomalies}, 61)
+		mustCount(ctx, t, s, provenance.Query{Kind: provenance.KindAnomalies}, 61)
 
 		meta, fs, cs, prof := GenerateOthers(0, 4)
 		for range 2 {
 			for _, b := range []provenance.Batch{
-				{Kind: natsx.ProvMetadata, Metadata: meta},
-				{Kind: natsx.ProvFuncStats, FuncStats: fs},
-				{Kind: natsx.ProvCounterStats, CounterStats: cs},
-				{Kind: natsx.ProvProfiles, Profiles: prof},
+				{Kind: provenance.KindMetadata, Metadata: meta},
+				{Kind: provenance.KindFuncStats, FuncStats: fs},
+				{Kind: provenance.KindCounterStats, CounterStats: cs},
+				{Kind: provenance.KindProfiles, Profiles: prof},
 			} {
 				if err := s.Write(ctx, b); err != nil {
 					t.Fatal(err)
 				}
 			}
 		}
-		mustCount(ctx, t, s, provenance.Query{Kind: natsx.ProvMetadata}, int64(len(meta)))
-		mustCount(ctx, t, s, provenance.Query{Kind: natsx.ProvMetadata, Rank: ptr[uint32](1)}, 2)
-		mustCount(ctx, t, s, provenance.Query{Kind: natsx.ProvFuncStats}, int64(len(fs)))
-		mustCount(ctx, t, s, provenance.Query{Kind: natsx.ProvCounterStats}, int64(len(cs)))
-		mustCount(ctx, t, s, provenance.Query{Kind: natsx.ProvProfiles}, int64(len(prof)))
-		mustCount(ctx, t, s, provenance.Query{Kind: natsx.ProvProfiles, PID: ptr[uint32](1)}, 0)
+		mustCount(ctx, t, s, provenance.Query{Kind: provenance.KindMetadata}, int64(len(meta)))
+		mustCount(ctx, t, s, provenance.Query{Kind: provenance.KindMetadata, Rank: ptr[uint32](1)}, 2)
+		mustCount(ctx, t, s, provenance.Query{Kind: provenance.KindFuncStats}, int64(len(fs)))
+		mustCount(ctx, t, s, provenance.Query{Kind: provenance.KindCounterStats}, int64(len(cs)))
+		mustCount(ctx, t, s, provenance.Query{Kind: provenance.KindProfiles}, int64(len(prof)))
+		mustCount(ctx, t, s, provenance.Query{Kind: provenance.KindProfiles, PID: ptr[uint32](1)}, 0)
 	})
 
 	t.Run("GetReturnsTheRecordWhole", func(t *testing.T) {
 		s := open(t)
 		defer s.Close()
 		execs := Generate(GenConfig{Seed: 2, N: 30})
-		if err := s.Write(ctx, ExecBatch(natsx.ProvNormalExecs, execs)); err != nil {
+		if err := s.Write(ctx, ExecBatch(provenance.KindNormalExecs, execs)); err != nil {
 			t.Fatal(err)
 		}
 		for _, i := range []int{0, 7, 29} {
-			got, err := s.Get(ctx, natsx.ProvNormalExecs, execs[i].PID, execs[i].EventID)
+			got, err := s.Get(ctx, provenance.KindNormalExecs, execs[i].PID, execs[i].EventID)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -103,16 +102,16 @@ func Run(t *testing.T, open Opener, opt Options) {
 			}
 		}
 		if gpu != nil {
-			got, err := s.Get(ctx, natsx.ProvNormalExecs, gpu.PID, gpu.EventID)
+			got, err := s.Get(ctx, provenance.KindNormalExecs, gpu.PID, gpu.EventID)
 			if err != nil || got.GPULocation == nil || *got.GPULocation != *gpu.GPULocation || got.GPUParent == nil {
 				t.Fatalf("GPU context lost: %+v, %v", got.GPULocation, err)
 			}
 		}
-		_, err := s.Get(ctx, natsx.ProvNormalExecs, 0, "999:0:0")
+		_, err := s.Get(ctx, provenance.KindNormalExecs, 0, "999:0:0")
 		if !errors.Is(err, provenance.ErrNotFound) {
 			t.Fatalf("missing record: error %v, want ErrNotFound", err)
 		}
-		_, err = s.Get(ctx, natsx.ProvAnomalies, execs[0].PID, execs[0].EventID)
+		_, err = s.Get(ctx, provenance.KindAnomalies, execs[0].PID, execs[0].EventID)
 		if !errors.Is(err, provenance.ErrNotFound) {
 			t.Fatalf("record of the other kind: error %v, want ErrNotFound", err)
 		}
@@ -123,7 +122,7 @@ func Run(t *testing.T, open Opener, opt Options) {
 		s := open(t)
 		defer s.Close()
 		for i := 0; i < len(execs); i += 100 {
-			if err := s.Write(ctx, ExecBatch(natsx.ProvAnomalies, execs[i:min(i+100, len(execs))])); err != nil {
+			if err := s.Write(ctx, ExecBatch(provenance.KindAnomalies, execs[i:min(i+100, len(execs))])); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -203,7 +202,7 @@ func Run(t *testing.T, open Opener, opt Options) {
 		defer s.Close()
 		tied := TiedExecs(Generate(GenConfig{Seed: 5, N: opt.N, Programs: 2, Anomaly: true}))
 		for i := 0; i < len(tied); i += 100 {
-			if err := s.Write(ctx, ExecBatch(natsx.ProvAnomalies, tied[i:min(i+100, len(tied))])); err != nil {
+			if err := s.Write(ctx, ExecBatch(provenance.KindAnomalies, tied[i:min(i+100, len(tied))])); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -310,7 +309,7 @@ func Run(t *testing.T, open Opener, opt Options) {
 					err := s.Each(ctx, provenance.Query{Limit: provenance.NoLimit}, func(e provenance.Exec) error {
 						n++
 						if n <= 3 {
-							if _, err := s.Get(ctx, natsx.ProvAnomalies, e.PID, e.EventID); err != nil {
+							if _, err := s.Get(ctx, provenance.KindAnomalies, e.PID, e.EventID); err != nil {
 								return err
 							}
 							return s.Each(ctx, provenance.Query{Limit: 2}, func(provenance.Exec) error { return nil })
@@ -354,7 +353,7 @@ func Run(t *testing.T, open Opener, opt Options) {
 		if err := s.Each(ctx, provenance.Query{Limit: -2}, func(provenance.Exec) error { return nil }); err == nil {
 			t.Error("each: limit -2 accepted")
 		}
-		if err := s.Each(ctx, provenance.Query{Kind: natsx.ProvMetadata}, func(provenance.Exec) error { return nil }); err == nil {
+		if err := s.Each(ctx, provenance.Query{Kind: provenance.KindMetadata}, func(provenance.Exec) error { return nil }); err == nil {
 			t.Error("each: kind metadata accepted")
 		}
 		if _, err := s.Aggregate(ctx, provenance.Query{}, "pid"); err == nil {
@@ -374,7 +373,7 @@ func Run(t *testing.T, open Opener, opt Options) {
 				// Each writer writes overlapping halves, in its own order.
 				for i := range 4 {
 					lo := ((w + i) % 4) * 50
-					if err := s.Write(ctx, ExecBatch(natsx.ProvNormalExecs, execs[lo:min(lo+100, 200)])); err != nil {
+					if err := s.Write(ctx, ExecBatch(provenance.KindNormalExecs, execs[lo:min(lo+100, 200)])); err != nil {
 						errs <- err
 						return
 					}
@@ -383,7 +382,7 @@ func Run(t *testing.T, open Opener, opt Options) {
 		}
 		wg.Go(func() {
 			for range 5 {
-				if _, err := s.Query(ctx, provenance.Query{Kind: natsx.ProvNormalExecs, Limit: 50}); err != nil {
+				if _, err := s.Query(ctx, provenance.Query{Kind: provenance.KindNormalExecs, Limit: 50}); err != nil {
 					errs <- err
 					return
 				}
@@ -394,7 +393,7 @@ func Run(t *testing.T, open Opener, opt Options) {
 		for err := range errs {
 			t.Fatal(err)
 		}
-		mustCount(ctx, t, s, provenance.Query{Kind: natsx.ProvNormalExecs}, 200)
+		mustCount(ctx, t, s, provenance.Query{Kind: provenance.KindNormalExecs}, 200)
 	})
 }
 
