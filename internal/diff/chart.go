@@ -41,11 +41,14 @@ func WriteChart(w io.Writer, r *Result, format string) error {
 		return fmt.Errorf("chart: no functions to draw")
 	}
 	scale, unit := 1.0, r.Unit()
+	hi := 0.0
+	for _, row := range rows {
+		hi = math.Max(hi, math.Max(math.Abs(row.A), math.Abs(row.B)))
+	}
+	if hi == 0 {
+		hi = 1
+	}
 	if unit == "µs" {
-		hi := 0.0
-		for _, row := range rows {
-			hi = math.Max(hi, math.Max(math.Abs(row.A), math.Abs(row.B)))
-		}
 		switch {
 		case hi >= 1e6:
 			scale, unit = 1e-6, "s"
@@ -69,6 +72,8 @@ func WriteChart(w io.Writer, r *Result, format string) error {
 		p.X.Label.Text += " (" + unit + ")"
 	}
 	p.X.Min = 0
+	// Room on the right for the legend above the longest bar.
+	p.X.Max = 1.15 * hi * scale
 	const bar = vg.Length(7)
 	ba, err := plotter.NewBarChart(va, bar)
 	if err != nil {
@@ -101,7 +106,21 @@ func WriteChart(w io.Writer, r *Result, format string) error {
 	return nil
 }
 
+// chartLabel shortens a function or call path for the chart's axis: each
+// node loses its source location ("C [{file} {l,c}-{l,c}]") and its
+// parameter list, and a label still too long keeps its end.
 func chartLabel(name string) string {
+	nodes := strings.Split(name, " => ")
+	for i, n := range nodes {
+		if j := strings.Index(n, " [{"); j >= 0 {
+			n = strings.TrimSuffix(strings.TrimSpace(n[:j]), " C")
+		}
+		if j := strings.IndexByte(n, '('); j > 0 && strings.HasSuffix(n, ")") {
+			n = n[:j] + "()"
+		}
+		nodes[i] = n
+	}
+	name = strings.Join(nodes, " => ")
 	if utf8.RuneCountInString(name) <= chartLabelRunes {
 		return name
 	}

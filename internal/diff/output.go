@@ -35,9 +35,12 @@ func (r *Result) Unit() string {
 func isTime(metric string) bool { return strings.Contains(strings.ToUpper(metric), "TIME") }
 
 // FormatValue prints a value of r: times (µs) with a unit scaled to their
-// size, anything else with 6 significant digits.
+// size, whole numbers in full, anything else with 6 significant digits.
 func (r *Result) FormatValue(v float64) string {
 	if r.Unit() != "µs" {
+		if v == math.Trunc(v) && math.Abs(v) < 1e15 {
+			return strconv.FormatFloat(v, 'f', 0, 64)
+		}
 		return taudb.FormatG(v, 6)
 	}
 	a := math.Abs(v)

@@ -12,11 +12,11 @@ import (
 func TestWelchTest(t *testing.T) {
 	inf := math.Inf(1)
 	cases := []struct {
-		name    string
-		a, b    []float64
-		ok      bool
-		t, df   float64
-		p       float64
+		name  string
+		a, b  []float64
+		ok    bool
+		t, df float64
+		p     float64
 	}{
 		{"clear shift, equal spreads", []float64{1, 2, 3, 4, 5}, []float64{6, 7, 8, 9, 10}, true, 5, 8, 0.001052825793},
 		{"overlap, unequal spreads", []float64{10, 11, 9, 10.5, 9.5, 10}, []float64{12, 8, 15, 7, 13, 11}, true, 0.78648375764, 5.54187772411, 0.4638748192},
