@@ -354,8 +354,8 @@ func TestMergedXMLAgainstLineScan(t *testing.T) {
 	threads := map[string][3]int{}
 	events := map[int]string{}
 	userNames := map[string]bool{}
-	lines := map[string]int{}     // thread id -> interval lines
-	atomics := map[string]int{}   // thread id -> atomic lines
+	lines := map[string]int{}   // thread id -> interval lines
+	atomics := map[string]int{} // thread id -> atomic lines
 	derived := map[string][][]float64{}
 	var cur, section string
 	for sc.Scan() {
