@@ -25,6 +25,7 @@ type RankGen struct {
 	right   uint32
 	seenF   [numFuncs]bool
 	seenC   [numCounters]bool
+	tree    *treeGen // realistic profile and trace replays
 }
 
 // pending holds events generated ahead of the current step's end.
@@ -59,6 +60,9 @@ type gpuStream struct {
 func (w *Workload) Rank(r uint32) *RankGen {
 	if int64(r) >= int64(w.cfg.Ranks) {
 		panic(fmt.Sprintf("workload: rank %d out of range [0, %d)", r, w.cfg.Ranks))
+	}
+	if w.tree != nil {
+		return &RankGen{w: w, rank: r, tree: w.tree.rankGen(r)}
 	}
 	R := uint32(w.cfg.Ranks)
 	g := &RankGen{w: w, rank: r, left: (r + R - 1) % R, right: (r + 1) % R}
@@ -100,13 +104,21 @@ func (w *Workload) Rank(r uint32) *RankGen {
 func (g *RankGen) Rank() uint32 { return g.rank }
 
 // Step returns the io_step the next call to Next produces.
-func (g *RankGen) Step() uint64 { return g.step }
+func (g *RankGen) Step() uint64 {
+	if g.tree != nil {
+		return g.tree.step
+	}
+	return g.step
+}
 
 // Next fills f (after resetting it) with the rank's next io_step and returns
 // the truth records of the anomalous executions whose exit falls in that
 // step; the returned slice belongs to the caller. f's slices are reused and
 // stay valid until f is reset. After the last step Next returns io.EOF.
 func (g *RankGen) Next(f *frame.Frame) ([]Truth, error) {
+	if g.tree != nil {
+		return g.tree.next(f)
+	}
 	w := g.w
 	if g.step >= uint64(w.cfg.Steps) {
 		return nil, io.EOF

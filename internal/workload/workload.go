@@ -82,19 +82,28 @@ const (
 	// FastOutlier is a fast-but-wrong execution: 0.05-0.2x the mean of the
 	// function's lowest mode.
 	FastOutlier Kind = "fast_outlier"
+	// BeyondMax is the one kind of the realistic profile and of trace
+	// replays: an execution 1.5-3x the function's natural maximum (the
+	// largest value its normal executions take anywhere in the run, or in
+	// the trace), rounded up to whole µs. Functions whose natural maximum is
+	// below MinInjectMax are never hit.
+	BeyondMax Kind = "beyond_max"
 )
 
-// Kinds lists every anomaly kind.
+// Kinds lists the anomaly kinds of the classic profile; Workload.Kinds
+// lists those of a given workload.
 func Kinds() []Kind { return []Kind{SlowCall, SlowRank, SlowBurst, SlowKernel, FastOutlier} }
 
 // Factor ranges of the injected anomalies, relative to the mean of the
-// function's highest mode (slow kinds) or lowest mode (FastOutlier).
+// function's highest mode (slow kinds), its lowest mode (FastOutlier) or its
+// natural maximum (BeyondMax).
 var factors = map[Kind][2]float64{
 	SlowCall:    {6, 16},
 	SlowRank:    {4, 6},
 	SlowBurst:   {6, 10},
 	SlowKernel:  {5, 12},
 	FastOutlier: {0.05, 0.2},
+	BeyondMax:   {1.5, 3},
 }
 
 // Factor returns the range of the runtime factor an anomaly of kind k is
@@ -119,11 +128,18 @@ type Rates struct {
 	SlowKernel float64 `json:"slow_kernel"`
 	// FastOutlier: per execution of a fast_outlier function.
 	FastOutlier float64 `json:"fast_outlier"`
+	// BeyondMax: per execution, in the realistic profile, of a function
+	// whose natural maximum is at least MinInjectMax µs (the classic profile
+	// ignores it; trace replays have TraceConfig.Rate).
+	BeyondMax float64 `json:"beyond_max,omitempty"`
 }
 
-// DefaultRates make about 0.1% of all executions anomalous. Up to about 0.5%
-// per function, an injected anomaly stays more than six standard deviations
-// (of the function's whole sample, anomalies included) away from the mean.
+// DefaultRates make about 0.1% of all executions of the classic profile
+// anomalous. Up to about 0.5% per function, an injected anomaly stays more
+// than six standard deviations (of the function's whole sample, anomalies
+// included) away from the mean. In the realistic profile, BeyondMax hits
+// 0.09% of the executions of the functions that can be hit: about 750 in 8
+// ranks x 40 steps.
 var DefaultRates = Rates{
 	SlowCall:    0.001,
 	SlowRank:    0.02,
@@ -131,6 +147,7 @@ var DefaultRates = Rates{
 	BurstCall:   0.05,
 	SlowKernel:  0.002,
 	FastOutlier: 0.002,
+	BeyondMax:   0.0009,
 }
 
 // Scale returns r with every per-execution rate multiplied by f (SlowBurst,
@@ -139,6 +156,7 @@ func (r Rates) Scale(f float64) Rates {
 	c := func(x float64) float64 { return min(1, x*f) }
 	r.SlowCall, r.SlowRank, r.BurstCall = c(r.SlowCall), c(r.SlowRank), c(r.BurstCall)
 	r.SlowKernel, r.FastOutlier = c(r.SlowKernel), c(r.FastOutlier)
+	r.BeyondMax = c(r.BeyondMax)
 	return r
 }
 
@@ -163,6 +181,11 @@ type Config struct {
 	GPU bool `json:"gpu"`
 	// Rates sets the anomaly injection.
 	Rates Rates `json:"rates"`
+	// Profile is the simulated code's profile: ProfileClassic (also "") or
+	// ProfileRealistic. The realistic profile uses ThreadsPerRank, GPU and
+	// Rates.BeyondMax; its EventsPerStep may be 0 for
+	// RealisticEventsPerStep.
+	Profile string `json:"profile,omitempty"`
 }
 
 // DefaultConfig is a small but interesting run: 8 ranks of 2 threads, 30
@@ -200,7 +223,11 @@ func (c Config) Validate() error {
 	if c.Steps < 1 || c.Steps > MaxSteps {
 		add("steps must be between 1 and %d, got %d", MaxSteps, c.Steps)
 	}
-	if c.EventsPerStep < MinEventsPerStep || c.EventsPerStep > MaxEventsPerStep {
+	realistic := c.Profile == ProfileRealistic
+	if c.Profile != "" && c.Profile != ProfileClassic && !realistic {
+		add("profile must be one of %v, got %q", Profiles, c.Profile)
+	}
+	if (!realistic || c.EventsPerStep != 0) && (c.EventsPerStep < MinEventsPerStep || c.EventsPerStep > MaxEventsPerStep) {
 		add("events per step must be between %d and %d, got %d", MinEventsPerStep, MaxEventsPerStep, c.EventsPerStep)
 	}
 	for _, r := range []struct {
@@ -209,6 +236,7 @@ func (c Config) Validate() error {
 	}{
 		{"slow_call", c.Rates.SlowCall}, {"slow_rank", c.Rates.SlowRank}, {"slow_burst", c.Rates.SlowBurst},
 		{"burst_call", c.Rates.BurstCall}, {"slow_kernel", c.Rates.SlowKernel}, {"fast_outlier", c.Rates.FastOutlier},
+		{"beyond_max", c.Rates.BeyondMax},
 	} {
 		if !(r.v >= 0 && r.v <= 1) { // also rejects NaN
 			add("rate %s must be in [0, 1], got %v", r.name, r.v)
@@ -241,6 +269,12 @@ type FuncSpec struct {
 	// Anomaly is the kind of anomaly that may be injected into this
 	// function, or "" if none is.
 	Anomaly Kind `json:"anomaly,omitempty"`
+	// NaturalMin and NaturalMax bound the normal exclusive runtimes (µs) of
+	// a realistic-profile or replayed function (Modes is empty for them):
+	// every normal execution lies in [NaturalMin, NaturalMax], and every
+	// injected one at 1.5 NaturalMax or more.
+	NaturalMin float64 `json:"natural_min_us,omitempty"`
+	NaturalMax float64 `json:"natural_max_us,omitempty"`
 }
 
 // Multimodal reports whether the function has two or more runtime modes.
@@ -249,6 +283,9 @@ func (s FuncSpec) Multimodal() bool { return len(s.Modes) > 1 }
 // NormalRange returns the bounds every normal exclusive runtime of the
 // function lies within (µs, before rounding to whole microseconds).
 func (s FuncSpec) NormalRange() (lo, hi float64) {
+	if len(s.Modes) == 0 {
+		return s.NaturalMin, s.NaturalMax
+	}
 	lo, hi = math.Inf(1), math.Inf(-1)
 	for _, m := range s.Modes {
 		lo = min(lo, m.Mean-3*m.StdDev)
@@ -309,12 +346,18 @@ type Workload struct {
 	hasSlowRank     bool
 	burstStartThr   uint64
 	burstCallThr    uint64
+	// tree, when set, is the realistic profile or a trace replay, which
+	// generate through the tree engine instead.
+	tree *treeRun
 }
 
-// New checks cfg and prepares the run.
+// New checks cfg and prepares the run of its profile.
 func New(cfg Config) (*Workload, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("workload config: %w", err)
+	}
+	if cfg.Profile == ProfileRealistic {
+		return fromTree(cfg, newRealistic(cfg)), nil
 	}
 	w := &Workload{cfg: cfg, iterDur: map[*threadProgram]uint64{}, epiDur: map[*threadProgram]uint64{}}
 	for fid := range numFuncs {
@@ -426,8 +469,32 @@ func (w *Workload) expect(fid uint32) (events, dur float64) {
 	return events, dur
 }
 
-// Config returns the run's configuration.
+// fromTree wraps a tree workload.
+func fromTree(cfg Config, tr *treeRun) *Workload {
+	cfg.Ranks, cfg.Steps, cfg.PID, cfg.Seed = tr.ranks, tr.steps, tr.pid, tr.seed
+	return &Workload{cfg: cfg, tree: tr, width: tr.width, runEnd: T0 + uint64(tr.steps)*tr.width}
+}
+
+// Config returns the run's configuration (for a trace replay: its ranks,
+// steps, seed and pid, and Profile "replay").
 func (w *Workload) Config() Config { return w.cfg }
+
+// Profile returns the workload's profile: ProfileClassic, ProfileRealistic
+// or ProfileReplay.
+func (w *Workload) Profile() string {
+	if w.tree != nil {
+		return w.tree.profile
+	}
+	return ProfileClassic
+}
+
+// Kinds lists the anomaly kinds this workload can inject.
+func (w *Workload) Kinds() []Kind {
+	if w.tree != nil {
+		return append([]Kind(nil), w.tree.kinds...)
+	}
+	return Kinds()
+}
 
 // StepWidth returns the io_step width W in µs; step s covers
 // [T0+s*W, T0+(s+1)*W).
@@ -443,11 +510,14 @@ func (w *Workload) StepOf(ts uint64) uint64 {
 }
 
 // SlowRank returns the rank hit by SlowRank anomalies; ok is false when that
-// kind is disabled.
+// kind is disabled (always, outside the classic profile).
 func (w *Workload) SlowRank() (rank uint32, ok bool) { return w.slowRank, w.hasSlowRank }
 
 // Functions returns the specs of all functions, indexed by function id.
 func (w *Workload) Functions() []FuncSpec {
+	if w.tree != nil {
+		return w.tree.funcSpecs()
+	}
 	out := make([]FuncSpec, numFuncs)
 	for fid := range numFuncs {
 		d := &funcTable[fid]
@@ -457,15 +527,21 @@ func (w *Workload) Functions() []FuncSpec {
 }
 
 // Counters returns the counter names, indexed by counter id.
-func (w *Workload) Counters() []string { return append([]string(nil), counterNames[:]...) }
+func (w *Workload) Counters() []string {
+	if w.tree != nil {
+		return append([]string(nil), w.tree.counters...)
+	}
+	return append([]string(nil), counterNames[:]...)
+}
 
 // CPUThreads is the number of CPU threads per rank (tids 0..CPUThreads-1).
 func (w *Workload) CPUThreads() int { return w.cfg.ThreadsPerRank }
 
 // GPUThreads returns the tids of the GPU virtual threads of each rank (none
-// when the GPU is off).
+// when the GPU is off, and for trace replays, whose GPU threads are those of
+// their traces, marked by their metadata).
 func (w *Workload) GPUThreads() []uint32 {
-	if !w.cfg.GPU {
+	if !w.cfg.GPU || w.Profile() == ProfileReplay {
 		return nil
 	}
 	out := make([]uint32, numGPUStreams)
