@@ -3,7 +3,6 @@ package otf2
 import (
 	"errors"
 	"fmt"
-	"io"
 	"os"
 )
 
@@ -38,19 +37,11 @@ type Anchor struct {
 
 // ReadAnchor parses the anchor file at path.
 func ReadAnchor(path string) (*Anchor, error) {
-	fh, err := os.Open(path)
+	ar, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("otf2 anchor: %w", err)
 	}
-	defer fh.Close()
-	data, err := io.ReadAll(io.LimitReader(fh, maxAnchor+1))
-	if err != nil {
-		return nil, fmt.Errorf("otf2 anchor %s: %w", path, err)
-	}
-	if len(data) > maxAnchor {
-		return nil, &Error{File: path, Offset: maxAnchor, Err: errors.New("anchor file larger than 16 MiB: not an OTF2 anchor file")}
-	}
-	return ParseAnchor(data, path)
+	return ParseAnchor(ar, path)
 }
 
 // ParseAnchor parses the bytes of an anchor file; name is for messages.

@@ -110,7 +110,11 @@ type Archive struct {
 	// AnchorPath is the anchor file; Dir the directory of the location
 	// files.
 	AnchorPath, DefsPath, Dir string
+	// open opens the archive's files (os.Open unless a test says).
+	open func(string) (io.ReadCloser, error)
 }
+
+func osOpen(p string) (io.ReadCloser, error) { return os.Open(p) }
 
 // FindAnchor turns the command-line inputs into the archive's anchor file:
 // one anchor file, or a directory holding one (traces.otf2, or the only
@@ -142,14 +146,33 @@ func FindAnchor(paths []string) (string, error) {
 
 // Open reads the anchor file and the global definitions of the archive
 // whose anchor file is path.
-func Open(path string) (*Archive, error) {
-	a, err := ReadAnchor(path)
+func Open(path string) (*Archive, error) { return openWith(path, osOpen) }
+
+func openWith(path string, open func(string) (io.ReadCloser, error)) (*Archive, error) {
+	fh, err := open(path)
+	if err != nil {
+		return nil, fmt.Errorf("otf2 anchor: %w", err)
+	}
+	data, err := io.ReadAll(io.LimitReader(fh, maxAnchor+1))
+	fh.Close()
+	if err != nil {
+		return nil, fmt.Errorf("otf2 anchor %s: %w", path, err)
+	}
+	if len(data) > maxAnchor {
+		return nil, &Error{File: path, Offset: maxAnchor, Err: errors.New("anchor file larger than 16 MiB: not an OTF2 anchor file")}
+	}
+	a, err := ParseAnchor(data, path)
 	if err != nil {
 		return nil, err
 	}
 	base := strings.TrimSuffix(path, filepath.Ext(path))
-	ar := &Archive{Anchor: a, AnchorPath: path, DefsPath: base + ".def", Dir: base}
-	if ar.Defs, err = ReadDefs(ar.DefsPath, int64(a.ChunkDefs)); err != nil {
+	ar := &Archive{Anchor: a, AnchorPath: path, DefsPath: base + ".def", Dir: base, open: open}
+	df, err := open(ar.DefsPath)
+	if err != nil {
+		return nil, fmt.Errorf("otf2 global definitions: %w", err)
+	}
+	defer df.Close()
+	if ar.Defs, err = ParseDefs(df, ar.DefsPath, int64(a.ChunkDefs)); err != nil {
 		return nil, err
 	}
 	return ar, nil
@@ -224,7 +247,7 @@ type cursor struct {
 	rank  uint32
 	tid   uint32
 	order int
-	fh    *os.File
+	fh    io.Closer
 	ev    *Events
 	cur   *Event
 	us    uint64 // time of cur, µs from the global offset
@@ -449,6 +472,9 @@ func Read(ctx context.Context, paths []string, b *steps.Builder) error {
 // order and finishes b.
 func ReadArchive(ctx context.Context, ar *Archive, b *steps.Builder) error {
 	d := ar.Defs
+	if ar.open == nil {
+		ar.open = osOpen
+	}
 	r := &reader{ar: ar, b: b, rankOf: map[uint64]uint32{}, commLoc: map[uint8]*Group{}, named: map[[2]uint32]bool{}}
 	locs := d.SortedLocations()
 	tids := map[uint32]uint32{}
@@ -481,7 +507,7 @@ func ReadArchive(ctx context.Context, ar *Archive, b *steps.Builder) error {
 			return err
 		}
 		path := ar.EventsPath(l.ID)
-		fh, err := os.Open(path)
+		fh, err := ar.open(path)
 		if err != nil {
 			if errors.Is(err, os.ErrNotExist) && l.Events == 0 {
 				continue
@@ -489,7 +515,7 @@ func ReadArchive(ctx context.Context, ar *Archive, b *steps.Builder) error {
 			return fmt.Errorf("otf2: events of location %d (%q, %d events): %w", l.ID, l.Name, l.Events, err)
 		}
 		var local *Local
-		if lf, err := os.Open(ar.LocalDefsPath(l.ID)); err == nil {
+		if lf, err := ar.open(ar.LocalDefsPath(l.ID)); err == nil {
 			local, err = ParseLocal(lf, ar.LocalDefsPath(l.ID), int64(ar.Anchor.ChunkDefs))
 			lf.Close()
 			if err != nil {
