@@ -2,6 +2,7 @@ package otf2
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -45,10 +46,6 @@ const (
 // chunkHeaderSize is the size of the header of a chunked file's chunk: record
 // id, endianness, first and last event number.
 const chunkHeaderSize = 18
-
-// maxRecord bounds the payload of one record; no writer makes larger ones in
-// a trace chunk.
-const maxRecord = 1 << 30
 
 // chunkReader reads the records of one chunked OTF2 file (definitions or
 // events) in order, through a small buffer: records never span chunks, the
@@ -96,6 +93,16 @@ func (c *chunkReader) readFull(n int64) ([]byte, error) {
 	if n > c.left() {
 		return nil, c.fail(c.recOff, "record of %d bytes runs past the end of its %d-byte chunk", n, c.chunk)
 	}
+	if n > bigRecord {
+		// Grow with the data actually read, so a corrupt length cannot
+		// allocate more than the file holds.
+		var buf bytes.Buffer
+		if k, err := io.CopyN(&buf, c.r, n); err != nil || k < n {
+			return nil, c.truncated(c.recOff)
+		}
+		c.off += n
+		return buf.Bytes(), nil
+	}
 	if int64(cap(c.scratch)) < n {
 		c.scratch = make([]byte, n)
 	}
@@ -106,6 +113,10 @@ func (c *chunkReader) readFull(n int64) ([]byte, error) {
 	c.off += n
 	return buf, nil
 }
+
+// bigRecord is the size above which a record is read without allocating
+// its whole length first.
+const bigRecord = 1 << 20
 
 func (c *chunkReader) u64full() (uint64, error) {
 	b, err := c.readFull(8)
@@ -215,8 +226,8 @@ func (c *chunkReader) payload() ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		if v > maxRecord {
-			return nil, c.fail(c.recOff, "record length %d is absurd", v)
+		if v > uint64(max(c.left(), 0)) {
+			return nil, c.fail(c.recOff, "record of %d bytes runs past the end of its %d-byte chunk", v, c.chunk)
 		}
 		n = int64(v)
 	}

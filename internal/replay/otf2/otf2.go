@@ -568,7 +568,7 @@ func ReadArchive(ctx context.Context, ar *Archive, b *steps.Builder) error {
 		}
 		if len(h) > 0 {
 			if err := b.Advance(h[0].us); err != nil {
-				return err
+				return fmt.Errorf("%s: byte offset %d: %w", h[0].ev.c.name, h[0].cur.Offset, err)
 			}
 		}
 	}
