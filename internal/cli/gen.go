@@ -3,16 +3,20 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/kipimo-hpc/kipimo/internal/frame"
 	"github.com/kipimo-hpc/kipimo/internal/workload"
@@ -30,6 +34,10 @@ type genSummary struct {
 	Seed              uint64                `json:"seed"`
 	StepWidthUS       uint64                `json:"step_width_us"`
 	Out               string                `json:"out"`
+	// Profile is classic, realistic or replay (--from); Applications, for
+	// a replay, names the application each rank replays.
+	Profile      string   `json:"profile"`
+	Applications []string `json:"applications,omitempty"`
 }
 
 func newGenCmd() *cobra.Command {
@@ -38,23 +46,48 @@ func newGenCmd() *cobra.Command {
 		out    string
 		asJSON bool
 		scale  float64
+		ev     evalFlags
 	)
 	cmd := &cobra.Command{
-		Use:   "gen --out DIR [flags]",
-		Short: "Generate a synthetic MPI+GPU run with injected anomalies",
-		Long: `Gen simulates an instrumented MPI+OpenMP(+CUDA) application and writes its
-event stream: one binary frame file per rank, DIR/rank-<r>.frames, holding the
-rank's frames in io_step order, and DIR/truth.jsonl, one JSON line per injected
-anomalous execution {pid, rank, tid, fid, func, io_step, entry, exit,
-runtime_exclusive, kind}, where io_step is the step holding the execution's exit.
+		Use:   "gen --out DIR [--profile classic|realistic | --from TRACE...] [flags]",
+		Short: "Generate a synthetic or trace-replay run with injected anomalies",
+		Long: `Gen writes the event stream of a run with known anomalies: one binary frame
+file per rank, DIR/rank-<r>.frames, holding the rank's frames in io_step order,
+and DIR/truth.jsonl, one JSON line per injected anomalous execution {pid, rank,
+tid, fid, func, io_step, entry, exit, runtime_exclusive, kind}, where io_step is
+the step holding the execution's exit. The same flags give byte-identical files.
 
-The same flags give byte-identical files. Anomaly kinds: slow_call (one call
-6-16x slower), slow_rank (one rank intermittently 4-6x slower in its FFTs),
-slow_burst (a function 6-10x slower on one rank for 2-4 steps), slow_kernel (a
-GPU kernel 5-12x slower, with --gpu) and fast_outlier (an execution at 5-20% of
-its normal time). The default rates make about 0.1% of executions anomalous.`,
+The run is one of:
+
+  --profile classic (the default) simulates an instrumented MPI+OpenMP(+CUDA)
+  code whose runtimes are bounded bell curves. Anomaly kinds: slow_call (one
+  call 6-16x slower), slow_rank (one rank intermittently 4-6x slower in its
+  FFTs), slow_burst (a function 6-10x slower on one rank for 2-4 steps),
+  slow_kernel (a GPU kernel 5-12x slower, with --gpu) and fast_outlier (an
+  execution at 5-20% of its normal time); about 0.1% of executions.
+
+  --profile realistic simulates the same kind of code with the shapes real
+  runtimes have: log-normal tails, bimodal kernels, wrappers of 0, 1 or 2 µs,
+  rank imbalance, a slow drift over the steps and heavy-tailed MPI waits
+  (default 40 steps of about 8,200 events per rank).
+
+  --from TRACE replays real traces (TAU, Chrome/PyTorch, Caliper, frame files;
+  the format from --format or the names): each --from is one application (a
+  directory stands for its files), ranks take the applications in turn, and
+  every rank runs its trace rank's call trees cycle after cycle, each
+  execution's exclusive time drawn from that function's recorded times
+  (default 8 ranks, 40 steps of about 20,000 events per rank).
+
+In the realistic profile and replays the one anomaly kind is beyond_max: an
+execution 1.5-3x the function's natural maximum (its largest normal value in
+the whole run, or in the trace), in functions whose maximum is at least 10 µs.
+No normal value exceeds the maximum, so an ideal detector finds every one and
+nothing else. See docs/evaluation.md.`,
 		Example: `  kipimo gen --ranks 8 --steps 50 --seed 7 --out run --json
-  kipimo gen --out run --gpu --events-per-step 100000 --slow-call 0.002`,
+  kipimo gen --out run --gpu --events-per-step 100000 --slow-call 0.002
+  kipimo gen --profile realistic --out real
+  kipimo gen --from traces/tau/ --from trace.pt.trace.json.gz --out replay
+  kipimo gen --from app.json.gz --format chrome --ranks 4 --steps 10 --beyond-max 0.001 --out replay`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if out == "" {
@@ -63,13 +96,12 @@ its normal time). The default rates make about 0.1% of executions anomalous.`,
 			if !(scale >= 0) || math.IsInf(scale, 0) {
 				return fmt.Errorf("gen: --anomaly-scale must be a finite number >= 0, got %v", scale)
 			}
-			if err := cfg.Validate(); err != nil {
+			start := time.Now()
+			wl, err := ev.workload(cmd.Context(), cmd.Flags(), cfg, scale, cmd.ErrOrStderr())
+			if err != nil {
 				return fmt.Errorf("gen: %w", err)
 			}
-			run := cfg
-			run.Rates = cfg.Rates.Scale(scale)
-			start := time.Now()
-			sum, err := generateRun(cmd.Context(), run, out)
+			sum, err := generateRun(cmd.Context(), wl, out)
 			if err != nil {
 				return err
 			}
@@ -88,7 +120,7 @@ its normal time). The default rates make about 0.1% of executions anomalous.`,
 				"%d anomalies injected %v, listed in %s\n",
 				sum.Frames, sum.Ranks, sum.Steps, float64(sum.StepWidthUS)/1000, out,
 				sum.Events, sum.Bytes, float64(sum.Bytes)/float64(max(1, sum.Events)), float64(sum.Events)/secs/1e6,
-				sum.AnomaliesInjected, kindList(sum.ByKind), filepath.Join(out, "truth.jsonl"))
+				sum.AnomaliesInjected, kindList(wl.Kinds(), sum.ByKind), filepath.Join(out, "truth.jsonl"))
 			return err
 		},
 	}
@@ -109,12 +141,13 @@ its normal time). The default rates make about 0.1% of executions anomalous.`,
 	f.Float64Var(&cfg.Rates.SlowKernel, "slow-kernel", cfg.Rates.SlowKernel, "probability that a GPU kernel is slow (with --gpu)")
 	f.Float64Var(&cfg.Rates.FastOutlier, "fast-outlier", cfg.Rates.FastOutlier, "probability that an execution of a fast_outlier function is far too fast")
 	f.Float64Var(&scale, "anomaly-scale", 1, "multiply every per-execution anomaly rate by this factor (0 injects none; the burst start rate is kept)")
+	ev.add(f, true)
 	return cmd
 }
 
-func kindList(m map[workload.Kind]int) string {
+func kindList(kinds []workload.Kind, m map[workload.Kind]int) string {
 	s := "("
-	for i, k := range workload.Kinds() {
+	for i, k := range kinds {
 		if i > 0 {
 			s += ", "
 		}
@@ -135,11 +168,8 @@ type rankResult struct {
 // generating ranks concurrently (one goroutine per core). Files are written
 // under temporary names and renamed once complete, so an interrupted run
 // leaves no truncated file under a final name.
-func generateRun(ctx context.Context, cfg workload.Config, dir string) (genSummary, error) {
-	w, err := workload.New(cfg)
-	if err != nil {
-		return genSummary{}, fmt.Errorf("gen: %w", err)
-	}
+func generateRun(ctx context.Context, w *workload.Workload, dir string) (genSummary, error) {
+	cfg := w.Config()
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return genSummary{}, fmt.Errorf("gen: %w", err)
 	}
@@ -179,7 +209,10 @@ feed:
 		return genSummary{}, fmt.Errorf("gen: %w", err)
 	}
 
-	sum := genSummary{ByKind: map[workload.Kind]int{}, Ranks: cfg.Ranks, Steps: cfg.Steps, Seed: cfg.Seed, StepWidthUS: w.StepWidth(), Out: dir}
+	sum := genSummary{ByKind: map[workload.Kind]int{}, Ranks: cfg.Ranks, Steps: cfg.Steps, Seed: cfg.Seed, StepWidthUS: w.StepWidth(), Out: dir, Profile: w.Profile()}
+	if w.Profile() == workload.ProfileReplay {
+		sum.Applications = w.Applications()
+	}
 	var truth []workload.Truth
 	for _, res := range results {
 		sum.Frames += res.frames
@@ -187,14 +220,14 @@ feed:
 		sum.Bytes += res.bytes
 		truth = append(truth, res.truth...)
 	}
-	for _, k := range workload.Kinds() {
+	for _, k := range w.Kinds() {
 		sum.ByKind[k] = 0
 	}
 	for _, t := range truth {
 		sum.ByKind[t.Kind]++
 	}
 	sum.AnomaliesInjected = len(truth)
-	err = writeAtomically(filepath.Join(dir, "truth.jsonl"), func(fw io.Writer) error {
+	err := writeAtomically(filepath.Join(dir, "truth.jsonl"), func(fw io.Writer) error {
 		return workload.WriteTruth(fw, truth)
 	})
 	if err != nil {
@@ -274,4 +307,125 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 	n, err := c.w.Write(p)
 	c.n += int64(n)
 	return n, err
+}
+
+// evalFlags are the flags that choose an evaluation workload, shared by
+// gen and run: the synthetic profile, or traces to replay.
+type evalFlags struct {
+	profile string
+	from    []string
+	format  string
+	rate    float64
+	maxIdle uint64
+}
+
+// add registers the flags; withFormat adds --format (run has its own).
+func (e *evalFlags) add(f *pflag.FlagSet, withFormat bool) {
+	f.StringVar(&e.profile, "profile", workload.ProfileClassic, "synthetic run: classic (bounded bell curves) or realistic (log-normal tails, bimodal kernels, µs-quantised wrappers, rank imbalance, drift, heavy-tailed MPI waits)")
+	f.StringArrayVar(&e.from, "from", nil, "replay this trace (a file, or a directory of one run's files) instead of a synthetic run; repeat for more applications, which ranks take in turn")
+	if withFormat {
+		f.StringVar(&e.format, "format", "", "format of the --from traces: tau, caliper, chrome or frames (default: from the names)")
+	}
+	f.Float64Var(&e.rate, "beyond-max", 0, "realistic and --from: probability that an execution is injected 1.5-3x beyond its function's natural maximum (default 0.0009 realistic, 0.00015 --from)")
+	f.Uint64Var(&e.maxIdle, "max-idle", workload.DefaultMaxIdle, "--from: longest idle time (µs) kept between calls while no thread of the trace is in a function")
+}
+
+// replaying reports whether traces are to be replayed.
+func (e *evalFlags) replaying() bool { return len(e.from) > 0 }
+
+// synthetic returns cfg set up for the chosen profile: a realistic run
+// defaults to 40 steps of RealisticEventsPerStep events unless the flags
+// set them.
+func (e *evalFlags) synthetic(flags *pflag.FlagSet, cfg workload.Config, scale float64) (workload.Config, error) {
+	cfg.Profile = e.profile
+	if e.profile == workload.ProfileRealistic {
+		if !flags.Changed("steps") {
+			cfg.Steps = workload.DefaultTraceSteps
+		}
+		if !flags.Changed("events-per-step") {
+			cfg.EventsPerStep = 0
+		}
+		if flags.Changed("beyond-max") {
+			cfg.Rates.BeyondMax = e.rate
+		}
+	} else if flags.Changed("beyond-max") {
+		return cfg, fmt.Errorf("--beyond-max applies to --profile realistic and --from")
+	}
+	cfg.Rates = cfg.Rates.Scale(scale)
+	if err := cfg.Validate(); err != nil {
+		return cfg, err
+	}
+	return cfg, nil
+}
+
+// traces returns the replay's configuration from the flags; format is
+// the traces' format ("" to detect it from each --from's names).
+func (e *evalFlags) traces(flags *pflag.FlagSet, cfg workload.Config, scale float64, format string) (workload.TraceConfig, error) {
+	if flags.Changed("profile") {
+		return workload.TraceConfig{}, errors.New("--profile chooses a synthetic run; --from replays traces instead: give one of them")
+	}
+	for _, name := range []string{"gpu", "threads"} {
+		if flags.Changed(name) {
+			return workload.TraceConfig{}, fmt.Errorf("--%s describes the synthetic run; a replay takes its threads from the traces", name)
+		}
+	}
+	tc := workload.DefaultTraceConfig()
+	for _, p := range e.from {
+		tc.Apps = append(tc.Apps, workload.TraceApp{Files: []string{p}, Format: format})
+	}
+	tc.PID, tc.Ranks, tc.Seed, tc.MaxIdle = cfg.PID, cfg.Ranks, cfg.Seed, e.maxIdle
+	if flags.Changed("steps") {
+		tc.Steps = cfg.Steps
+	}
+	if flags.Changed("events-per-step") {
+		tc.EventsPerStep = cfg.EventsPerStep
+	}
+	if flags.Changed("beyond-max") {
+		tc.Rate = e.rate
+	}
+	tc.Rate = min(1, tc.Rate*scale)
+	if err := tc.Validate(); err != nil {
+		return tc, err
+	}
+	return tc, nil
+}
+
+// workload builds the run the flags describe, reporting a replay's
+// reading and ranks on progress.
+func (e *evalFlags) workload(ctx context.Context, flags *pflag.FlagSet, cfg workload.Config, scale float64, progress io.Writer) (*workload.Workload, error) {
+	if !e.replaying() {
+		c, err := e.synthetic(flags, cfg, scale)
+		if err != nil {
+			return nil, err
+		}
+		return workload.New(c)
+	}
+	tc, err := e.traces(flags, cfg, scale, e.format)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(progress, "reading %d trace(s) to replay...\n", len(tc.Apps))
+	w, err := workload.FromTraces(ctx, tc)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(progress, "replaying %s\n", describeApps(w.Applications()))
+	return w, nil
+}
+
+// describeApps says which ranks replay which application.
+func describeApps(apps []string) string {
+	var order []string
+	ranks := map[string][]string{}
+	for r, a := range apps {
+		if _, ok := ranks[a]; !ok {
+			order = append(order, a)
+		}
+		ranks[a] = append(ranks[a], strconv.Itoa(r))
+	}
+	parts := make([]string, len(order))
+	for i, a := range order {
+		parts[i] = fmt.Sprintf("%s on ranks %s", a, strings.Join(ranks[a], ","))
+	}
+	return strings.Join(parts, "; ")
 }

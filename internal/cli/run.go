@@ -30,6 +30,7 @@ func newRunCmd() *cobra.Command {
 		ignore      []string
 		execMode    bool
 		injects     []string
+		ev          evalFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "run [flags] [--format FORMAT FILE... | --exec -- COMMAND [ARGS...]]",
@@ -38,7 +39,9 @@ func newRunCmd() *cobra.Command {
 embedded NATS server with JetStream (data under --out), the parameter server and
 its dashboard, the provenance service on a SQLite store, one detector per rank,
 and the summary writer. The input is a synthetic MPI application with injected
-anomalies (the default; --ranks, --steps, --seed, --gpu), traces made by other
+anomalies (the default; --ranks, --steps, --seed, --gpu, --profile classic or
+realistic), a replay of real traces with injected anomalies (--from TRACE, see
+docs/evaluation.md), traces made by other
 tools (files and directories as arguments, or --input, with --format
 tau|caliper|chrome|frames), or a program running now (--exec -- COMMAND).
 
@@ -57,6 +60,8 @@ injected anomalies for synthetic runs), how fast, how much data was kept, where
 the results are, and the commands to explore them.`,
 		Example: `  kipimo run
   kipimo run --ranks 16 --steps 100 --gpu --algorithm hbos
+  kipimo run --profile realistic
+  kipimo run --from traces/tau/ --from trace.pt.trace.json.gz --ranks 8 --steps 40
   kipimo run --format chrome --step 100ms trace.json.gz
   kipimo run --format frames rank-*.frames
   kipimo run --keep-serving --http 127.0.0.1:8080
@@ -96,7 +101,21 @@ the results are, and the commands to explore them.`,
 			} else if len(injects) > 0 || len(cfg.Live.Exclude) > 0 {
 				return errors.New("--inject and --exclude apply to a program run with --exec")
 			}
-			if scale != 1 {
+			if ev.replaying() {
+				if execMode || len(cfg.Inputs) > 0 {
+					return errors.New("--from replays traces with injected anomalies; it excludes --exec and input traces")
+				}
+				tc, err := ev.traces(cmd.Flags(), wl, scale, cfg.InputFormat)
+				if err != nil {
+					return err
+				}
+				cfg.From = tc
+			} else if !execMode && len(cfg.Inputs) == 0 {
+				var err error
+				if wl, err = ev.synthetic(cmd.Flags(), wl, scale); err != nil {
+					return err
+				}
+			} else if scale != 1 {
 				wl.Rates = wl.Rates.Scale(scale)
 			}
 			if cfg.TaudbDSN == "" {
@@ -119,7 +138,7 @@ the results are, and the commands to explore them.`,
 	f.BoolVar(&wl.GPU, "gpu", wl.GPU, "synthetic run: offload kernels to GPU streams")
 	f.Float64Var(&scale, "anomaly-scale", 1, "synthetic run: multiply every anomaly injection rate")
 	f.StringSliceVar(&cfg.Inputs, "input", nil, "trace files or directories to run on instead of a synthetic run (also as arguments)")
-	f.StringVar(&cfg.InputFormat, "format", "", "format of --input: tau, caliper, chrome or frames")
+	f.StringVar(&cfg.InputFormat, "format", "", "format of --input, and of --from traces (for --from the default comes from the names): tau, caliper, chrome or frames")
 	f.DurationVar(&cfg.Step, "step", 0, "traces: io_step length in trace time (default 1s)")
 	f.StringVar(&cfg.StepMarker, "step-marker", "", "traces: start a new io_step at each entry of this function")
 	f.StringVar(&cfg.Detector.Algorithm, "algorithm", ad.SSTD, "outlier algorithm: sstd, hbos or copod")
@@ -141,6 +160,7 @@ the results are, and the commands to explore them.`,
 	f.BoolVar(&execMode, "exec", false, "run the command given after -- under the event library and monitor it live")
 	f.DurationVar(&cfg.Live.Period, "period", time.Second, "--exec: io_step period of each rank (like TAU_ADIOS2_PERIOD)")
 	f.StringSliceVar(&cfg.Live.Exclude, "exclude", nil, "--exec: shell patterns of functions not recorded (repeat or comma-separate)")
+	ev.add(f, false)
 	f.StringArrayVar(&injects, "inject", nil, "--exec: FUNC:PROB:DELAY, delay FUNC by DELAY with probability PROB per call and score detection against it (repeatable)")
 	return cmd
 }

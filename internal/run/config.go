@@ -57,6 +57,15 @@ type Config struct {
 	// Pace replays the input at this multiple of its recorded speed
 	// (1 = real time); 0 publishes as fast as the detectors take it.
 	Pace float64
+
+	// Evaluation workloads (kipimo run --from, --profile).
+	//
+	// From, when it names applications' traces, runs a replay of them
+	// (workload.FromTraces: their call trees and exclusive times cycle
+	// after cycle, with injected anomalies) instead of the synthetic run,
+	// scored against its truth the same way. The synthetic run's profile
+	// is Workload.Profile.
+	From workload.TraceConfig
 }
 
 // Validate checks c and fills its defaults.
@@ -76,6 +85,16 @@ func (c *Config) Validate() error {
 		}
 		if c.Live.Period < 0 || (c.Live.Period > 0 && c.Live.Period < time.Millisecond) {
 			return fmt.Errorf("period %s: want at least 1ms", c.Live.Period)
+		}
+		if len(c.From.Apps) > 0 {
+			return errors.New("a command to run (--exec) and traces to replay (--from) exclude each other")
+		}
+	} else if len(c.From.Apps) > 0 {
+		if len(c.Inputs) > 0 {
+			return errors.New("traces to replay (--from) and input traces (--input) exclude each other")
+		}
+		if err := c.From.Validate(); err != nil {
+			return fmt.Errorf("replay: %w", err)
 		}
 	} else if len(c.Inputs) == 0 {
 		if c.Workload.Ranks == 0 {

@@ -147,7 +147,7 @@ func (p *Pipeline) start(ctx context.Context) error {
 
 func (p *Pipeline) startProvenance(ctx context.Context) error {
 	plog := p.log.With().Str("component", "provdb").Logger()
-	p.prov = service.New(service.Config{Run: p.cfg.RunID, Logger: &plog, AckWait: 5 * time.Second}, p.store, p.js)
+	p.prov = service.New(service.Config{Run: p.cfg.RunID, AckWait: 5 * time.Second}, p.store, p.js, plog)
 	if err := p.prov.Start(ctx); err != nil {
 		return fmt.Errorf("start provenance service: %w", err)
 	}
@@ -155,7 +155,7 @@ func (p *Pipeline) startProvenance(ctx context.Context) error {
 }
 
 func (p *Pipeline) startPServer(ctx context.Context, addr string) error {
-	ps, err := pserver.New(pserver.Config{Run: p.cfg.RunID, HTTPAddr: addr, ProvDBURL: p.provURL})
+	ps, err := pserver.New(pserver.Config{Run: p.cfg.RunID, HTTPAddr: addr, ProvDBURL: p.provURL}, p.log)
 	if err != nil {
 		return err
 	}
@@ -234,7 +234,7 @@ func (p *Pipeline) Execute(ctx context.Context, progress func(Progress)) (*Summa
 		return p.executeLive(ctx, progress)
 	}
 	start := time.Now()
-	src, truth, ranks, err := p.source()
+	src, truth, ranks, err := p.source(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -74,18 +74,24 @@ func (s *workloadSource) Truth() []workload.Truth {
 }
 
 // source opens the run's input and lists the ranks it has.
-func (p *Pipeline) source() (replay.Source, func() []workload.Truth, []uint32, error) {
+func (p *Pipeline) source(ctx context.Context) (replay.Source, func() []workload.Truth, []uint32, error) {
 	cfg := p.cfg
 	if len(cfg.Inputs) == 0 {
-		w, err := workload.New(cfg.Workload)
+		var w *workload.Workload
+		var err error
+		if len(cfg.From.Apps) > 0 {
+			w, err = workload.FromTraces(ctx, cfg.From)
+		} else {
+			w, err = workload.New(cfg.Workload)
+		}
 		if err != nil {
 			return nil, nil, nil, err
 		}
-		ranks := make([]uint32, cfg.Workload.Ranks)
+		ranks := make([]uint32, w.Config().Ranks)
 		for i := range ranks {
 			ranks[i] = uint32(i)
 		}
-		src := &workloadSource{w: w, cfg: cfg.Workload}
+		src := &workloadSource{w: w, cfg: w.Config()}
 		p.stepWidth = w.StepWidth()
 		return src, src.Truth, ranks, nil
 	}
@@ -123,6 +129,9 @@ func (p *Pipeline) source() (replay.Source, func() []workload.Truth, []uint32, e
 }
 
 func (p *Pipeline) pid() uint32 {
+	if len(p.cfg.From.Apps) > 0 {
+		return p.cfg.From.PID
+	}
 	if len(p.cfg.Inputs) == 0 {
 		return p.cfg.Workload.PID
 	}
@@ -130,6 +139,9 @@ func (p *Pipeline) pid() uint32 {
 }
 
 func (p *Pipeline) steps() int {
+	if len(p.cfg.From.Apps) > 0 {
+		return p.cfg.From.Steps
+	}
 	if len(p.cfg.Inputs) == 0 {
 		return p.cfg.Workload.Steps
 	}
