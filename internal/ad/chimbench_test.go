@@ -314,6 +314,10 @@ func benchChimbench(b *testing.B, cfg Config) {
 	b.ReportMetric(float64(len(truth)), "injected")
 }
 
+func BenchmarkChimbenchTail(b *testing.B) {
+	benchChimbench(b, Config{Algorithm: Tail})
+}
+
 func BenchmarkChimbenchSSTD(b *testing.B) {
 	benchChimbench(b, Config{Algorithm: SSTD})
 }

@@ -46,9 +46,25 @@ import (
 
 // Algorithm names, as given in Config.Algorithm and in provenance records.
 const (
+	// Tail, the default, flags executions beyond their model's natural range
+	// (stats.TailHist.NaturalMax): Config.TailRatio beyond the largest
+	// runtime that belongs to the body of the function's runtimes or keeps
+	// recurring.
+	Tail  = "tail"
 	SSTD  = "sstd"
 	HBOS  = "hbos"
 	COPOD = "copod"
+)
+
+// Algorithms lists the algorithm names, the default first.
+var Algorithms = []string{Tail, SSTD, HBOS, COPOD}
+
+// Default tail rule (Config.TailRatio, TailRecur, Resolution).
+const (
+	DefaultTailRatio  = 1.4
+	DefaultTailRecur  = 5
+	DefaultRecurFrac  = 0.005
+	DefaultResolution = 1.0
 )
 
 // Statistic names: which runtime the models are built on.
@@ -67,8 +83,28 @@ type Config struct {
 	PID  uint32
 	Rank uint32
 
-	// Algorithm is SSTD, HBOS (Chimbuko's default, and ours) or COPOD.
+	// Algorithm is Tail (the default), SSTD, HBOS or COPOD (HBOS with
+	// Chimbuko).
 	Algorithm string
+	// Chimbuko applies Chimbuko's rules exactly, for comparison: no natural
+	// range gate, HBOS by default, and no end-of-run relabelling. Without it
+	// (the default) every algorithm flags only executions beyond their
+	// model's natural range (TailRatio, TailRecur), which is what keeps real
+	// runtimes' recurring tails and µs quantisation from being flagged.
+	Chimbuko bool
+	// TailRatio is how far beyond the natural maximum a runtime must lie to
+	// be outside the natural range, and how far apart two runtimes may be
+	// and still belong to one body (default 1.4).
+	TailRatio float64
+	// TailRecur is how many runtimes in one bin (about 9% wide) make them
+	// natural whatever the gap below them (default 5).
+	TailRecur uint64
+	// RecurFrac raises TailRecur to this fraction of the model's runtimes
+	// (default 0.005): a cluster of rare anomalies is not behaviour.
+	RecurFrac float64
+	// Resolution is the timer resolution in µs (default 1): a runtime one
+	// tick beyond the natural maximum is still natural.
+	Resolution float64
 	// Sigma is SSTD's threshold in standard deviations (default 6).
 	Sigma float64
 	// Threshold is HBOS's and COPOD's fraction of the score range (default 0.99).
@@ -161,16 +197,52 @@ type Config struct {
 	Logger zerolog.Logger
 }
 
+// TailRule is the rule the natural range is read with.
+func (c *Config) TailRule() stats.TailRule {
+	return stats.TailRule{Ratio: c.TailRatio, Recur: c.TailRecur, RecurFrac: c.RecurFrac, Resolution: c.Resolution}
+}
+
+// gated reports whether executions must lie beyond the natural range to be
+// flagged (every algorithm but with Chimbuko's rules).
+func (c *Config) gated() bool { return !c.Chimbuko }
+
 // Validate checks c and fills its defaults.
 func (c *Config) Validate() error {
 	c.Algorithm = strings.ToLower(c.Algorithm)
 	if c.Algorithm == "" {
-		c.Algorithm = HBOS
+		c.Algorithm = Tail
+		if c.Chimbuko {
+			c.Algorithm = HBOS
+		}
 	}
 	switch c.Algorithm {
-	case SSTD, HBOS, COPOD:
+	case Tail, SSTD, HBOS, COPOD:
 	default:
-		return fmt.Errorf("algorithm %q is not one of sstd, hbos, copod", c.Algorithm)
+		return fmt.Errorf("algorithm %q is not one of %s", c.Algorithm, strings.Join(Algorithms, ", "))
+	}
+	if c.Algorithm == Tail && c.Chimbuko {
+		return errors.New("algorithm tail is not one of Chimbuko's (use sstd, hbos or copod with Chimbuko's rules)")
+	}
+	if c.TailRatio == 0 {
+		c.TailRatio = DefaultTailRatio
+	}
+	if !(c.TailRatio > 1) {
+		return fmt.Errorf("tail ratio %v must be greater than 1", c.TailRatio)
+	}
+	if c.TailRecur == 0 {
+		c.TailRecur = DefaultTailRecur
+	}
+	if c.RecurFrac == 0 {
+		c.RecurFrac = DefaultRecurFrac
+	}
+	if c.RecurFrac < 0 || c.RecurFrac >= 1 {
+		return fmt.Errorf("recurring fraction %v must be in [0, 1)", c.RecurFrac)
+	}
+	if c.Resolution == 0 {
+		c.Resolution = DefaultResolution
+	}
+	if !(c.Resolution > 0) {
+		return fmt.Errorf("resolution %v must be positive", c.Resolution)
 	}
 	if c.Sigma == 0 {
 		c.Sigma = 6

@@ -36,7 +36,10 @@ const CorrelationCounter = "Correlation ID"
 // must be called from one goroutine (the detector's owner); Stats and
 // Callstacks may be called from any goroutine at any time.
 type Detector struct {
-	cfg Config
+	cfg   Config
+	gated bool // cfg.gated(), read on the hot path
+	rule  stats.TailRule
+	tmp   stats.TailHist // scratch for prepare
 
 	threads []*thread // in order of first appearance
 	byTid   []*thread // tid < len(byTid)
@@ -131,6 +134,10 @@ type model struct {
 	inFlight                   bool
 	accumAnoms, inflightAnoms  uint64
 
+	// the natural range (every algorithm but with Chimbuko's rules)
+	tAccum, tInflight, tGlobal stats.TailHist
+	natMax, natThr             float64
+
 	det       stats.Moments
 	lo, hi    float64
 	std       float64
@@ -166,6 +173,7 @@ func New(cfg Config) (*Detector, error) {
 		launches:    map[uint64]launch{},
 		counterStep: map[string]*stats.Moments{},
 	}
+	d.gated, d.rule = cfg.gated(), cfg.TailRule()
 	for _, n := range cfg.Ignore {
 		d.ignored[n] = true
 	}
@@ -549,8 +557,11 @@ func (d *Detector) complete(t *thread, ts uint64, flags uint8) {
 	m := d.models[d.keyOf(t, e)]
 	x := d.value(e)
 	m.step.Push(x)
-	if d.cfg.Algorithm != SSTD {
+	if d.cfg.Algorithm == HBOS || d.cfg.Algorithm == COPOD {
 		m.values = append(m.values, x)
+	}
+	if d.gated {
+		m.tAccum.Add(x)
 	}
 	m.touched = true
 	d.stats.executions.Add(1)

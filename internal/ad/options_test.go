@@ -41,8 +41,11 @@ func TestDetectionOptions(t *testing.T) {
 	}{
 		{"per function: a slow call of one path hides in the other path", Config{Algorithm: SSTD}, 1000, 99, nil},
 		{"per call path: the same call is anomalous for its path", Config{Algorithm: SSTD, ByCallPath: true}, 1000, 99, []uint64{1000}},
-		{"two-sided flags a very fast call", Config{Algorithm: SSTD, ByCallPath: true, Sigma: 4}, 100, 5, []uint64{5}},
-		{"slow-only does not", Config{Algorithm: SSTD, ByCallPath: true, Sigma: 4, SlowOnly: true}, 100, 5, nil},
+		{"two-sided flags a very fast call with Chimbuko's rules", Config{Algorithm: SSTD, ByCallPath: true, Sigma: 4, Chimbuko: true}, 100, 5, []uint64{5}},
+		{"slow-only does not", Config{Algorithm: SSTD, ByCallPath: true, Sigma: 4, SlowOnly: true, Chimbuko: true}, 100, 5, nil},
+		{"the natural range is one-sided", Config{Algorithm: SSTD, ByCallPath: true, Sigma: 4}, 100, 5, nil},
+		{"tail per call path", Config{ByCallPath: true}, 1000, 99, []uint64{1000}},
+		{"tail per function: the slow path's calls are natural", Config{}, 1000, 99, nil},
 		{"minimum runtime floor", Config{Algorithm: SSTD, ByCallPath: true, MinRuntime: 2000}, 1000, 99, nil},
 		{"ignored function", Config{Algorithm: SSTD, ByCallPath: true, Ignore: []string{"f"}}, 1000, 99, nil},
 		{"hbos isolation per call path", Config{Algorithm: HBOS, ByCallPath: true, Isolation: 3, MaxMass: 0.01}, 3000, 99, []uint64{3000}},

@@ -32,7 +32,7 @@ func (d *Detector) endStep(ctx context.Context, final bool) {
 			continue
 		}
 		m.accum.Merge(m.step)
-		if d.cfg.Algorithm != SSTD && len(m.values) > 0 {
+		if len(m.values) > 0 {
 			h := stats.BuildHistogram(m.values, d.cfg.Bins)
 			if err := m.hAccum.Merge(h); err != nil {
 				d.stats.modelErrors.Add(1)
@@ -117,7 +117,17 @@ func (d *Detector) prepare(m *model) {
 	m.lo = m.det.Mean - d.cfg.Sigma*m.std
 	m.hi = m.det.Mean + d.cfg.Sigma*m.std
 	m.detReady = m.det.N >= d.cfg.MinCount
-	if d.cfg.Algorithm == SSTD {
+	if d.gated {
+		d.tmp.Reset()
+		for _, src := range []*stats.TailHist{&m.tGlobal, &m.tInflight, &m.tAccum} {
+			if err := d.tmp.Merge(*src); err != nil {
+				d.stats.modelErrors.Add(1)
+			}
+		}
+		m.natMax = d.tmp.NaturalMax(d.rule)
+		m.natThr = d.rule.Threshold(m.natMax)
+	}
+	if d.cfg.Algorithm == SSTD || d.cfg.Algorithm == Tail {
 		return
 	}
 	var h stats.Histogram
@@ -152,26 +162,8 @@ func (d *Detector) label(t *thread, seq uint64, e *execRec, final bool, sum *psy
 			return
 		}
 		d.stats.unscored.Add(1)
-	case d.cfg.Algorithm == SSTD:
-		std := m.std
-		if std == 0 {
-			std = 1e-10
-		}
-		score = math.Abs(x-m.det.Mean) / std
-		anom = x > m.hi || (!d.cfg.SlowOnly && x < m.lo)
-	case d.cfg.Algorithm == HBOS && d.cfg.Isolation > 0:
-		mass := m.hbos.WindowMass(x, d.cfg.Isolation)
-		score = -math.Log2(mass + stats.HBOSAlpha)
-		anom = mass < d.cfg.MaxMass && (!d.cfg.SlowOnly || x > m.det.Mean)
-	case d.cfg.Algorithm == HBOS:
-		score = m.hbos.Score(x)
-		anom = score >= m.hbos.Threshold && (!d.cfg.SlowOnly || x > m.det.Mean)
 	default:
-		score, _ = m.copod.ScoreFast(x)
-		anom = score >= m.copod.Threshold && (!d.cfg.SlowOnly || x > m.det.Mean)
-		if anom && d.cfg.Isolation > 0 {
-			anom = m.copod.WindowMass(x, d.cfg.Isolation) < d.cfg.MaxMass
-		}
+		score, anom = d.judge(m, x)
 	}
 	e.score = float32(score)
 	if !anom {
@@ -202,6 +194,38 @@ func (d *Detector) label(t *thread, seq uint64, e *execRec, final bool, sum *psy
 	fm.FirstTS = min(fm.FirstTS, e.entry)
 	fm.LastTS = max(fm.LastTS, e.exit)
 	d.addRecord(t, seq, e, true)
+}
+
+// judge scores value x against model m and says whether it is an anomaly.
+func (d *Detector) judge(m *model, x float64) (score float64, anom bool) {
+	switch {
+	case d.cfg.Algorithm == Tail:
+		return x / max(m.natMax, d.cfg.Resolution), x > m.natThr
+	case d.cfg.Algorithm == SSTD:
+		std := m.std
+		if std == 0 {
+			std = 1e-10
+		}
+		score = math.Abs(x-m.det.Mean) / std
+		anom = x > m.hi || (!d.cfg.SlowOnly && x < m.lo)
+	case d.cfg.Algorithm == HBOS && d.cfg.Isolation > 0:
+		mass := m.hbos.WindowMass(x, d.cfg.Isolation)
+		score = -math.Log2(mass + stats.HBOSAlpha)
+		anom = mass < d.cfg.MaxMass && (!d.cfg.SlowOnly || x > m.det.Mean)
+	case d.cfg.Algorithm == HBOS:
+		score = m.hbos.Score(x)
+		anom = score >= m.hbos.Threshold && (!d.cfg.SlowOnly || x > m.det.Mean)
+	default:
+		score, _ = m.copod.ScoreFast(x)
+		anom = score >= m.copod.Threshold && (!d.cfg.SlowOnly || x > m.det.Mean)
+		if anom && d.cfg.Isolation > 0 {
+			anom = m.copod.WindowMass(x, d.cfg.Isolation) < d.cfg.MaxMass
+		}
+	}
+	if d.gated && x <= m.natThr {
+		anom = false // inside the natural range, whatever the algorithm says
+	}
+	return score, anom
 }
 
 // sample maps (tid, seq) to a uniform number in [0, 1), deterministically.

@@ -135,6 +135,10 @@ func (s *syncState) step(ctx context.Context, final bool) {
 				d.stats.modelErrors.Add(1)
 			}
 			m.hAccum = stats.Histogram{Counts: m.hAccum.Counts[:0]}
+			if err := m.tGlobal.Merge(m.tAccum); err != nil {
+				d.stats.modelErrors.Add(1)
+			}
+			m.tAccum.Reset()
 		}
 		return
 	}
@@ -205,6 +209,10 @@ func (s *syncState) send(i int) bool {
 	d := s.d
 	sh := s.shards[i]
 	req := &psync.SyncRequest{PID: d.cfg.PID, Rank: d.cfg.Rank, Step: d.step, Algorithm: d.cfg.Algorithm, Hostname: d.cfg.Hostname}
+	if d.gated {
+		rule := d.rule
+		req.TailRule = &rule
+	}
 	sh.keys = sh.keys[:0]
 	for k, m := range d.models {
 		if m.shard != i || (m.accum.N == 0 && m.accumAnoms == 0) {
@@ -216,9 +224,14 @@ func (s *syncState) send(i int) bool {
 			h.Counts = append([]uint64(nil), h.Counts...)
 			md.Histogram = &h
 		}
+		if !m.tAccum.Empty() {
+			t := m.tAccum.Clone()
+			md.Tail = &t
+		}
 		req.Models = append(req.Models, md)
 		m.inflight, m.hInflight, m.inflightAnoms = m.accum, m.hAccum, m.accumAnoms
 		m.accum, m.hAccum, m.accumAnoms = stats.Moments{}, stats.Histogram{}, 0
+		m.tInflight, m.tAccum = m.tAccum, stats.TailHist{}
 		m.inFlight = true
 		sh.keys = append(sh.keys, int32(k))
 	}
@@ -288,7 +301,11 @@ func (s *syncState) apply(i int, r syncResult) {
 				d.stats.modelErrors.Add(1)
 			}
 			m.accumAnoms += m.inflightAnoms
+			if err := m.tAccum.Merge(m.tInflight); err != nil {
+				d.stats.modelErrors.Add(1)
+			}
 			m.inflight, m.hInflight, m.inflightAnoms, m.inFlight = stats.Moments{}, stats.Histogram{}, 0, false
+			m.tInflight = stats.TailHist{}
 		}
 		if i == 0 && req != nil {
 			s.summaries = append(req.Steps, s.summaries...)
@@ -307,13 +324,20 @@ func (s *syncState) apply(i int, r syncResult) {
 			if g.Histogram != nil {
 				m.hGlobal = *g.Histogram
 			}
+			if g.Tail != nil {
+				m.tGlobal = *g.Tail
+			}
 		} else {
 			m.global.Merge(m.inflight)
 			if err := m.hGlobal.Merge(m.hInflight); err != nil {
 				d.stats.modelErrors.Add(1)
 			}
+			if err := m.tGlobal.Merge(m.tInflight); err != nil {
+				d.stats.modelErrors.Add(1)
+			}
 		}
 		m.inflight, m.hInflight, m.inflightAnoms, m.inFlight = stats.Moments{}, stats.Histogram{}, 0, false
+		m.tInflight = stats.TailHist{}
 	}
 	// Models of keys this request did not carry may come too: take them when
 	// nothing of ours is in flight for them.
@@ -330,6 +354,9 @@ func (s *syncState) apply(i int, r syncResult) {
 			m.global = g.Moments
 			if g.Histogram != nil {
 				m.hGlobal = *g.Histogram
+			}
+			if g.Tail != nil {
+				m.tGlobal = *g.Tail
 			}
 		}
 	}

@@ -30,6 +30,11 @@ func checkHistograms(deltas []psync.ModelDelta) error {
 				return fmt.Errorf("model %q: %w", deltas[i].Key, err)
 			}
 		}
+		if t := deltas[i].Tail; t != nil {
+			if err := t.Validate(); err != nil {
+				return fmt.Errorf("model %q: %w", deltas[i].Key, err)
+			}
+		}
 	}
 	return nil
 }

@@ -20,6 +20,7 @@ type Model struct {
 	PID       uint32 // program of the first detector that sent the key
 	Moments   stats.Moments
 	Histogram *stats.Histogram
+	Tail      *stats.TailHist // natural-range histogram, when detectors send one
 	Anomalies uint64
 	Merges    uint64 // deltas merged into this key
 }
@@ -33,6 +34,9 @@ type State struct {
 	LastSeq  map[DetectorID]uint64
 	Counters map[string]*stats.Moments
 	Agg      *Aggregates
+	// TailRule is the last natural-range rule a detector sent (nil before
+	// any, and with Chimbuko's rules).
+	TailRule *stats.TailRule
 
 	Applied    uint64 // requests applied
 	Duplicates uint64 // requests skipped because their Seq was already applied
@@ -78,6 +82,14 @@ func (s *State) Apply(req *psync.SyncRequest) (bool, error) {
 			}
 			m.Histogram = h
 		}
+		if d.Tail != nil {
+			if m.Tail == nil {
+				m.Tail = &stats.TailHist{}
+			}
+			if err := m.Tail.Merge(*d.Tail); err != nil {
+				return false, fmt.Errorf("sync request of %d/%d seq %d: key %q: %w", req.PID, req.Rank, req.Seq, d.Key, err)
+			}
+		}
 		m.Anomalies += d.Anomalies
 		m.Merges++
 		s.Merges++
@@ -94,6 +106,10 @@ func (s *State) Apply(req *psync.SyncRequest) (bool, error) {
 	}
 	for i := range req.Steps {
 		s.Agg.AddStep(id, &req.Steps[i])
+	}
+	if req.TailRule != nil {
+		r := *req.TailRule
+		s.TailRule = &r
 	}
 	s.LastSeq[id] = req.Seq
 	s.Applied++
@@ -117,6 +133,10 @@ func (s *State) Reply(req *psync.SyncRequest, applied bool) *psync.SyncReply {
 			h := *m.Histogram
 			h.Counts = append([]uint64(nil), m.Histogram.Counts...)
 			g.Histogram = &h
+		}
+		if m.Tail != nil {
+			t := m.Tail.Clone()
+			g.Tail = &t
 		}
 		rep.Models = append(rep.Models, g)
 	}

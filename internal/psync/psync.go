@@ -30,7 +30,9 @@ type ModelDelta struct {
 	Key       string           `json:"key"`
 	Moments   stats.Moments    `json:"moments"`
 	Histogram *stats.Histogram `json:"histogram,omitempty"` // HBOS and COPOD runs only
-	Anomalies uint64           `json:"anomalies"`           // anomalies of this key in the delta
+	// Tail is the delta's natural-range histogram (absent with Chimbuko's rules).
+	Tail      *stats.TailHist `json:"tail,omitempty"`
+	Anomalies uint64          `json:"anomalies"` // anomalies of this key in the delta
 }
 
 // CounterDelta is the detector's counter statistics since its last acknowledged sync.
@@ -85,6 +87,9 @@ type SyncRequest struct {
 	Counters  []CounterDelta `json:"counters,omitempty"`
 	Steps     []StepSummary  `json:"steps,omitempty"` // shard 0 only; several after an outage
 	Hostname  string         `json:"hostname,omitempty"`
+	// TailRule is the rule the detector reads natural ranges with; the
+	// pserver reports final natural ranges with the last one it received.
+	TailRule *stats.TailRule `json:"tail_rule,omitempty"`
 }
 
 // GlobalModel is the merged model of one key.
@@ -92,6 +97,7 @@ type GlobalModel struct {
 	Key       string           `json:"key"`
 	Moments   stats.Moments    `json:"moments"`
 	Histogram *stats.Histogram `json:"histogram,omitempty"`
+	Tail      *stats.TailHist  `json:"tail,omitempty"`
 }
 
 // SyncReply answers a SyncRequest with the global model of every key the

@@ -1,0 +1,277 @@
+package stats
+
+import (
+	"fmt"
+	"math"
+)
+
+// TailBinsPerOctave is the resolution of a TailHist: bin edges are
+// 2^(i/TailBinsPerOctave) - 1 µs, so each bin is about 9% wide and the first
+// bins hold one timer tick each (0, 1, 2, 3 µs...).
+const TailBinsPerOctave = 8
+
+// tailMaxBin bounds bin indices (2^64 µs is far beyond any runtime).
+const tailMaxBin = 64 * TailBinsPerOctave
+
+// tailEdges[k] is 2^(k/TailBinsPerOctave): the sub-bin edges of an octave.
+var tailEdges = func() (e [TailBinsPerOctave]float64) {
+	for k := range e {
+		e[k] = math.Exp2(float64(k) / TailBinsPerOctave)
+	}
+	return e
+}()
+
+// tailSub maps the top 6 bits of a mantissa m in [1, 2) to the largest k
+// with tailEdges[k] at or below the smallest m of that bit pattern; the
+// answer is that k or the next one.
+var tailSub = func() (t [64]uint8) {
+	for i := range t {
+		m := 1 + float64(i)/64
+		k := TailBinsPerOctave - 1
+		for k > 0 && m < tailEdges[k] {
+			k--
+		}
+		t[i] = uint8(k)
+	}
+	return t
+}()
+
+// TailBin returns the bin of runtime x (µs), floor(8·log2(1+x)), computed
+// from the float's bits and a table (it is on the detector's hot path).
+// Negative values and NaN count as 0.
+func TailBin(x float64) int {
+	if !(x > 0) {
+		return 0
+	}
+	if x >= 1<<62 {
+		return tailMaxBin
+	}
+	bits := math.Float64bits(1 + x)
+	e := int(bits>>52&0x7ff) - 1023
+	k := int(tailSub[bits>>46&63])
+	if k < TailBinsPerOctave-1 {
+		if m := math.Float64frombits(bits&(1<<52-1) | 1023<<52); m >= tailEdges[k+1] {
+			k++
+		}
+	}
+	return e*TailBinsPerOctave + k
+}
+
+// TailHist is a histogram of runtimes on fixed logarithmic bins that also
+// keeps the smallest and largest value of every bin. Its bins never move, so
+// merging two of them is exact and independent of order (counts add, bounds
+// take min and max): the detectors of every rank and the parameter server
+// hold the same model whatever the order their deltas arrive in. It is what
+// the natural range of a function (NaturalMax) is read from.
+//
+// Bin i covers [2^(i/8) - 1, 2^((i+1)/8) - 1) µs; Lo is the index of
+// Counts[0]. Counts, Mins and Maxs have the same length; an empty bin has
+// count 0 and bounds 0. The zero value is an empty histogram.
+type TailHist struct {
+	Lo     int       `json:"lo"`
+	Counts []uint64  `json:"counts"`
+	Mins   []float64 `json:"mins"`
+	Maxs   []float64 `json:"maxs"`
+}
+
+// N is the number of values counted.
+func (h *TailHist) N() uint64 {
+	var n uint64
+	for _, c := range h.Counts {
+		n += c
+	}
+	return n
+}
+
+// Empty reports whether h counts nothing.
+func (h *TailHist) Empty() bool { return len(h.Counts) == 0 }
+
+// Reset empties h, keeping its storage.
+func (h *TailHist) Reset() {
+	h.Lo = 0
+	h.Counts, h.Mins, h.Maxs = h.Counts[:0], h.Mins[:0], h.Maxs[:0]
+}
+
+// grow makes bins lo..hi (inclusive) addressable.
+func (h *TailHist) grow(lo, hi int) {
+	if len(h.Counts) == 0 {
+		h.Lo = lo
+		n := hi - lo + 1
+		h.Counts = append(h.Counts[:0], make([]uint64, n)...)
+		h.Mins = append(h.Mins[:0], make([]float64, n)...)
+		h.Maxs = append(h.Maxs[:0], make([]float64, n)...)
+		return
+	}
+	if lo < h.Lo {
+		k := h.Lo - lo
+		h.Counts = append(make([]uint64, k, k+len(h.Counts)), h.Counts...)
+		h.Mins = append(make([]float64, k, k+len(h.Mins)), h.Mins...)
+		h.Maxs = append(make([]float64, k, k+len(h.Maxs)), h.Maxs...)
+		h.Lo = lo
+	}
+	if top := h.Lo + len(h.Counts) - 1; hi > top {
+		k := hi - top
+		h.Counts = append(h.Counts, make([]uint64, k)...)
+		h.Mins = append(h.Mins, make([]float64, k)...)
+		h.Maxs = append(h.Maxs, make([]float64, k)...)
+	}
+}
+
+// Add counts value x.
+func (h *TailHist) Add(x float64) {
+	if !(x > 0) {
+		x = 0
+	}
+	b := TailBin(x)
+	i := b - h.Lo
+	if uint(i) >= uint(len(h.Counts)) {
+		h.grow(b, b)
+		i = b - h.Lo
+	}
+	if h.Counts[i] == 0 {
+		h.Mins[i], h.Maxs[i] = x, x
+	} else {
+		h.Mins[i] = min(h.Mins[i], x)
+		h.Maxs[i] = max(h.Maxs[i], x)
+	}
+	h.Counts[i]++
+}
+
+// Validate reports whether h is well formed: slices of one length, bins in
+// range, and every counted bin's bounds inside the bin.
+func (h *TailHist) Validate() error {
+	if len(h.Mins) != len(h.Counts) || len(h.Maxs) != len(h.Counts) {
+		return fmt.Errorf("tail histogram: %d counts, %d mins, %d maxs", len(h.Counts), len(h.Mins), len(h.Maxs))
+	}
+	if len(h.Counts) == 0 {
+		return nil
+	}
+	if h.Lo < 0 || h.Lo+len(h.Counts)-1 > tailMaxBin {
+		return fmt.Errorf("tail histogram: bins %d..%d out of [0, %d]", h.Lo, h.Lo+len(h.Counts)-1, tailMaxBin)
+	}
+	for i, c := range h.Counts {
+		if c == 0 {
+			continue
+		}
+		b := h.Lo + i
+		if TailBin(h.Mins[i]) != b || TailBin(h.Maxs[i]) != b || h.Mins[i] > h.Maxs[i] {
+			return fmt.Errorf("tail histogram: bin %d has bounds [%v, %v] outside it", b, h.Mins[i], h.Maxs[i])
+		}
+	}
+	return nil
+}
+
+// Merge adds o's counts into h. It fails, leaving h unchanged, when o is
+// malformed (see Validate).
+func (h *TailHist) Merge(o TailHist) error {
+	if err := o.Validate(); err != nil {
+		return err
+	}
+	if len(o.Counts) == 0 {
+		return nil
+	}
+	h.grow(o.Lo, o.Lo+len(o.Counts)-1)
+	for j, c := range o.Counts {
+		if c == 0 {
+			continue
+		}
+		i := o.Lo + j - h.Lo
+		if h.Counts[i] == 0 {
+			h.Mins[i], h.Maxs[i] = o.Mins[j], o.Maxs[j]
+		} else {
+			h.Mins[i] = min(h.Mins[i], o.Mins[j])
+			h.Maxs[i] = max(h.Maxs[i], o.Maxs[j])
+		}
+		h.Counts[i] += c
+	}
+	return nil
+}
+
+// Clone returns a deep copy of h.
+func (h TailHist) Clone() TailHist {
+	return TailHist{Lo: h.Lo, Counts: append([]uint64(nil), h.Counts...),
+		Mins: append([]float64(nil), h.Mins...), Maxs: append([]float64(nil), h.Maxs...)}
+}
+
+// TailRule says how the natural range of a histogram is read.
+type TailRule struct {
+	// Ratio is how far beyond a value the next one may lie and still belong
+	// to the same body of values; it is also how far beyond the natural
+	// maximum a value must lie to be outside the natural range.
+	Ratio float64 `json:"ratio"`
+	// Recur is how many values a bin needs to belong to the natural range
+	// whatever the gap below it: a runtime that keeps coming back is the
+	// function's behaviour, however far it sits from the rest.
+	Recur uint64 `json:"recur"`
+	// RecurFrac raises Recur to this fraction of the values counted: at
+	// scale, a bin must hold a share of the runtimes, not a fixed count, to
+	// be behaviour rather than a cluster of rare anomalies.
+	RecurFrac float64 `json:"recur_frac"`
+	// Resolution is the timer resolution in µs: a value must exceed the
+	// natural maximum by more than this.
+	Resolution float64 `json:"resolution"`
+}
+
+// NaturalMax returns the largest value of h's natural range: starting from
+// the median, a bin is taken when its smallest value is not beyond the
+// Threshold of the largest value taken so far, or when it holds at least
+// Recur values (and RecurFrac of all values). Bins above a gap that hold fewer values stay outside; the
+// scan goes on above them, so a recurring mode beyond isolated values is
+// still found. It returns 0 for an empty histogram.
+func (h *TailHist) NaturalMax(r TailRule) float64 {
+	n := h.N()
+	if n == 0 {
+		return 0
+	}
+	// the median's bin
+	half := (n + 1) / 2
+	var cum uint64
+	start := 0
+	for i, c := range h.Counts {
+		cum += c
+		if cum >= half {
+			start = i
+			break
+		}
+	}
+	recur := max(r.Recur, uint64(math.Ceil(r.RecurFrac*float64(n))))
+	top := h.Maxs[start]
+	for i := start + 1; i < len(h.Counts); i++ {
+		c := h.Counts[i]
+		if c == 0 {
+			continue
+		}
+		if h.Mins[i] <= r.Threshold(top) || c >= recur {
+			top = max(top, h.Maxs[i])
+		}
+	}
+	return top
+}
+
+// Threshold is the largest value inside the natural range whose maximum is
+// m: Ratio × m, and at least one Resolution above m, so that the next timer
+// tick is never out of range (a function whose runtimes are 0, 1 or 2 µs has
+// all three as natural levels, however rare the last). Values beyond it are
+// outside.
+func (r TailRule) Threshold(m float64) float64 {
+	return max(r.Ratio*m, m+r.Resolution)
+}
+
+// Quantile returns an estimate of the q-quantile (0 ≤ q ≤ 1) of the counted
+// values: the largest value of the bin where the cumulative count reaches q.
+func (h *TailHist) Quantile(q float64) float64 {
+	n := h.N()
+	if n == 0 {
+		return 0
+	}
+	want := uint64(math.Ceil(q * float64(n)))
+	want = max(want, 1)
+	var cum uint64
+	for i, c := range h.Counts {
+		cum += c
+		if cum >= want {
+			return h.Maxs[i]
+		}
+	}
+	return h.Maxs[len(h.Maxs)-1]
+}
