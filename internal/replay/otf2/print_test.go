@@ -444,7 +444,7 @@ func TestGeneratedMatchesOTF2Print(t *testing.T) {
 }
 
 // buildGen compiles testdata/gen/gen.c against OTF2's writer library.
-func buildGen(t *testing.T) string {
+func buildGen(t testing.TB) string {
 	t.Helper()
 	require := os.Getenv("KIPIMO_REQUIRE_OTF2") == "1"
 	skip := func(why string) {
