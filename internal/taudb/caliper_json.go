@@ -39,7 +39,13 @@ func ReadCaliperJSON(r io.Reader, file, name string) (*Trial, error) {
 	tokErr := func(err error, what string) error {
 		var se *json.SyntaxError
 		if errors.As(err, &se) {
-			return failAt(se.Offset, "%s: %v", what, err)
+			// The decoder's offsets are relative to its buffer; a whole
+			// parse gives the offset in the file.
+			var v any
+			if err := json.Unmarshal(data, &v); errors.As(err, &se) {
+				return failAt(se.Offset, "%s: %v", what, err)
+			}
+			return failAt(dec.InputOffset(), "%s: %v", what, err)
 		}
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) {
@@ -85,7 +91,7 @@ func ReadCaliperJSON(r io.Reader, file, name string) (*Trial, error) {
 				return nil, failAt(off, `"data" must be an array of rows`)
 			}
 			for dec.More() {
-				rowOff = append(rowOff, dec.InputOffset())
+				rowOff = append(rowOff, skipJSONSpace(data, dec.InputOffset()))
 				var row []json.RawMessage
 				if err := dec.Decode(&row); err != nil {
 					return nil, tokErr(err, fmt.Sprintf("data row %d", len(rows)))
@@ -244,6 +250,20 @@ func ReadCaliperJSON(r io.Reader, file, name string) (*Trial, error) {
 		return nil, failAt(0, "no data row has a region path")
 	}
 	return caliperTrial(name, file, out, globals)
+}
+
+// skipJSONSpace moves off past white space and a value separator, to the
+// start of the next value.
+func skipJSONSpace(data []byte, off int64) int64 {
+	for off < int64(len(data)) {
+		switch data[off] {
+		case ' ', '\t', '\r', '\n', ',':
+			off++
+		default:
+			return off
+		}
+	}
+	return off
 }
 
 // lineAt is the 1-based line of byte offset off in data.

@@ -469,7 +469,7 @@ type caliScan struct {
 	groups map[string]string // region name -> attribute
 }
 
-func scanLulesh(t *testing.T) caliScan {
+func scanLulesh(t testing.TB) caliScan {
 	t.Helper()
 	data, err := os.ReadFile(formatPath("caliper/lulesh-annotation-profile.cali"))
 	if err != nil {
@@ -591,7 +591,7 @@ func checkCaliperTrial(t *testing.T, tr *Trial, s caliScan) {
 // luleshJSONSplit writes the scan as Caliper's json-split form (columns
 // path, mpi.rank, time in seconds, count), the way cali-query lays it out:
 // nodes parents first, one row per region path.
-func luleshJSONSplit(t *testing.T, s caliScan) []byte {
+func luleshJSONSplit(t testing.TB, s caliScan) []byte {
 	t.Helper()
 	type jnode struct {
 		Label  string `json:"label"`
