@@ -3,26 +3,14 @@ package main
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
-
-	"github.com/spf13/pflag"
 
 	"github.com/kipimo-hpc/kipimo/internal/ad"
+	"github.com/kipimo-hpc/kipimo/internal/daemon"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := ad.Main(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	stop()
-	if errors.Is(err, pflag.ErrHelp) {
-		return
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "ad:", err)
-		os.Exit(1)
-	}
+	daemon.Main("ad", func(ctx context.Context, args []string) error {
+		return ad.Main(ctx, args, os.Stdout, os.Stderr)
+	})
 }

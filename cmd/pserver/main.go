@@ -3,26 +3,14 @@ package main
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
 
-	"github.com/spf13/pflag"
-
+	"github.com/kipimo-hpc/kipimo/internal/daemon"
 	"github.com/kipimo-hpc/kipimo/internal/pserver"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := pserver.Run(ctx, os.Args[1:], os.Stderr)
-	stop()
-	if errors.Is(err, pflag.ErrHelp) {
-		return
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "pserver:", err)
-		os.Exit(1)
-	}
+	daemon.Main("pserver", func(ctx context.Context, args []string) error {
+		return pserver.Main(ctx, args, os.Stderr)
+	})
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
 
 	"github.com/kipimo-hpc/kipimo/internal/natsx"
 	"github.com/kipimo-hpc/kipimo/internal/psync"
@@ -78,7 +79,7 @@ func benchSync(b *testing.B, payloads [][]byte, mode string, conc int) {
 	}
 	defer ns.Shutdown()
 	srvConn := connect(b, ns)
-	s, err := New(Config{Run: "bench", Durability: mode, Window: 16})
+	s, err := New(Config{Run: "bench", Durability: mode, Window: 16}, zerolog.Nop())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -149,7 +150,7 @@ func benchSync(b *testing.B, payloads [][]byte, mode string, conc int) {
 // already holds 4,096 detectors; it reports the same units.
 func BenchmarkSyncHandler(b *testing.B) {
 	payloads := benchPayloads(benchDetectors, benchFuncs)
-	s, err := New(Config{Run: "bench", Durability: DurabilityNone, Window: 16})
+	s, err := New(Config{Run: "bench", Durability: DurabilityNone, Window: 16}, zerolog.Nop())
 	if err != nil {
 		b.Fatal(err)
 	}

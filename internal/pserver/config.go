@@ -15,6 +15,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
+	"strings"
 	"time"
 
 	"github.com/kipimo-hpc/kipimo/internal/natsx"
@@ -37,90 +39,171 @@ const (
 	DurabilityNone = "none"
 )
 
-// Config configures a Server. The zero value plus a Run is valid after Validate.
+// Config is the parameter server's settings: Run uses all of them, New
+// (a Server in a process of its own or embedded, as kipimo run does) all but
+// NATS and TokenFile. Each field set by a flag of the pserver command names
+// it. Fields marked "0: default" take DefaultConfig's value in New when left
+// zero; the others mean what their zero value says.
 type Config struct {
-	Run    string // run id (a NATS subject token)
-	Shard  int    // shard this instance serves, in [0, Shards)
-	Shards int    // number of shards the model keys are split into; default 1
+	NATS   string // --nats: NATS server URL(s), comma-separated (Run)
+	Run    string // --run: run id (a NATS subject token); required
+	Shard  int    // --shard: shard this instance serves, in [0, Shards)
+	Shards int    // --shards: number of shards the model keys are split into; 0: default
 
-	Durability       string        // DurabilityWAL (default), DurabilitySnapshot or DurabilityNone
-	SnapshotInterval time.Duration // default 5s
-	SnapshotEvery    int           // also snapshot after this many applied requests; default 20000
-	Window           int           // io_steps kept in full; default DefaultWindow
+	Durability       string        // --durability: DurabilityWAL, DurabilitySnapshot or DurabilityNone; "": default
+	SnapshotInterval time.Duration // --snapshot-interval; 0: default
+	SnapshotEvery    int           // --snapshot-every: also snapshot after this many applied requests; 0: default
+	Window           int           // --window: io_steps kept in full; 0: default
 
-	HTTPAddr  string // dashboard and /metrics listener; "" starts none (mount Handler elsewhere)
-	Token     string // optional bearer token for HTTP
-	ProvDBURL string // base URL of the provdb query API, proxied under /provdb/
+	HTTPAddr string // --http: dashboard and /metrics listener; "" starts none (mount Handler elsewhere)
+	// TokenFile (--token-file) names the file holding the bearer token of
+	// the HTTP API; Run reads it (daemon.Secret) into Token.
+	TokenFile string
+	// Token is the bearer token itself (internal/daemon's rule, ?token=
+	// allowed); "" serves without one.
+	Token     string
+	ProvDBURL string // --provdb-url: base URL of the provdb query API, proxied under /provdb/
 	// ProvDBList is the provdb path listing anomaly records (filters rank,
-	// pid, func, sort, order, limit are appended); default "/api/v1/records" (provdb's query API).
+	// pid, func, sort, order, limit are appended); "": default (provdb's query API).
 	ProvDBList string
 	// ProvDBRecord is the provdb path of one record, with {pid} and
-	// {event_id} placeholders; default "/api/v1/records/anomalies/{pid}/{event_id}".
+	// {event_id} placeholders; "": default.
 	ProvDBRecord  string
-	MaxRankSeries int           // per-rank Prometheus series limit; default 64
-	SSEBuffer     int           // per-client SSE queue length; default 16
-	UpdateEvery   time.Duration // throttle of SSE updates; default 250ms
+	MaxRankSeries int           // --max-rank-series: per-rank Prometheus series limit; 0: default
+	SSEBuffer     int           // per-client SSE queue length; 0: default
+	UpdateEvery   time.Duration // throttle of SSE updates; 0: default
 
 	// SyncWorkers is the number of subscriptions of the queue group in this
-	// process (parallel decoding in snapshot mode); default 2.
+	// process (parallel decoding); 0: default.
 	SyncWorkers int
 }
 
-// Validate checks c and fills defaults.
-func (c *Config) Validate() error {
-	if err := natsx.ValidRun(c.Run); err != nil {
-		return fmt.Errorf("pserver config: %w", err)
+// DefaultConfig is the pserver command's defaults (Run is left empty: it is
+// required).
+func DefaultConfig() Config {
+	return Config{
+		NATS:             "nats://127.0.0.1:4222",
+		Shards:           1,
+		Durability:       DurabilityWAL,
+		SnapshotInterval: 5 * time.Second,
+		SnapshotEvery:    20000,
+		Window:           DefaultWindow,
+		HTTPAddr:         "127.0.0.1:8080",
+		ProvDBList:       "/api/v1/records",
+		ProvDBRecord:     "/api/v1/records/anomalies/{pid}/{event_id}",
+		MaxRankSeries:    64,
+		SSEBuffer:        16,
+		UpdateEvery:      250 * time.Millisecond,
+		SyncWorkers:      2,
 	}
-	if c.Shards == 0 {
-		c.Shards = 1
+}
+
+// withDefaults returns c with the fields marked "0: default" that are zero
+// set to DefaultConfig's values.
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	fill := func(v *int, def int) {
+		if *v == 0 {
+			*v = def
+		}
+	}
+	fillDur := func(v *time.Duration, def time.Duration) {
+		if *v == 0 {
+			*v = def
+		}
+	}
+	fillStr := func(v *string, def string) {
+		if *v == "" {
+			*v = def
+		}
+	}
+	fill(&c.Shards, d.Shards)
+	fillStr(&c.Durability, d.Durability)
+	fillDur(&c.SnapshotInterval, d.SnapshotInterval)
+	fill(&c.SnapshotEvery, d.SnapshotEvery)
+	fill(&c.Window, d.Window)
+	fillStr(&c.ProvDBList, d.ProvDBList)
+	fillStr(&c.ProvDBRecord, d.ProvDBRecord)
+	fill(&c.MaxRankSeries, d.MaxRankSeries)
+	fill(&c.SSEBuffer, d.SSEBuffer)
+	fillDur(&c.UpdateEvery, d.UpdateEvery)
+	fill(&c.SyncWorkers, d.SyncWorkers)
+	return c
+}
+
+// Validate checks c as it will be used, changing nothing; errors name the
+// flag (or, for settings without one, the field). NATS is checked only when
+// set: New does not use it.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	switch {
+	case c.Run == "":
+		bad("--run is required: give the run id the detectors use")
+	default:
+		if err := natsx.ValidRun(c.Run); err != nil {
+			bad("--run: %w", err)
+		}
+	}
+	if c.NATS != "" {
+		if _, err := natsx.CheckURL(c.NATS); err != nil {
+			bad("--nats: %w", err)
+		}
 	}
 	if c.Shards < 1 {
-		return fmt.Errorf("pserver config: shards %d must be at least 1", c.Shards)
-	}
-	if c.Shard < 0 || c.Shard >= c.Shards {
-		return fmt.Errorf("pserver config: shard %d is not in [0, %d)", c.Shard, c.Shards)
+		bad("--shards %d must be at least 1", c.Shards)
+	} else if c.Shard < 0 || c.Shard >= c.Shards {
+		bad("--shard %d is not in [0, %d) (--shards %d)", c.Shard, c.Shards, c.Shards)
 	}
 	switch c.Durability {
-	case "":
-		c.Durability = DurabilityWAL
 	case DurabilityWAL, DurabilitySnapshot, DurabilityNone:
 	default:
-		return fmt.Errorf("pserver config: durability %q is not wal, snapshot or none", c.Durability)
+		bad("--durability %q is not wal, snapshot or none", c.Durability)
 	}
 	if c.SnapshotInterval <= 0 {
-		c.SnapshotInterval = 5 * time.Second
+		bad("--snapshot-interval %v must be positive", c.SnapshotInterval)
 	}
-	if c.SnapshotEvery <= 0 {
-		c.SnapshotEvery = 20000
+	if c.SnapshotEvery < 1 {
+		bad("--snapshot-every %d must be at least 1", c.SnapshotEvery)
 	}
-	if c.Window <= 0 {
-		c.Window = DefaultWindow
+	if c.Window < 1 {
+		bad("--window %d must be at least 1", c.Window)
 	}
 	if c.HTTPAddr != "" {
 		if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
-			return fmt.Errorf("pserver config: http address %q: %w", c.HTTPAddr, err)
+			bad("--http %q: %w", c.HTTPAddr, err)
 		}
 	}
+	if c.TokenFile != "" && c.Token != "" {
+		bad("--token-file %s and a Token are both set: give one", c.TokenFile)
+	}
+	if c.ProvDBURL != "" {
+		if u, err := url.Parse(c.ProvDBURL); err != nil {
+			bad("--provdb-url %q: %w", c.ProvDBURL, err)
+		} else if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			bad("--provdb-url %q: want http://host:port or https://host:port", c.ProvDBURL)
+		}
+	}
+	if !strings.HasPrefix(c.ProvDBList, "/") {
+		bad("ProvDBList %q must be a path starting with /", c.ProvDBList)
+	}
+	if !strings.HasPrefix(c.ProvDBRecord, "/") || !strings.Contains(c.ProvDBRecord, "{pid}") || !strings.Contains(c.ProvDBRecord, "{event_id}") {
+		bad("ProvDBRecord %q must be a path starting with / holding {pid} and {event_id}", c.ProvDBRecord)
+	}
 	if c.MaxRankSeries < 0 {
-		return errors.New("pserver config: max rank series must not be negative")
+		bad("--max-rank-series %d must not be negative", c.MaxRankSeries)
 	}
-	if c.MaxRankSeries == 0 {
-		c.MaxRankSeries = 64
-	}
-	if c.ProvDBList == "" {
-		c.ProvDBList = "/api/v1/records"
-	}
-	if c.ProvDBRecord == "" {
-		c.ProvDBRecord = "/api/v1/records/anomalies/{pid}/{event_id}"
-	}
-	if c.SSEBuffer <= 0 {
-		c.SSEBuffer = 16
+	if c.SSEBuffer < 1 {
+		bad("SSEBuffer %d must be at least 1", c.SSEBuffer)
 	}
 	if c.UpdateEvery <= 0 {
-		c.UpdateEvery = 250 * time.Millisecond
+		bad("UpdateEvery %v must be positive", c.UpdateEvery)
 	}
-	if c.SyncWorkers <= 0 {
-		c.SyncWorkers = 2
+	if c.SyncWorkers < 1 {
+		bad("SyncWorkers %d must be at least 1", c.SyncWorkers)
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("pserver config: %w", errors.Join(errs...))
 	}
 	return nil
 }

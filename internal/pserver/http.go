@@ -1,20 +1,22 @@
 package pserver
 
 import (
-	"crypto/subtle"
 	"embed"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io/fs"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"path"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/kipimo-hpc/kipimo/internal/daemon"
 	"github.com/kipimo-hpc/kipimo/internal/stats"
 )
 
@@ -51,7 +53,7 @@ func (s *Server) newHandler() http.Handler {
 		})
 		return h, "merged model histogram of all ranks", nil
 	}
-	return s.auth(d.handler())
+	return d.handler()
 }
 
 // handler builds the HTTP API:
@@ -71,13 +73,16 @@ func (s *Server) newHandler() http.Handler {
 //	GET /metrics                Prometheus metrics (live servers)
 //	    /provdb/...             the provdb query API (proxied, or on the store)
 //
-// With a token configured every route needs "Authorization: Bearer <token>"
-// or ?token=<token> (EventSource cannot set headers).
+// With a token configured (Config.Token) every route but the page's own
+// files (the page, its script and style sheet: no run data) needs it, by
+// internal/daemon's rule for the dashboard: "Authorization: Bearer <token>"
+// or, from a browser, ?token=<token> (EventSource cannot set headers).
 func (d *dashboard) handler() http.Handler {
-	mux := http.NewServeMux()
+	api := http.NewServeMux()
 	static, _ := fs.Sub(webFS, "web")
-	mux.Handle("GET /", http.FileServerFS(static))
-	mux.HandleFunc("GET /api/config", func(w http.ResponseWriter, r *http.Request) {
+	files := http.FileServerFS(static)
+	api.Handle("GET /", files)
+	api.HandleFunc("GET /api/config", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, map[string]any{
 			"run": d.cfg.Run, "shard": d.cfg.Shard, "shards": d.cfg.Shards,
 			"window": d.cfg.Window, "provdb": d.hasProv,
@@ -85,7 +90,7 @@ func (d *dashboard) handler() http.Handler {
 		})
 	})
 	view := func(path string, f func(r *http.Request, st *State) (any, error)) {
-		mux.HandleFunc("GET "+path, func(w http.ResponseWriter, r *http.Request) {
+		api.HandleFunc("GET "+path, func(w http.ResponseWriter, r *http.Request) {
 			var v any
 			var err error
 			d.view(func(st *State) { v, err = f(r, st) })
@@ -139,7 +144,7 @@ func (d *dashboard) handler() http.Handler {
 		}
 		return rankFuncs(st, rank, r.URL.Query().Get("func"), n), nil
 	})
-	mux.HandleFunc("GET /api/function", func(w http.ResponseWriter, r *http.Request) {
+	api.HandleFunc("GET /api/function", func(w http.ResponseWriter, r *http.Request) {
 		fn := r.URL.Query().Get("func")
 		if fn == "" {
 			httpError(w, http.StatusBadRequest, "func is required: GET /api/function?func=NAME")
@@ -159,31 +164,36 @@ func (d *dashboard) handler() http.Handler {
 		}
 		writeJSON(w, v)
 	})
-	mux.HandleFunc("GET /api/events", d.events)
+	api.HandleFunc("GET /api/events", d.events)
 	if d.metrics != nil {
-		mux.Handle("GET /metrics", d.metrics)
+		api.Handle("GET /metrics", d.metrics)
 	}
-	mux.Handle("GET /provdb/", d.provdb)
-	return mux
-}
-
-func (s *Server) auth(next http.Handler) http.Handler {
-	if s.cfg.Token == "" {
-		return next
+	api.Handle("GET /provdb/", d.provdb)
+	if d.cfg.Token == "" {
+		return api
 	}
-	want := []byte(s.cfg.Token)
+	guarded := daemon.Bearer(d.cfg.Token, daemon.HeaderOrQuery, api)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got := r.URL.Query().Get("token")
-		if h := r.Header.Get("Authorization"); strings.HasPrefix(h, "Bearer ") {
-			got = strings.TrimPrefix(h, "Bearer ")
-		}
-		if subtle.ConstantTimeCompare([]byte(got), want) != 1 {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="kipimo"`)
-			httpError(w, http.StatusUnauthorized, "missing or wrong bearer token")
+		if (r.Method == http.MethodGet || r.Method == http.MethodHead) && isPageFile(static, r.URL.Path) {
+			files.ServeHTTP(w, r)
 			return
 		}
-		next.ServeHTTP(w, r)
+		guarded.ServeHTTP(w, r)
 	})
+}
+
+// isPageFile reports whether p is "/" or names a file of the embedded page
+// (static), which a browser loads without the token.
+func isPageFile(static fs.FS, p string) bool {
+	name := strings.TrimPrefix(path.Clean("/"+p), "/")
+	if name == "" {
+		return true
+	}
+	if !fs.ValidPath(name) {
+		return false
+	}
+	st, err := fs.Stat(static, name)
+	return err == nil && st.Mode().IsRegular()
 }
 
 func (s *Server) provdbProxy() http.Handler {
@@ -203,9 +213,7 @@ func (s *Server) provdbProxy() http.Handler {
 			pr.SetURL(target)
 			pr.Out.URL.Path = strings.TrimSuffix(target.Path, "/") + strings.TrimPrefix(pr.In.URL.Path, "/provdb")
 			pr.Out.URL.RawPath = ""
-			q := pr.In.URL.Query()
-			q.Del("token")
-			pr.Out.URL.RawQuery = q.Encode()
+			pr.Out.URL.RawQuery = pr.In.URL.RawQuery // ?token= is removed by daemon.Bearer
 			pr.Out.Header.Del("Authorization")
 		},
 		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
@@ -254,18 +262,10 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func writeJSON(w http.ResponseWriter, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	if err := json.NewEncoder(w).Encode(v); err != nil {
-		return
-	}
-}
+func writeJSON(w http.ResponseWriter, v any) { daemon.WriteJSON(w, v) }
 
 func httpError(w http.ResponseWriter, code int, msg string) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(map[string]string{"error": msg})
+	daemon.WriteError(w, code, errors.New(msg))
 }
 
 func intParam(r *http.Request, name string, def int) (int, error) {

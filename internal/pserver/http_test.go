@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rs/zerolog"
 )
 
 // fedServer returns a Server (not connected to NATS) fed with a synthetic run
@@ -22,7 +24,7 @@ func fedServer(t *testing.T, cfg Config, ranks, steps int, slow uint32) (*Server
 	if cfg.Run == "" {
 		cfg.Run = "web"
 	}
-	s, err := New(cfg)
+	s, err := New(cfg, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,6 +154,14 @@ func TestToken(t *testing.T) {
 		{"header", "/api/summary", "Bearer s3cret", 200},
 		{"query", "/api/summary?token=s3cret", "", 200},
 		{"metrics need it too", "/metrics", "", 401},
+		{"event stream: wrong query", "/api/events?token=nope", "", 401},
+		{"wrong header decides over right query", "/api/summary?token=s3cret", "Bearer nope", 401},
+		{"page without token", "/", "", 200},
+		{"page opened with the token", "/?token=s3cret", "", 200},
+		{"page script without token", "/app.js", "", 200},
+		{"page style sheet without token", "/style.css", "", 200},
+		{"no such page file", "/secret.json", "", 401},
+		{"provdb proxy needs it", "/provdb/api/v1/records", "", 401},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -2,6 +2,7 @@ package pserver
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"os"
@@ -21,7 +22,7 @@ func TestRunServesUntilCancelled(t *testing.T) {
 	done := make(chan error, 1)
 	var stderr bytes.Buffer
 	go func() {
-		done <- Run(ctx, []string{"--nats", ns.ClientURL(), "--run", "cmd", "--http", "", "--log-level", "warn"}, &stderr)
+		done <- Main(ctx, []string{"--nats", ns.ClientURL(), "--run", "cmd", "--http", "", "--log-level", "warn"}, &stderr)
 	}()
 	g := newGenRun(2, 3, 3, 0, 101)
 	deadline := time.Now().Add(10 * time.Second)
@@ -42,10 +43,10 @@ func TestRunServesUntilCancelled(t *testing.T) {
 	select {
 	case err := <-done:
 		if err != nil {
-			t.Fatalf("Run: %v (%s)", err, stderr.String())
+			t.Fatalf("Main: %v (%s)", err, stderr.String())
 		}
 	case <-time.After(30 * time.Second):
-		t.Fatal("Run did not return after cancel")
+		t.Fatal("Main did not return after cancel")
 	}
 	// A new instance continues from the persisted state.
 	s := startServer(t, nc, Config{Run: "cmd"})
@@ -72,7 +73,9 @@ func TestRunFlagErrors(t *testing.T) {
 		{"bad durability", []string{"--run", "a", "--durability", "disk"}, "durability"},
 		{"bad shard", []string{"--run", "a", "--shard", "3", "--shards", "2"}, "shard 3"},
 		{"empty token file", []string{"--run", "a", "--token-file", empty}, "is empty"},
-		{"missing token file", []string{"--run", "a", "--token-file", filepath.Join(dir, "nope")}, "read --token-file"},
+		{"missing token file", []string{"--run", "a", "--token-file", filepath.Join(dir, "nope")}, "--token-file: read secret"},
+		{"bad window", []string{"--run", "a", "--window", "-1"}, "--window -1"},
+		{"bad provdb url", []string{"--run", "a", "--provdb-url", "localhost:8081"}, "--provdb-url"},
 		{"positional", []string{"--run", "a", "extra"}, "unexpected arguments"},
 		{"bad nats", []string{"--run", "a", "--nats", "http://x"}, "scheme"},
 		{"bad level", []string{"--run", "a", "--log-level", "loud"}, "--log-level"},
@@ -80,9 +83,9 @@ func TestRunFlagErrors(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			var stderr bytes.Buffer
-			err := Run(context.Background(), append(tc.args, "--http", ""), &stderr)
+			err := Main(context.Background(), append(tc.args, "--http", ""), &stderr)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Errorf("Run error %v, want one containing %q", err, tc.want)
+				t.Errorf("Main error %v, want one containing %q", err, tc.want)
 			}
 		})
 	}
@@ -101,29 +104,33 @@ func TestParseRunArgs(t *testing.T) {
 		return p
 	}
 	cfgFile := write("pserver.yaml", "run: fromfile\nshards: 4\nshard: 2\ndurability: snapshot\nsnapshot-interval: 10s\nhttp: 0.0.0.0:8080\n")
-	defaults := runOptions{natsURL: "nats://127.0.0.1:4222", level: "info", cfg: Config{
-		HTTPAddr: "127.0.0.1:8080", Shards: 1, Durability: DurabilityWAL, SnapshotInterval: 5 * time.Second,
+	defaults := Config{
+		NATS: "nats://127.0.0.1:4222", HTTPAddr: "127.0.0.1:8080", Shards: 1, Durability: DurabilityWAL, SnapshotInterval: 5 * time.Second,
 		SnapshotEvery: 20000, Window: DefaultWindow, MaxRankSeries: 64,
-	}}
+		ProvDBList: "/api/v1/records", ProvDBRecord: "/api/v1/records/anomalies/{pid}/{event_id}",
+		SSEBuffer: 16, UpdateEvery: 250 * time.Millisecond, SyncWorkers: 2,
+	}
 	fromFile := defaults
-	fromFile.cfg.Run, fromFile.cfg.Shards, fromFile.cfg.Shard = "fromfile", 4, 2
-	fromFile.cfg.Durability, fromFile.cfg.SnapshotInterval, fromFile.cfg.HTTPAddr = DurabilitySnapshot, 10*time.Second, "0.0.0.0:8080"
-	with := func(o runOptions, f func(*runOptions)) runOptions { f(&o); return o }
+	fromFile.Run, fromFile.Shards, fromFile.Shard = "fromfile", 4, 2
+	fromFile.Durability, fromFile.SnapshotInterval, fromFile.HTTPAddr = DurabilitySnapshot, 10*time.Second, "0.0.0.0:8080"
+	with := func(o Config, f func(*Config)) Config { f(&o); return o }
 	cases := []struct {
 		name    string
 		args    []string
 		env     map[string]string
-		want    runOptions
+		want    Config
+		level   string
 		wantErr string
 	}{
 		{name: "defaults", want: defaults},
 		{name: "config file", args: []string{"--config", cfgFile}, want: fromFile},
 		{name: "env beats config file", args: []string{"--config", cfgFile}, env: map[string]string{"KIPIMO_SHARD": "3", "KIPIMO_PROVDB_URL": "http://p:8081"},
-			want: with(fromFile, func(o *runOptions) { o.cfg.Shard, o.cfg.ProvDBURL = 3, "http://p:8081" })},
+			want: with(fromFile, func(o *Config) { o.Shard, o.ProvDBURL = 3, "http://p:8081" })},
 		{name: "flag beats env", args: []string{"--config", cfgFile, "--shard", "1", "--http="}, env: map[string]string{"KIPIMO_SHARD": "3", "KIPIMO_HTTP": "127.0.0.1:1"},
-			want: with(fromFile, func(o *runOptions) { o.cfg.Shard, o.cfg.HTTPAddr = 1, "" })},
+			want: with(fromFile, func(o *Config) { o.Shard, o.HTTPAddr = 1, "" })},
 		{name: "config file from env", env: map[string]string{"KIPIMO_CONFIG": cfgFile, "KIPIMO_TOKEN_FILE": "/run/secrets/t"},
-			want: with(fromFile, func(o *runOptions) { o.tokenFile = "/run/secrets/t" })},
+			want: with(fromFile, func(o *Config) { o.TokenFile = "/run/secrets/t" })},
+		{name: "log level from env", env: map[string]string{"KIPIMO_LOG_LEVEL": "debug"}, want: defaults, level: "debug"},
 		{name: "unknown config key", args: []string{"--config", write("typo.yaml", "run: r\nshard-count: 2\n")}, wantErr: `unknown key "shard-count"`},
 		{name: "config key for another binary", args: []string{"--config", write("provdb.yaml", "store: x.db\n")}, wantErr: `unknown key "store"`},
 		{name: "bad env value", env: map[string]string{"KIPIMO_SHARDS": "many"}, wantErr: "KIPIMO_SHARDS"},
@@ -134,7 +141,7 @@ func TestParseRunArgs(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			var stderr bytes.Buffer
-			got, err := parseRunArgs(tc.args, func(k string) (string, bool) { v, ok := tc.env[k]; return v, ok }, &stderr)
+			got, level, err := parseArgs(tc.args, func(k string) (string, bool) { v, ok := tc.env[k]; return v, ok }, &stderr)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("error %v, want one containing %q", err, tc.wantErr)
@@ -147,6 +154,9 @@ func TestParseRunArgs(t *testing.T) {
 			if got != tc.want {
 				t.Errorf("options\n got %+v\nwant %+v", got, tc.want)
 			}
+			if want := cmp.Or(tc.level, "info"); level != want {
+				t.Errorf("log level %q, want %q", level, want)
+			}
 		})
 	}
 }
@@ -155,7 +165,7 @@ func TestParseRunArgs(t *testing.T) {
 // two dashes, and returns pflag.ErrHelp (cmd/pserver exits 0 on it).
 func TestRunHelp(t *testing.T) {
 	var stderr bytes.Buffer
-	_, err := parseRunArgs([]string{"--help"}, func(string) (string, bool) { return "", false }, &stderr)
+	_, _, err := parseArgs([]string{"--help"}, func(string) (string, bool) { return "", false }, &stderr)
 	if !errors.Is(err, pflag.ErrHelp) {
 		t.Fatalf("error %v, want pflag.ErrHelp", err)
 	}

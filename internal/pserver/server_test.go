@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 
 	"github.com/kipimo-hpc/kipimo/internal/natsx"
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
@@ -321,33 +322,5 @@ func TestFinishPublishesGlobalRecords(t *testing.T) {
 				t.Errorf("func_stats record %+v does not match the model %+v", r, m)
 			}
 		}
-	}
-}
-
-func TestConfigValidate(t *testing.T) {
-	tests := []struct {
-		name string
-		cfg  Config
-		ok   bool
-	}{
-		{"defaults", Config{Run: "a"}, true},
-		{"bad run", Config{Run: "a.b"}, false},
-		{"shard out of range", Config{Run: "a", Shard: 2, Shards: 2}, false},
-		{"negative shards", Config{Run: "a", Shards: -1}, false},
-		{"bad durability", Config{Run: "a", Durability: "disk"}, false},
-		{"bad http", Config{Run: "a", HTTPAddr: "nohostport"}, false},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			err := tc.cfg.Validate()
-			if (err == nil) != tc.ok {
-				t.Errorf("Validate() = %v, want ok=%v", err, tc.ok)
-			}
-		})
-	}
-	c := Config{Run: "a"}
-	_ = c.Validate()
-	if c.Durability != DurabilityWAL || c.Shards != 1 || c.Window != DefaultWindow {
-		t.Errorf("defaults not filled: %+v", c)
 	}
 }

@@ -403,7 +403,7 @@ func benchSync(ctx context.Context, dir string, n, funcs int) (p50, p99, mergesP
 		return 0, 0, 0, err
 	}
 	defer nc.Close()
-	ps, err := pserver.New(pserver.Config{Run: "bench", HTTPAddr: "", Durability: pserver.DurabilityNone})
+	ps, err := pserver.New(pserver.Config{Run: "bench", HTTPAddr: "", Durability: pserver.DurabilityNone}, zerolog.Nop())
 	if err != nil {
 		return 0, 0, 0, err
 	}

@@ -82,7 +82,7 @@ func Component(ctx context.Context, name string, args []string, opt ComponentOpt
 	case ComponentAD:
 		err = ad.Main(ctx, args, stdout, stderr)
 	case ComponentPServer:
-		err = pserver.Run(ctx, args, stderr)
+		err = pserver.Main(ctx, args, stderr)
 	case ComponentProvDB:
 		err = service.Main(ctx, args, stderr)
 	case ComponentNATS:

@@ -71,7 +71,7 @@ func BenchmarkProvdbIngest(b *testing.B) {
 		}
 		b.StartTimer()
 		c0 := procstat.CPUTime()
-		svc := New(Config{Run: "bench", FetchWait: 100 * time.Millisecond, Logger: &log}, store, js)
+		svc := New(Config{Run: "bench", FetchWait: 100 * time.Millisecond}, store, js, log)
 		if err := svc.Start(ctx); err != nil {
 			b.Fatal(err)
 		}

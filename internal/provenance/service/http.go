@@ -3,14 +3,13 @@ package service
 import (
 	"bufio"
 	"bytes"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
-	"strings"
 
+	"github.com/kipimo-hpc/kipimo/internal/daemon"
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
 )
 
@@ -47,7 +46,8 @@ type httpAPI struct {
 }
 
 // NewHTTPHandler returns the read-only JSON query API on store. When token
-// is not empty every request must carry "Authorization: Bearer <token>".
+// is not empty every request must carry "Authorization: Bearer <token>"
+// (internal/daemon's rule; the API takes no ?token=).
 //
 //	GET /api/v1/health                          {"status":"ok", ...}
 //	GET /api/v1/records?<filters>&cursor=<next> {"records":[...],"next":"<cursor>"}
@@ -80,7 +80,18 @@ func NewHTTPHandler(store provenance.Store, token string, opts ...HTTPOption) ht
 	return h.wrap(mux)
 }
 
+// wrap adds the CORS headers (preflight requests pass without a token, as
+// browsers send them without one), the bearer-token rule of
+// internal/daemon (the header only) and the read-only method check.
 func (h *httpAPI) wrap(next http.Handler) http.Handler {
+	readOnly := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			writeError(w, http.StatusMethodNotAllowed, fmt.Errorf("method %s not allowed: the API is read-only", r.Method))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+	guarded := daemon.Bearer(h.token, daemon.HeaderOnly, readOnly)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if h.origin != "" {
 			w.Header().Set("Access-Control-Allow-Origin", h.origin)
@@ -91,36 +102,13 @@ func (h *httpAPI) wrap(next http.Handler) http.Handler {
 			w.WriteHeader(http.StatusNoContent)
 			return
 		}
-		if h.token != "" {
-			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-			if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(h.token)) != 1 {
-				w.Header().Set("WWW-Authenticate", `Bearer realm="provdb"`)
-				writeError(w, http.StatusUnauthorized, errors.New("missing or wrong bearer token"))
-				return
-			}
-		}
-		if r.Method != http.MethodGet && r.Method != http.MethodHead {
-			writeError(w, http.StatusMethodNotAllowed, fmt.Errorf("method %s not allowed: the API is read-only", r.Method))
-			return
-		}
-		next.ServeHTTP(w, r)
+		guarded.ServeHTTP(w, r)
 	})
 }
 
-func writeJSON(w http.ResponseWriter, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	enc := json.NewEncoder(w)
-	enc.SetEscapeHTML(false)
-	_ = enc.Encode(v)
-}
+func writeJSON(w http.ResponseWriter, v any) { daemon.WriteJSON(w, v) }
 
-func writeError(w http.ResponseWriter, code int, err error) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	enc := json.NewEncoder(w)
-	enc.SetEscapeHTML(false)
-	_ = enc.Encode(map[string]string{"error": err.Error()})
-}
+func writeError(w http.ResponseWriter, code int, err error) { daemon.WriteError(w, code, err) }
 
 func (h *httpAPI) health(w http.ResponseWriter, r *http.Request) {
 	if len(r.URL.Query()) > 0 {

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -15,18 +15,150 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/spf13/pflag"
 
-	"github.com/kipimo-hpc/kipimo/internal/config"
+	"github.com/kipimo-hpc/kipimo/internal/daemon"
 	"github.com/kipimo-hpc/kipimo/internal/natsx"
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
 	"github.com/kipimo-hpc/kipimo/internal/provenance/mongostore"
 	"github.com/kipimo-hpc/kipimo/internal/provenance/sqlitestore"
 )
 
+// Config is provdb's settings: Run (the provdb command) uses all of them, a
+// Service (New, embedded as kipimo run does) the consumer's: Run, Durable,
+// Fetch, FetchWait, AckWait and RetryDelay. Each field set by a flag of the
+// provdb command names it. Fields marked "0: default" take DefaultConfig's
+// value in New when left zero; the others mean what their zero value says.
+type Config struct {
+	NATS  string // --nats: NATS server URL(s), comma-separated (Run)
+	Store string // --store: a SQLite file path or a mongodb:// URI (Run)
+	// Run (--run) is the run id whose stream is consumed. Required.
+	Run         string
+	HTTPAddr    string // --http: address of the read-only query API; "" serves none (Run)
+	TokenFile   string // --token-file: file holding the API's bearer token (Run)
+	AllowOrigin string // --allow-origin: Access-Control-Allow-Origin of the API (Run)
+	// Durable (--durable) names the durable consumer; "": default. Two
+	// provdb processes with the same Durable share the work.
+	Durable string
+	// Fetch is the number of messages (batches) fetched at once; 0: default.
+	Fetch int
+	// FetchWait bounds one fetch when the stream is idle, and so how long
+	// Shutdown waits for the fetch under way; 0: default.
+	FetchWait time.Duration
+	// AckWait (--ack-wait) is how long JetStream waits for an
+	// acknowledgement before redelivering; 0: default. It must exceed the
+	// slowest store write.
+	AckWait time.Duration
+	// RetryDelay is the redelivery delay of a batch whose write failed;
+	// 0: default.
+	RetryDelay time.Duration
+}
+
+// DefaultConfig is the provdb command's defaults (Run is left empty: it is
+// required).
+func DefaultConfig() Config {
+	return Config{
+		NATS:       "nats://127.0.0.1:4222",
+		Store:      "./kipimo-prov.db",
+		HTTPAddr:   "127.0.0.1:8081",
+		Durable:    "provdb",
+		Fetch:      16,
+		FetchWait:  time.Second,
+		AckWait:    60 * time.Second,
+		RetryDelay: 2 * time.Second,
+	}
+}
+
+// withDefaults returns c with the zero "0: default" fields set to
+// DefaultConfig's values.
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	if c.Durable == "" {
+		c.Durable = d.Durable
+	}
+	if c.Fetch == 0 {
+		c.Fetch = d.Fetch
+	}
+	if c.FetchWait == 0 {
+		c.FetchWait = d.FetchWait
+	}
+	if c.AckWait == 0 {
+		c.AckWait = d.AckWait
+	}
+	if c.RetryDelay == 0 {
+		c.RetryDelay = d.RetryDelay
+	}
+	return c
+}
+
+// Validate checks c as it will be used, changing nothing; errors name the
+// flag (or, for settings without one, the field). NATS and Store are
+// checked when set; Run requires them.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	switch {
+	case c.Run == "":
+		bad("--run is required: the run id whose provenance to consume")
+	default:
+		if err := natsx.ValidRun(c.Run); err != nil {
+			bad("--run: %w", err)
+		}
+	}
+	if c.NATS != "" {
+		if _, err := natsx.CheckURL(c.NATS); err != nil {
+			bad("--nats: %w", err)
+		}
+	}
+	if isMongoURI(c.Store) {
+		if _, err := url.Parse(c.Store); err != nil {
+			bad("--store: MongoDB URI: %w", err)
+		}
+	}
+	if c.HTTPAddr != "" {
+		if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
+			bad("--http %q: %w", c.HTTPAddr, err)
+		}
+	}
+	if c.AllowOrigin != "" && c.AllowOrigin != "*" {
+		if u, err := url.Parse(c.AllowOrigin); err != nil || u.Scheme == "" || u.Host == "" || (u.Path != "" && u.Path != "/") {
+			bad("--allow-origin %q: want an origin such as http://host:8080, or *", c.AllowOrigin)
+		}
+	}
+	if c.Durable == "" {
+		bad("--durable is empty: name the durable consumer")
+	}
+	for _, r := range c.Durable {
+		if !(r == '-' || r == '_' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z') {
+			bad("--durable %q may hold only letters, digits, '-' and '_'", c.Durable)
+			break
+		}
+	}
+	if c.Fetch < 1 {
+		bad("Fetch %d must be at least 1", c.Fetch)
+	}
+	if c.FetchWait <= 0 {
+		bad("FetchWait %v must be positive", c.FetchWait)
+	}
+	if c.AckWait <= 0 {
+		bad("--ack-wait %v must be positive", c.AckWait)
+	}
+	if c.RetryDelay <= 0 {
+		bad("RetryDelay %v must be positive", c.RetryDelay)
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("provdb config: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
+func isMongoURI(spec string) bool {
+	return strings.HasPrefix(spec, "mongodb://") || strings.HasPrefix(spec, "mongodb+srv://")
+}
+
 // OpenStore opens the store spec names: a mongodb:// (or mongodb+srv://)
 // URI, or else the path of a SQLite file. readOnly opens a SQLite store for
 // queries only.
 func OpenStore(ctx context.Context, spec string, readOnly bool) (provenance.Store, error) {
-	if strings.HasPrefix(spec, "mongodb://") || strings.HasPrefix(spec, "mongodb+srv://") {
+	if isMongoURI(spec) {
 		return mongostore.Open(ctx, spec)
 	}
 	if readOnly {
@@ -37,90 +169,74 @@ func OpenStore(ctx context.Context, spec string, readOnly bool) (provenance.Stor
 	return sqlitestore.Open(ctx, spec, sqlitestore.Options{ReadOnly: readOnly})
 }
 
-// mainOptions are the settings of the provdb command.
-type mainOptions struct {
-	natsURL   string
-	storeSpec string
-	run       string
-	httpAddr  string
-	tokenFile string
-	durable   string
-	origin    string
-	ackWait   time.Duration
-	level     string
-}
-
 // mainUsage is what provdb --help prints above its flags.
 const mainUsage = `Usage: provdb --run ID [flags]
 
 provdb consumes a Kipimo run's provenance records from NATS JetStream into a store
 and serves read-only queries on it over HTTP.`
 
-// parseMainArgs reads the provdb settings from args, then the environment
+// parseArgs reads the provdb settings from args, then the environment
 // (lookup, normally os.LookupEnv) and a --config file, as internal/config
-// describes. It returns pflag.ErrHelp after printing help on stderr.
-func parseMainArgs(args []string, lookup func(string) (string, bool), stderr io.Writer) (mainOptions, error) {
+// describes, into a Config and the --log-level value. It returns
+// pflag.ErrHelp after printing help on stderr.
+func parseArgs(args []string, lookup func(string) (string, bool), stderr io.Writer) (Config, string, error) {
 	fs := pflag.NewFlagSet("provdb", pflag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var o mainOptions
-	fs.StringVar(&o.natsURL, "nats", "nats://127.0.0.1:4222", "NATS server URL(s), comma-separated")
-	fs.StringVar(&o.storeSpec, "store", "./kipimo-prov.db", "provenance store: a SQLite file path or a mongodb:// URI")
-	fs.StringVar(&o.run, "run", "", "run id whose provenance stream is consumed (required)")
-	fs.StringVar(&o.httpAddr, "http", "127.0.0.1:8081", "address of the read-only HTTP query API; empty disables it")
-	fs.StringVar(&o.tokenFile, "token-file", "", "file holding the bearer token the HTTP API requires")
-	fs.StringVar(&o.durable, "durable", "provdb", "name of the durable JetStream consumer")
-	fs.StringVar(&o.origin, "allow-origin", "", "Access-Control-Allow-Origin of the HTTP API (e.g. the dashboard's origin)")
-	fs.DurationVar(&o.ackWait, "ack-wait", 60*time.Second, "how long JetStream waits for a batch's acknowledgement before redelivering it")
-	fs.StringVar(&o.level, "log-level", "info", "log level: debug, info, warn, error")
-	config.AddConfigFlag(fs)
-	config.SetUsage(fs, stderr, mainUsage)
-	if err := config.Parse(fs, args, lookup); err != nil {
-		return o, err
+	c := DefaultConfig()
+	fs.StringVar(&c.NATS, "nats", c.NATS, "NATS server URL(s), comma-separated")
+	fs.StringVar(&c.Store, "store", c.Store, "provenance store: a SQLite file path or a mongodb:// URI")
+	fs.StringVar(&c.Run, "run", "", "run id whose provenance stream is consumed (required)")
+	fs.StringVar(&c.HTTPAddr, "http", c.HTTPAddr, "address of the read-only HTTP query API; empty disables it")
+	fs.StringVar(&c.TokenFile, "token-file", "", "file holding the bearer token the HTTP API requires (Authorization header)")
+	fs.StringVar(&c.Durable, "durable", c.Durable, "name of the durable JetStream consumer")
+	fs.StringVar(&c.AllowOrigin, "allow-origin", "", "Access-Control-Allow-Origin of the HTTP API (e.g. the dashboard's origin)")
+	fs.DurationVar(&c.AckWait, "ack-wait", c.AckWait, "how long JetStream waits for a batch's acknowledgement before redelivering it")
+	level := daemon.AddLogLevelFlag(fs)
+	if err := daemon.ParseFlags(fs, "provdb", mainUsage, args, lookup, stderr); err != nil {
+		return c, "", err
 	}
-	if fs.NArg() > 0 {
-		return o, fmt.Errorf("provdb takes no arguments, got %q", fs.Args())
-	}
-	return o, nil
+	return c, *level, nil
 }
 
-// Main is the provdb command: it parses args (flags, KIPIMO_* environment, a
-// YAML --config file), consumes the run's provenance stream into the store
-// and serves the query API until ctx ends (SIGINT or SIGTERM in cmd/provdb),
-// then shuts down cleanly. Logs go to stderr. It returns pflag.ErrHelp after
-// printing help.
+// Main is the provdb command: flags (and KIPIMO_* environment, a YAML
+// --config file) into a Config, the logger on stderr, Validate, then Run
+// until ctx ends (SIGINT or SIGTERM in cmd/provdb). It returns
+// pflag.ErrHelp after printing help.
 func Main(ctx context.Context, args []string, stderr io.Writer) error {
-	o, err := parseMainArgs(args, os.LookupEnv, stderr)
+	cfg, level, err := parseArgs(args, os.LookupEnv, stderr)
 	if err != nil {
 		return err
 	}
-	lvl, err := zerolog.ParseLevel(o.level)
+	log, err := daemon.NewLogger(stderr, level)
 	if err != nil {
-		return fmt.Errorf("--log-level %q: %w", o.level, err)
+		return err
 	}
-	log := zerolog.New(stderr).Level(lvl).With().Timestamp().Logger()
-	if o.run == "" {
-		return errors.New("--run is required: the run id whose provenance to consume")
+	if err := cfg.Validate(); err != nil {
+		return err
 	}
-	if err := natsx.ValidRun(o.run); err != nil {
-		return fmt.Errorf("--run: %w", err)
-	}
-	token := ""
-	if o.tokenFile != "" {
-		b, err := os.ReadFile(o.tokenFile)
-		if err != nil {
-			return fmt.Errorf("--token-file: %w", err)
-		}
-		if token = strings.TrimSpace(string(b)); token == "" {
-			return fmt.Errorf("--token-file %s is empty", o.tokenFile)
-		}
-	}
+	return Run(ctx, cfg, log)
+}
 
-	store, err := OpenStore(ctx, o.storeSpec, false)
+// Run consumes cfg.Run's provenance stream into the store and serves the
+// query API until ctx ends, then shuts down cleanly within
+// daemon.ShutdownTimeout: the query API stops and the batch being written is
+// written and acknowledged. An HTTP listener that fails also ends it.
+func Run(ctx context.Context, cfg Config, log zerolog.Logger) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	if cfg.NATS == "" || cfg.Store == "" {
+		return errors.New("provdb: --nats and --store are required")
+	}
+	token, err := daemon.Secret("token-file", cfg.TokenFile)
+	if err != nil {
+		return err
+	}
+	store, err := OpenStore(ctx, cfg.Store, false)
 	if err != nil {
 		return err
 	}
 	defer store.Close()
-	nc, err := natsx.Connect(ctx, o.natsURL, "kipimo-provdb")
+	nc, err := natsx.Connect(ctx, cfg.NATS, "kipimo-provdb")
 	if err != nil {
 		return err
 	}
@@ -129,35 +245,34 @@ func Main(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("JetStream: %w", err)
 	}
-	svc := New(Config{Run: o.run, Durable: o.durable, AckWait: o.ackWait, Logger: &log}, store, js)
+	svc := New(cfg, store, js, log)
 	if err := svc.Start(ctx); err != nil {
 		return err
 	}
-	var srv *http.Server
-	httpErr := make(chan error, 1)
-	if o.httpAddr != "" {
-		ln, err := net.Listen("tcp", o.httpAddr)
-		if err != nil {
-			_ = svc.Shutdown(context.Background())
-			return fmt.Errorf("--http %s: %w", o.httpAddr, err)
+	var api *daemon.HTTPServer
+	if cfg.HTTPAddr != "" {
+		h := NewHTTPHandler(store, token, WithAllowOrigin(cfg.AllowOrigin), WithStats(svc.Stats))
+		if api, err = daemon.Listen("http", cfg.HTTPAddr, h, log.With().Str("component", "provdb-api").Bool("token", token != "").Logger()); err != nil {
+			_ = svc.Shutdown(context.WithoutCancel(ctx))
+			return err
 		}
-		srv = &http.Server{
-			Handler:           NewHTTPHandler(store, token, WithAllowOrigin(o.origin), WithStats(svc.Stats)),
-			ReadHeaderTimeout: 10 * time.Second,
-		}
-		log.Info().Str("addr", ln.Addr().String()).Bool("token", token != "").Msg("query API listening")
-		go func() { httpErr <- srv.Serve(ln) }()
+	}
+	var apiDone <-chan struct{}
+	if api != nil {
+		apiDone = api.Done()
 	}
 	select {
 	case <-ctx.Done():
-	case err := <-httpErr:
-		log.Error().Err(err).Msg("query API stopped")
+	case <-apiDone:
 	}
-	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	sctx, cancel := daemon.ShutdownContext(ctx)
 	defer cancel()
 	var errs []error
-	if srv != nil {
-		errs = append(errs, srv.Shutdown(sctx))
+	if api != nil {
+		if err := api.Err(); err != nil {
+			errs = append(errs, fmt.Errorf("query API: %w", err))
+		}
+		errs = append(errs, api.Shutdown(sctx))
 	}
 	errs = append(errs, svc.Shutdown(sctx))
 	return errors.Join(errs...)

@@ -18,65 +18,11 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
-	zlog "github.com/rs/zerolog/log"
 
 	"github.com/kipimo-hpc/kipimo/internal/natsx"
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
 	"github.com/kipimo-hpc/kipimo/internal/provenance/provstream"
 )
-
-// Config configures a Service.
-type Config struct {
-	// Run is the run id whose stream is consumed. Required.
-	Run string
-	// Durable names the durable consumer; default "provdb". Two provdb
-	// processes with the same Durable share the work.
-	Durable string
-	// Fetch is the number of messages (batches) fetched at once; default 16.
-	Fetch int
-	// FetchWait bounds one fetch when the stream is idle, and so how long
-	// Shutdown waits for the fetch under way; default 1s.
-	FetchWait time.Duration
-	// AckWait is how long JetStream waits for an acknowledgement before
-	// redelivering; default 60s. It must exceed the slowest store write.
-	AckWait time.Duration
-	// RetryDelay is the redelivery delay of a batch whose write failed;
-	// default 2s.
-	RetryDelay time.Duration
-	// Logger receives the service's logs; default zerolog's global logger.
-	Logger *zerolog.Logger
-}
-
-// Validate checks c and fills defaults.
-func (c *Config) Validate() error {
-	if err := natsx.ValidRun(c.Run); err != nil {
-		return fmt.Errorf("provdb config: %w", err)
-	}
-	if c.Durable == "" {
-		c.Durable = "provdb"
-	}
-	for _, r := range c.Durable {
-		if !(r == '-' || r == '_' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z') {
-			return fmt.Errorf("provdb config: durable name %q may hold only letters, digits, '-' and '_'", c.Durable)
-		}
-	}
-	if c.Fetch <= 0 {
-		c.Fetch = 16
-	}
-	if c.FetchWait <= 0 {
-		c.FetchWait = time.Second
-	}
-	if c.AckWait <= 0 {
-		c.AckWait = 60 * time.Second
-	}
-	if c.RetryDelay <= 0 {
-		c.RetryDelay = 2 * time.Second
-	}
-	if c.Logger == nil {
-		c.Logger = &zlog.Logger
-	}
-	return nil
-}
 
 // Stats are a Service's counters since it started.
 type Stats struct {
@@ -107,9 +53,12 @@ type Service struct {
 	done   chan struct{}
 }
 
-// New returns a Service writing to store from js. cfg is validated by Start.
-func New(cfg Config, store provenance.Store, js jetstream.JetStream) *Service {
-	s := &Service{cfg: cfg, store: store, js: js, written: map[provenance.Kind]*atomic.Int64{}, loggedBad: map[provenance.Kind]bool{}}
+// New returns a Service writing to store from js and logging to log; cfg
+// (its zero consumer fields filled from DefaultConfig) is validated by
+// Start.
+func New(cfg Config, store provenance.Store, js jetstream.JetStream, log zerolog.Logger) *Service {
+	cfg = cfg.withDefaults()
+	s := &Service{cfg: cfg, store: store, js: js, log: log.With().Str("component", "provdb").Str("run", cfg.Run).Logger(), written: map[provenance.Kind]*atomic.Int64{}, loggedBad: map[provenance.Kind]bool{}}
 	for _, k := range provenance.Kinds {
 		s.written[k] = new(atomic.Int64)
 	}
@@ -124,7 +73,6 @@ func (s *Service) Start(ctx context.Context) error {
 	if err := s.cfg.Validate(); err != nil {
 		return err
 	}
-	s.log = s.cfg.Logger.With().Str("component", "provdb").Str("run", s.cfg.Run).Logger()
 	stream, err := provstream.EnsureStream(ctx, s.js, s.cfg.Run)
 	if err != nil {
 		return err

@@ -68,7 +68,7 @@ func TestServiceCountsAndTerminatesBadBatches(t *testing.T) {
 	defer store.Close()
 	var logs syncBuffer
 	log := zerolog.New(&logs)
-	svc := New(Config{Run: "r", Fetch: 4, FetchWait: 200 * time.Millisecond, Logger: &log}, store, js)
+	svc := New(Config{Run: "r", Fetch: 4, FetchWait: 200 * time.Millisecond}, store, js, log)
 	if err := svc.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -134,22 +134,6 @@ func TestServiceCountsAndTerminatesBadBatches(t *testing.T) {
 	}
 	if n := strings.Count(logs.String(), "bad provenance batch"); n != 2 {
 		t.Errorf("%d log lines about bad batches, want 2 (one per kind):\n%s", n, logs.String())
-	}
-}
-
-func TestConfigValidate(t *testing.T) {
-	for name, c := range map[string]Config{
-		"no run":      {},
-		"dotted run":  {Run: "a.b"},
-		"bad durable": {Run: "r", Durable: "a.b"},
-	} {
-		if err := c.Validate(); err == nil {
-			t.Errorf("%s: accepted", name)
-		}
-	}
-	c := Config{Run: "r"}
-	if err := c.Validate(); err != nil || c.Durable != "provdb" || c.Fetch <= 0 || c.AckWait <= 0 || c.Logger == nil {
-		t.Fatalf("defaults not filled: %+v, %v", c, err)
 	}
 }
 
