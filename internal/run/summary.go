@@ -6,17 +6,12 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/kipimo-hpc/kipimo/internal/ad"
-	"github.com/kipimo-hpc/kipimo/internal/natsx"
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
-	"github.com/kipimo-hpc/kipimo/internal/provenance/provstream"
 	"github.com/kipimo-hpc/kipimo/internal/replay"
 	"github.com/kipimo-hpc/kipimo/internal/replay/publish"
 	"github.com/kipimo-hpc/kipimo/internal/summary"
@@ -235,66 +230,24 @@ func (p *Pipeline) summarize(ctx context.Context, st []ad.Stats, truthFn func() 
 	return sum, nil
 }
 
-// allAnomalies reads every anomaly in the store.
+// allAnomalies reads every anomaly in the store, in entry order.
 func (p *Pipeline) allAnomalies(ctx context.Context) ([]provenance.Exec, error) {
 	var out []provenance.Exec
-	var from uint64
-	for {
-		f := from
-		q := provenance.Query{Kind: provenance.KindAnomalies, Sort: provenance.SortEntry, Limit: provenance.MaxLimit, From: &f}
-		page, err := p.store.Query(ctx, q)
-		if err != nil {
-			return nil, fmt.Errorf("read anomalies: %w", err)
-		}
-		out = append(out, page...)
-		if len(page) < provenance.MaxLimit {
-			break
-		}
-		// Continue after the last entry time seen; records sharing it are
-		// re-read and removed below.
-		from = page[len(page)-1].Entry
+	q := provenance.Query{Kind: provenance.KindAnomalies, Sort: provenance.SortEntry, Limit: provenance.NoLimit}
+	if err := p.store.Each(ctx, q, func(e provenance.Exec) error {
+		out = append(out, e)
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("read anomalies: %w", err)
 	}
-	seen := make(map[string]bool, len(out))
-	uniq := out[:0]
-	for _, e := range out {
-		k := provenance.ExecKey(e.PID, e.EventID)
-		if !seen[k] {
-			seen[k] = true
-			uniq = append(uniq, e)
-		}
-	}
-	return uniq, nil
+	return out, nil
 }
 
-// writeProfiles builds the run's trial from the detectors' final per-thread
-// profiles and the run's metadata, and writes it as TAU profiles.
+// writeProfiles writes the run's summary: the trial summary.ReadTrial builds
+// from the store's thread profiles and metadata, as TAU profiles (and into
+// TAUdb when a DSN is set).
 func (p *Pipeline) writeProfiles(ctx context.Context) (int, error) {
-	var profiles []provenance.ThreadProfile
-	var meta []provenance.Metadata
-	err := p.readSubject(ctx, provenance.KindProfiles, func(data []byte) error {
-		b, err := provenance.DecodeBatch(provenance.KindProfiles, data)
-		if err != nil {
-			return err
-		}
-		profiles = append(profiles, b.Profiles...)
-		return nil
-	})
-	if err != nil {
-		return 0, err
-	}
-	err = p.readSubject(ctx, provenance.KindMetadata, func(data []byte) error {
-		b, err := provenance.DecodeBatch(provenance.KindMetadata, data)
-		if err != nil {
-			return err
-		}
-		meta = append(meta, b.Metadata...)
-		return nil
-	})
-	if err != nil {
-		return 0, err
-	}
-	profiles = finalProfiles(profiles)
-	trial, err := summary.BuildTrial(p.cfg.RunID, profiles, meta)
+	trial, err := summary.ReadTrial(ctx, p.store, p.cfg.RunID)
 	if err != nil {
 		return 0, fmt.Errorf("build the run's profile: %w", err)
 	}
@@ -303,77 +256,6 @@ func (p *Pipeline) writeProfiles(ctx context.Context) (int, error) {
 		return 0, fmt.Errorf("write TAU profiles: %w", err)
 	}
 	return summary.Write(ctx, trial, summary.Options{Dir: dir, DSN: p.cfg.TaudbDSN})
-}
-
-// finalProfiles keeps the latest profile of each thread (snapshots are
-// cumulative).
-func finalProfiles(ps []provenance.ThreadProfile) []provenance.ThreadProfile {
-	type key struct{ pid, rank, tid uint32 }
-	latest := map[key]provenance.ThreadProfile{}
-	for _, p := range ps {
-		k := key{p.PID, p.Rank, p.TID}
-		if cur, ok := latest[k]; !ok || p.Step > cur.Step || (p.Step == cur.Step && p.Final) {
-			latest[k] = p
-		}
-	}
-	out := make([]provenance.ThreadProfile, 0, len(latest))
-	for _, p := range latest {
-		out = append(out, p)
-	}
-	sort.Slice(out, func(i, j int) bool {
-		a, b := out[i], out[j]
-		if a.PID != b.PID {
-			return a.PID < b.PID
-		}
-		if a.Rank != b.Rank {
-			return a.Rank < b.Rank
-		}
-		return a.TID < b.TID
-	})
-	return out
-}
-
-// readSubject calls fn with every message of one provenance kind in the
-// run's stream.
-func (p *Pipeline) readSubject(ctx context.Context, kind provenance.Kind, fn func([]byte) error) error {
-	subject := provstream.Subject(p.cfg.RunID, kind)
-	stream, err := p.js.Stream(ctx, natsx.ProvStream(p.cfg.RunID))
-	if err != nil {
-		return fmt.Errorf("read %s: %w", kind, err)
-	}
-	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(subject))
-	if err != nil {
-		return fmt.Errorf("read %s: %w", kind, err)
-	}
-	want := info.State.Subjects[subject]
-	if want == 0 {
-		return nil
-	}
-	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}})
-	if err != nil {
-		return fmt.Errorf("read %s: %w", kind, err)
-	}
-	for got := uint64(0); got < want; {
-		batch, err := cons.Fetch(int(min(want-got, 256)), jetstream.FetchMaxWait(5*time.Second))
-		if err != nil {
-			return fmt.Errorf("read %s: %w", kind, err)
-		}
-		n := 0
-		for m := range batch.Messages() {
-			n++
-			if err := fn(m.Data()); err != nil {
-				return fmt.Errorf("read %s: %w", kind, err)
-			}
-		}
-		if err := batch.Error(); err != nil {
-			return fmt.Errorf("read %s: %w", kind, err)
-		}
-		if n == 0 {
-			return fmt.Errorf("read %s: the stream delivered %d of %d messages", kind, got, want)
-		}
-		got += uint64(n)
-	}
-	return nil
 }
 
 // WriteText prints the summary for a person.

@@ -1,8 +1,23 @@
 // Package summary turns the per-thread profiles Kipimo's detectors publish
-// at the end of a run into a TAU trial, and writes it as TAU profile files
-// (the default, a directory on disk) and, when a DSN is given, into a TAUdb
-// in PostgreSQL, so ParaProf, pprof-style tools, hatchet and PerfExplorer read
-// a Kipimo run as they read a TAU run.
+// into a TAU trial, and writes it as TAU profile files (the default, a
+// directory on disk) and, when a DSN is given, into a TAUdb in PostgreSQL, so
+// ParaProf, pprof-style tools, hatchet and PerfExplorer read a Kipimo run as
+// they read a TAU run.
+//
+// It is the run's one summary writer: ReadTrial reads the profiles and the
+// metadata from the provenance store (any provenance.Store, see Source),
+// keeps the latest profile of each thread (program, rank, thread), and builds
+// the trial; Write writes it.
+//
+// A thread is placed as TAU places it, node.context.thread: the node is the
+// rank, the thread the thread id, and the context the program (pid). A run of
+// one program has context 0 throughout, as TAU's own profiles do; in a run of
+// several programs that share rank numbers, program 1's rank 0 thread 0 is
+// profile.0.1.0 next to program 0's profile.0.0.0, and a separate thread of
+// the one TAUdb trial. ParaProf and TAUdb tell threads apart by all three
+// numbers; hatchet's TAU reader ignores the context, so read one program of
+// such a run with hatchet from a directory holding only that program's
+// profile.*.<pid>.* files.
 package summary
 
 import (
@@ -26,39 +41,93 @@ const MetricName = "TIME"
 // not show a timer without one.
 const DefaultGroup = "TAU_USER"
 
-// BuildTrial builds a trial named name from the detectors' thread profiles
-// and the run's metadata. A thread (rank, tid) published several times is
-// taken from its final profile, or else its latest step. Timers named
-// "a => b" become call-graph children of "a" (flat timers are created for
-// every node); counters become TAU user events. Each thread's metadata is its
-// profile's map plus the run metadata of its rank and thread (entries for a
-// rank with no such thread apply to all the rank's threads, entries for an
-// unknown rank to every thread), plus "pid". The root timer's values are
-// rounded to whole microseconds, since hatchet's TAU reader reads them as
-// integers (Hatchet reads them with int()). Derived threads, percents and the trial-level metadata are
-// computed as TAU's loader does. Each thread's lines come in the order
-// treeTimers gives: its root first, then its call paths from the root.
-func BuildTrial(name string, profiles []provenance.ThreadProfile, meta []provenance.Metadata) (*taudb.Trial, error) {
-	latest := map[[2]uint32]*provenance.ThreadProfile{}
-	for i := range profiles {
-		p := &profiles[i]
-		k := [2]uint32{p.Rank, p.TID}
-		if q := latest[k]; q == nil || (p.Final && !q.Final) || (p.Final == q.Final && p.Step >= q.Step) {
-			latest[k] = p
-		}
+// Source is where ReadTrial reads a run's records; every provenance.Store
+// is one.
+type Source interface {
+	Profiles(ctx context.Context, fn func(provenance.ThreadProfile) error) error
+	Metadata(ctx context.Context, fn func(provenance.Metadata) error) error
+}
+
+// ReadTrial builds the trial named name from every thread profile and
+// metadata record in src. Only the latest profile of each thread is held
+// while reading (see BuildTrial), so memory grows with the threads and the
+// metadata, not with the snapshots taken.
+func ReadTrial(ctx context.Context, src Source, name string) (*taudb.Trial, error) {
+	latest := latestProfiles{}
+	if err := src.Profiles(ctx, func(p provenance.ThreadProfile) error {
+		latest.add(p)
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("summary: read profiles: %w", err)
 	}
+	var meta []provenance.Metadata
+	if err := src.Metadata(ctx, func(m provenance.Metadata) error {
+		meta = append(meta, m)
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("summary: read metadata: %w", err)
+	}
+	return buildTrial(name, latest, meta)
+}
+
+// ThreadKey names one thread of a run: program, rank and thread id.
+type ThreadKey struct{ PID, Rank, TID uint32 }
+
+// latestProfiles holds the latest profile of each thread.
+type latestProfiles map[ThreadKey]provenance.ThreadProfile
+
+// add keeps p if it is its thread's latest profile so far: a final profile
+// over any snapshot, and among those the one of the highest io_step (the
+// last one added on a tie). Snapshots are cumulative, so the latest one
+// holds the thread's whole profile.
+func (l latestProfiles) add(p provenance.ThreadProfile) {
+	k := ThreadKey{p.PID, p.Rank, p.TID}
+	if q, ok := l[k]; !ok || (p.Final && !q.Final) || (p.Final == q.Final && p.Step >= q.Step) {
+		l[k] = p
+	}
+}
+
+// BuildTrial builds a trial named name from the detectors' thread profiles
+// and the run's metadata. A thread (pid, rank, tid) published several times
+// is taken from its final profile, or else its latest step; it becomes TAU
+// thread rank.pid.tid (node, context, thread; see the package doc). Timers
+// named "a => b" become call-graph children of "a" (flat timers are created
+// for every node); counters become TAU user events. Each thread's metadata
+// is its profile's map plus the run metadata of its program that applies to
+// it: an entry for its rank and thread, an entry for its rank and a thread
+// with no profile (applies to all the rank's threads), an entry for a rank
+// with no profile (applies to every thread of the program); plus "pid" for
+// programs other than 0. The root timer's values are rounded to whole
+// microseconds, since hatchet's TAU reader reads them as integers (Hatchet
+// reads them with int()). Derived threads, percents and the trial-level
+// metadata are computed as TAU's loader does. Each thread's lines come in the
+// order treeTimers gives: its root first, then its call paths from the root.
+func BuildTrial(name string, profiles []provenance.ThreadProfile, meta []provenance.Metadata) (*taudb.Trial, error) {
+	latest := latestProfiles{}
+	for _, p := range profiles {
+		latest.add(p)
+	}
+	return buildTrial(name, latest, meta)
+}
+
+func buildTrial(name string, latest latestProfiles, meta []provenance.Metadata) (*taudb.Trial, error) {
 	if len(latest) == 0 {
 		return nil, errors.New("summary: no thread profiles")
 	}
-	keys := make([][2]uint32, 0, len(latest))
+	keys := make([]ThreadKey, 0, len(latest))
 	for k := range latest {
 		keys = append(keys, k)
 	}
+	// TAU's order: node, context, thread.
 	sort.Slice(keys, func(i, j int) bool {
-		if keys[i][0] != keys[j][0] {
-			return keys[i][0] < keys[j][0]
+		a, b := keys[i], keys[j]
+		if a.Rank != b.Rank {
+			return a.Rank < b.Rank
 		}
-		return keys[i][1] < keys[j][1]
+		if a.PID != b.PID {
+			return a.PID < b.PID
+		}
+		return a.TID < b.TID
 	})
 
 	tr := taudb.NewTrial(name)
@@ -66,18 +135,18 @@ func BuildTrial(name string, profiles []provenance.ThreadProfile, meta []provena
 	mix := indexMetadata(meta, latest)
 	for i, k := range keys {
 		p := latest[k]
-		th := tr.AddThread(int(p.Rank), 0, int(p.TID), i)
-		if err := addTimers(tr, th, m, p); err != nil {
-			return nil, fmt.Errorf("summary: rank %d thread %d: %w", p.Rank, p.TID, err)
+		th := tr.AddThread(int(p.Rank), int(p.PID), int(p.TID), i)
+		if err := addTimers(tr, th, m, &p); err != nil {
+			return nil, fmt.Errorf("summary: program %d rank %d thread %d: %w", p.PID, p.Rank, p.TID, err)
 		}
 		for _, c := range p.Counters {
 			v := tr.AddCounterValue(th, tr.AddCounter(taudb.NormalizeName(c.Name)))
 			if v.SampleCount > 0 {
-				return nil, fmt.Errorf("summary: rank %d thread %d: counter %q listed twice", p.Rank, p.TID, c.Name)
+				return nil, fmt.Errorf("summary: program %d rank %d thread %d: counter %q listed twice", p.PID, p.Rank, p.TID, c.Name)
 			}
 			v.SampleCount, v.Maximum, v.Minimum, v.Mean, v.SumSquares = float64(c.Count), c.Max, c.Min, c.Mean, c.SumSqr
 		}
-		th.Metadata = threadMetadata(p, mix)
+		th.Metadata = threadMetadata(&p, mix)
 	}
 	tr.UpdateShape()
 	tr.ComputeDerived()
@@ -300,36 +369,37 @@ func addTimers(tr *taudb.Trial, th *taudb.Thread, m *taudb.Metric, p *provenance
 // metaIndex sorts the run's metadata by the threads it applies to, so that
 // each thread's set is found without scanning every entry for every thread.
 type metaIndex struct {
-	exact   map[[2]uint32][]provenance.Metadata // (rank, tid) of a known thread
-	rank    map[uint32][]provenance.Metadata    // known rank, no such thread: all its threads
-	unknown []provenance.Metadata               // unknown rank: every thread
+	exact   map[ThreadKey][]provenance.Metadata // a known thread
+	rank    map[[2]uint32][]provenance.Metadata // (pid, rank) known, no such thread: all its threads
+	program map[uint32][]provenance.Metadata    // rank unknown in its program: every thread of the program
 }
 
-func indexMetadata(meta []provenance.Metadata, threads map[[2]uint32]*provenance.ThreadProfile) *metaIndex {
-	ranks := map[uint32]bool{}
+func indexMetadata(meta []provenance.Metadata, threads latestProfiles) *metaIndex {
+	ranks := map[[2]uint32]bool{}
 	for k := range threads {
-		ranks[k[0]] = true
+		ranks[[2]uint32{k.PID, k.Rank}] = true
 	}
-	ix := &metaIndex{exact: map[[2]uint32][]provenance.Metadata{}, rank: map[uint32][]provenance.Metadata{}}
+	ix := &metaIndex{exact: map[ThreadKey][]provenance.Metadata{}, rank: map[[2]uint32][]provenance.Metadata{}, program: map[uint32][]provenance.Metadata{}}
 	for _, e := range meta {
-		switch k := [2]uint32{e.RID, e.TID}; {
-		case threads[k] != nil:
+		k := ThreadKey{e.PID, e.RID, e.TID}
+		switch _, known := threads[k]; {
+		case known:
 			ix.exact[k] = append(ix.exact[k], e)
-		case ranks[e.RID]:
-			ix.rank[e.RID] = append(ix.rank[e.RID], e)
+		case ranks[[2]uint32{e.PID, e.RID}]:
+			ix.rank[[2]uint32{e.PID, e.RID}] = append(ix.rank[[2]uint32{e.PID, e.RID}], e)
 		default:
-			ix.unknown = append(ix.unknown, e)
+			ix.program[e.PID] = append(ix.program[e.PID], e)
 		}
 	}
 	return ix
 }
 
 // threadMetadata is thread p's metadata: the run's entries that apply to it
-// (later entries win within each kind, a rank's over the run's, the
+// (later entries win within each kind, a rank's over the program's, the
 // thread's own over its rank's), then its profile's map.
 func threadMetadata(p *provenance.ThreadProfile, ix *metaIndex) []taudb.Attribute {
 	kv := map[string]string{}
-	for _, set := range [][]provenance.Metadata{ix.unknown, ix.rank[p.Rank], ix.exact[[2]uint32{p.Rank, p.TID}]} {
+	for _, set := range [][]provenance.Metadata{ix.program[p.PID], ix.rank[[2]uint32{p.PID, p.Rank}], ix.exact[ThreadKey{p.PID, p.Rank, p.TID}]} {
 		for _, e := range set {
 			kv[e.Descr] = e.Value
 		}

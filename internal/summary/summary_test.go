@@ -23,7 +23,7 @@ func profiles() []provenance.ThreadProfile {
 	for r := uint32(0); r < 2; r++ {
 		for tid := uint32(0); tid < 2; tid++ {
 			scale := float64(1 + r*2 + tid)
-			p := provenance.ThreadProfile{PID: 100 + r, Rank: r, TID: tid, Step: 9, Final: true,
+			p := provenance.ThreadProfile{Rank: r, TID: tid, Step: 9, Final: true,
 				Metadata: map[string]string{"Hostname": "node" + string(rune('a'+r))}}
 			p.Timers = []provenance.TimerProfile{
 				{Name: "MPI_Init()", Group: "MPI", Calls: 1, Inclusive: 10 * scale, Exclusive: 10 * scale},
@@ -95,7 +95,7 @@ func TestBuildTrial(t *testing.T) {
 	for _, s := range tr.SecondaryMetadata {
 		secondary[s.Name] = append(secondary[s.Name], s.Thread.Index)
 	}
-	for name, want := range map[string][]int{"pid": {0, 1, 2, 3}, "Hostname": {0, 1, 2, 3}, "CPU Cores": {2, 3}, "GPU": {1}} {
+	for name, want := range map[string][]int{"Hostname": {0, 1, 2, 3}, "CPU Cores": {2, 3}, "GPU": {1}} {
 		if got := secondary[name]; len(got) != len(want) {
 			t.Errorf("secondary %q on threads %v, want %v", name, got, want)
 		}

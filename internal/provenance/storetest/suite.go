@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -360,6 +361,66 @@ func Run(t *testing.T, open Opener, opt Options) {
 			t.Error("aggregate by an unknown grouping accepted")
 		}
 		mustCount(ctx, t, s, provenance.Query{}, 0)
+	})
+
+	t.Run("ProfilesAndMetadataReadBack", func(t *testing.T) {
+		s := open(t)
+		defer s.Close()
+		// Two programs with the same ranks, written program 1 first and
+		// in reverse rank order, plus an earlier snapshot and a record
+		// written twice: read back once each, in key order.
+		var meta []provenance.Metadata
+		var prof []provenance.ThreadProfile
+		for _, pid := range []uint32{1, 0} {
+			m, _, _, p := GenerateOthers(pid, 3)
+			slices.Reverse(m)
+			slices.Reverse(p)
+			meta, prof = append(meta, m...), append(prof, p...)
+		}
+		snap := prof[0]
+		snap.Step, snap.Final = 4, false
+		prof = append(prof, snap, prof[1])
+		if err := s.Write(ctx, provenance.Batch{Kind: provenance.KindProfiles, Profiles: prof}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Write(ctx, provenance.Batch{Kind: provenance.KindMetadata, Metadata: append(meta, meta[0])}); err != nil {
+			t.Fatal(err)
+		}
+		var keys []string
+		if err := s.Profiles(ctx, func(p provenance.ThreadProfile) error {
+			if len(p.Timers) == 0 {
+				return fmt.Errorf("profile %s read back without its timers", p.Key())
+			}
+			keys = append(keys, p.Key())
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		want := []string{"0/0/0/19", "0/1/0/19", "0/2/0/19", "1/0/0/19", "1/1/0/19", "1/2/0/4", "1/2/0/19"}
+		if !reflect.DeepEqual(keys, want) {
+			t.Errorf("profiles read back %v, want %v", keys, want)
+		}
+		keys = keys[:0]
+		if err := s.Metadata(ctx, func(m provenance.Metadata) error {
+			keys = append(keys, m.Key()+"="+m.Value)
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		want = want[:0]
+		for _, pid := range []int{0, 1} {
+			for r := range 3 {
+				want = append(want, fmt.Sprintf("%d/%d/0/Hostname=node00", pid, r), fmt.Sprintf("%d/%d/16/CUDA Device=NVIDIA A100", pid, r))
+			}
+		}
+		if !reflect.DeepEqual(keys, want) {
+			t.Errorf("metadata read back %v, want %v", keys, want)
+		}
+		stop := errors.New("stop")
+		n := 0
+		if err := s.Profiles(ctx, func(provenance.ThreadProfile) error { n++; return stop }); err != stop || n != 1 {
+			t.Errorf("Profiles with a callback error: err %v after %d calls, want the callback's error after 1", err, n)
+		}
 	})
 
 	t.Run("ConcurrentOverlappingWrites", func(t *testing.T) {
