@@ -218,8 +218,8 @@ func Compare(a, b *Side, opt Options) (*Result, error) {
 			return nil, errors.New("anomalies are counted per function, not per call path: drop --call-path")
 		}
 	}
-	va := perThread(a, ma, opt)
-	vb := perThread(b, mb, opt)
+	va, ta := perThread(a, ma, opt)
+	vb, tb := perThread(b, mb, opt)
 	names := make([]string, 0, len(va)+len(vb))
 	for n := range va {
 		names = append(names, n)
@@ -230,7 +230,12 @@ func Compare(a, b *Side, opt Options) (*Result, error) {
 		}
 	}
 	for _, n := range names {
-		res.Functions = append(res.Functions, compareOne(n, va[n], vb[n], opt.Alpha))
+		row := compareOne(n, va[n], vb[n], opt.Alpha)
+		if opt.Quantity == Anomalies {
+			row.TotalA, row.TotalB = ta[n], tb[n]
+			row.Impact = math.Abs(row.TotalB - row.TotalA)
+		}
+		res.Functions = append(res.Functions, row)
 	}
 	sort.Slice(res.Functions, func(i, j int) bool {
 		x, y := res.Functions[i], res.Functions[j]
@@ -308,9 +313,11 @@ func pickMetric(a, b *taudb.Trial, want string) (string, error) {
 }
 
 // perThread returns, per function or call path, the values of its real
-// threads in thread order.
-func perThread(s *Side, m *taudb.Metric, opt Options) map[string][]float64 {
+// threads in thread order, and for Anomalies its anomaly count over those
+// threads.
+func perThread(s *Side, m *taudb.Metric, opt Options) (map[string][]float64, map[string]float64) {
 	out := map[string][]float64{}
+	counts := map[string]float64{}
 	for _, th := range s.Trial.RealThreads() {
 		var anom map[string]int64
 		if opt.Quantity == Anomalies {
@@ -339,11 +346,12 @@ func perThread(s *Side, m *taudb.Metric, opt Options) map[string][]float64 {
 					continue
 				}
 				v = 1000 * float64(anom[c.Name]) / d.Calls
+				counts[c.Name] += float64(anom[c.Name])
 			}
 			out[c.Name] = append(out[c.Name], v)
 		}
 	}
-	return out
+	return out, counts
 }
 
 func compareOne(name string, a, b []float64, alpha float64) Row {
