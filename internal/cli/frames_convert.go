@@ -47,8 +47,8 @@ func newFramesConvertCmd() *cobra.Command {
 		asJSON bool
 	)
 	cmd := &cobra.Command{
-		Use:   "convert --format tau|caliper|chrome --out DIR [flags] FILE...",
-		Short: "Convert TAU, Caliper or Chrome traces into frame files",
+		Use:   "convert --format tau|caliper|chrome|otf2 --out DIR [flags] FILE...",
+		Short: "Convert TAU, Caliper, Chrome or OTF2 traces into frame files",
 		Long: `Convert reads traces made by other tools and writes their events as frames,
 one binary frame file per rank, DIR/rank-<r>.frames (the layout of "kipimo gen"),
 cut into io_steps of --step trace time or at each entry of --step-marker.
@@ -61,6 +61,10 @@ Formats:
            one rank per file (mpi.rank when recorded).
   chrome   Chrome trace event / Perfetto JSON, plain or gzipped (PyTorch profiler
            traces); one rank per file, GPU kernels and copies on GPU threads.
+  otf2     OTF2 archives (Score-P): the anchor file traces.otf2, or its directory,
+           with traces.def and traces/<location>.def/.evt. Location groups become
+           ranks, locations threads; MPI sends and receives comm events, metrics
+           (PAPI counters...) counters. See docs/formats/otf2.md.
 
 It prints a one-line summary: frames, events, executions (completed calls read
 from the input), threads and gpu_threads (GPU streams or queues found), then one
@@ -73,14 +77,15 @@ unknown-event. --json prints the same as one JSON object, the kinds under
 "losses". It fails only when the input holds nothing the frames can carry, or
 is damaged (the frames before the damage are written). See docs/trace-inputs.md.`,
 		Example: `  kipimo frames convert --format tau --out run trace_dir/
-  kipimo frames convert --format chrome --out run --step 10ms --json trace.json.gz`,
+  kipimo frames convert --format chrome --out run --step 10ms --json trace.json.gz
+  kipimo frames convert --format otf2 --out run --step 100ms scorep-run/traces.otf2`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, files []string) error {
 			if out == "" {
 				return fmt.Errorf("--out DIR is required: the directory to write rank-<r>.frames files to")
 			}
 			if tf.format == replay.FormatFrames {
-				return fmt.Errorf("--format frames: the input is already frames (use tau, caliper or chrome)")
+				return fmt.Errorf("--format frames: the input is already frames (use tau, caliper, chrome or otf2)")
 			}
 			if err := reportInputs(cmd.ErrOrStderr(), files); err != nil {
 				return fmt.Errorf("convert: %w", err)
@@ -110,7 +115,7 @@ is damaged (the frames before the damage are written). See docs/trace-inputs.md.
 			return writeLosses(w, st.Losses)
 		},
 	}
-	tf.register(cmd, []string{replay.FormatTAU, replay.FormatCaliper, replay.FormatChrome}, "")
+	tf.register(cmd, []string{replay.FormatTAU, replay.FormatCaliper, replay.FormatChrome, replay.FormatOTF2}, "")
 	f := cmd.Flags()
 	f.StringVar(&out, "out", "", "directory for the frame files (created if missing; required)")
 	f.BoolVar(&asJSON, "json", false, "print the summary as one JSON line")

@@ -28,10 +28,10 @@ func newReplayCmd() *cobra.Command {
 		endMark  bool
 	)
 	cmd := &cobra.Command{
-		Use:   "replay [--format tau|caliper|chrome|frames] [flags] FILE...",
+		Use:   "replay [--format tau|caliper|chrome|otf2|frames] [flags] FILE...",
 		Short: "Publish frames or traces to NATS as a live run would",
 		Long: `Replay reads frame files (--format frames, the default; e.g. written by "kipimo gen" or
-"kipimo frames convert") or traces (tau, caliper, chrome; see "kipimo frames
+"kipimo frames convert") or traces (tau, caliper, chrome, otf2; see "kipimo frames
 convert --help") and publishes each frame on kipimo.<run>.frames.<pid>.<rank>,
 every rank's frames in io_step order, so detectors consume them like a live run;
 then an empty message on each rank's subject ends its stream (--end-of-stream).

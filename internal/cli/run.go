@@ -43,7 +43,7 @@ anomalies (the default; --ranks, --steps, --seed, --gpu, --profile classic or
 realistic), a replay of real traces with injected anomalies (--from TRACE, see
 docs/evaluation.md), traces made by other
 tools (files and directories as arguments, or --input, with --format
-tau|caliper|chrome|frames), or a program running now (--exec -- COMMAND).
+tau|caliper|chrome|otf2|frames), or a program running now (--exec -- COMMAND).
 
 With --exec, the command runs with Kipimo's event library preloaded (built
 from its embedded C sources with the system's cc and mpicc on first use, then
@@ -138,7 +138,7 @@ the results are, and the commands to explore them.`,
 	f.BoolVar(&wl.GPU, "gpu", wl.GPU, "synthetic run: offload kernels to GPU streams")
 	f.Float64Var(&scale, "anomaly-scale", 1, "synthetic run: multiply every anomaly injection rate")
 	f.StringSliceVar(&cfg.Inputs, "input", nil, "trace files or directories to run on instead of a synthetic run (also as arguments)")
-	f.StringVar(&cfg.InputFormat, "format", "", "format of --input, and of --from traces (for --from the default comes from the names): tau, caliper, chrome or frames")
+	f.StringVar(&cfg.InputFormat, "format", "", "format of --input, and of --from traces (for --from the default comes from the names): tau, caliper, chrome, otf2 or frames")
 	f.DurationVar(&cfg.Step, "step", 0, "traces: io_step length in trace time (default 1s)")
 	f.StringVar(&cfg.StepMarker, "step-marker", "", "traces: start a new io_step at each entry of this function")
 	f.StringVar(&cfg.Detector.Algorithm, "algorithm", ad.SSTD, "outlier algorithm: sstd, hbos or copod")

@@ -1,6 +1,8 @@
 package pserver
 
 import (
+	"cmp"
+	"slices"
 	"sort"
 
 	"github.com/kipimo-hpc/kipimo/internal/psync"
@@ -24,6 +26,59 @@ type StepAgg struct {
 	MinTS      uint64              `json:"min_ts"`
 	MaxTS      uint64              `json:"max_ts"`
 	Ranks      map[DetectorID]Cell `json:"-"`
+	// blocks sums the cells of Ranks per block of blockRanks consecutive
+	// rank numbers: what the banded heat map reads, so that building it
+	// costs the number of blocks, not of ranks. Derived (rebuilt by fill).
+	blocks map[blockKey]*blockCell
+}
+
+// blockRanks is the number of consecutive rank numbers of one block, the
+// unit of which the heat map's bands are made; blockShift is its log2.
+const (
+	blockShift = 4
+	blockRanks = 1 << blockShift
+)
+
+// blockKey names a block: a program and its rank numbers
+// [No*blockRanks, (No+1)*blockRanks).
+type blockKey struct {
+	PID uint32
+	No  uint32
+}
+
+func blockOf(id DetectorID) blockKey { return blockKey{id.PID, id.Rank >> blockShift} }
+
+// blockCell is a block's counts in one io_step: the anomalies of its ranks,
+// how many of its ranks had any, and the most one rank had.
+type blockCell struct {
+	Anomalies uint64
+	HotRanks  uint64
+	Max       uint64
+}
+
+// blockInfo is what is known of a block's ranks over the run.
+type blockInfo struct {
+	Ranks     int    // ranks seen
+	Low, High uint32 // their lowest and highest rank numbers
+}
+
+// addCell adds a rank's cell change (from before to after) to the step's
+// block sums.
+func (st *StepAgg) addCell(id DetectorID, before, after Cell) {
+	if st.blocks == nil {
+		st.blocks = map[blockKey]*blockCell{}
+	}
+	k := blockOf(id)
+	b := st.blocks[k]
+	if b == nil {
+		b = &blockCell{}
+		st.blocks[k] = b
+	}
+	b.Anomalies += after.Anomalies - before.Anomalies
+	if before.Anomalies == 0 && after.Anomalies > 0 {
+		b.HotRanks++
+	}
+	b.Max = max(b.Max, after.Anomalies)
 }
 
 // Totals are counts summed over steps.
@@ -103,29 +158,51 @@ type Aggregates struct {
 	Ranks    map[DetectorID]*RankTotals
 	RankFunc map[RankFunc]*AnomalyMetrics
 	Funcs    map[string]*AnomalyMetrics
+
+	// Derived from the fields above (not saved; rebuilt by fill), kept up
+	// to date by AddStep so that the views pushed on every update cost no
+	// pass over the ranks:
+	funcRanks map[string]int          // ranks with anomalies, per function
+	blockInfo map[blockKey]*blockInfo // the ranks of each block
+	// order is the ranks in (pid, rank) order and blockOrder the blocks.
+	order      []DetectorID
+	blockOrder []blockKey
+	// top is the topN ranks by anomaly count, largest first (ties by id).
+	top []DetectorID
 }
+
+// topN is how many ranks AddStep keeps ordered by anomaly count: the
+// top-ranks list of the dashboard's updates.
+const topN = 10
 
 // NewAggregates returns empty aggregates keeping window steps in full.
 func NewAggregates(window int) *Aggregates {
 	if window <= 0 {
 		window = DefaultWindow
 	}
-	return &Aggregates{
+	a := &Aggregates{
 		Window:   window,
 		Steps:    map[uint64]*StepAgg{},
 		Ranks:    map[DetectorID]*RankTotals{},
 		RankFunc: map[RankFunc]*AnomalyMetrics{},
 		Funcs:    map[string]*AnomalyMetrics{},
 	}
+	a.fill()
+	return a
 }
 
 // AddStep records one rank's step summary.
 func (a *Aggregates) AddStep(id DetectorID, s *psync.StepSummary) {
+	if a.blockInfo == nil {
+		a.fill()
+	}
 	r := a.Ranks[id]
 	if r == nil {
 		r = &RankTotals{FirstStep: s.Step, LastStep: s.Step}
 		a.Ranks[id] = r
+		a.addRank(id)
 	}
+	defer a.bumpTop(id)
 	// A frame is a (rank, io_step): a second summary of the rank's latest
 	// step (the detector's final flush at close) adds to it without counting
 	// another frame or step.
@@ -164,6 +241,7 @@ func (a *Aggregates) AddStep(id DetectorID, s *psync.StepSummary) {
 		if m == nil {
 			m = &AnomalyMetrics{}
 			a.RankFunc[k] = m
+			a.funcRanks[f.Func]++
 		}
 		m.add(s.Step, f)
 		g := a.Funcs[f.Func]
@@ -199,9 +277,11 @@ func (a *Aggregates) AddStep(id DetectorID, s *psync.StepSummary) {
 	}
 	st.MaxTS = max(st.MaxTS, s.MaxTS)
 	c := st.Ranks[id]
+	before := c
 	c.Anomalies += s.Anomalies
 	c.Executions += s.Executions
 	st.Ranks[id] = c
+	st.addCell(id, before, c)
 	if !a.HaveStep || s.Step > a.MaxStep {
 		a.MaxStep, a.HaveStep = s.Step, true
 		a.evict()
@@ -248,14 +328,100 @@ func (a *Aggregates) StepList() []*StepAgg {
 	return out
 }
 
-// RankIDs returns every rank seen, ordered by (pid, rank).
+// RankIDs returns every rank seen, ordered by (pid, rank). The slice may
+// be shared: callers must not modify it.
 func (a *Aggregates) RankIDs() []DetectorID {
+	if a.derived() {
+		return a.order
+	}
 	out := make([]DetectorID, 0, len(a.Ranks))
 	for id := range a.Ranks {
 		out = append(out, id)
 	}
-	sort.Slice(out, func(i, j int) bool { return lessID(out[i], out[j]) })
+	slices.SortFunc(out, cmpID)
 	return out
+}
+
+// derived reports whether the derived fields account for every rank: not
+// when a rank was put in Ranks other than by AddStep (a stored run's ranks
+// without anomalies), until fill is called.
+func (a *Aggregates) derived() bool { return len(a.order) == len(a.Ranks) }
+
+// blocks returns every block with ranks, in (pid, block) order, and what
+// is known of each. The results may be shared: callers must not modify
+// them.
+func (a *Aggregates) blocks() ([]blockKey, map[blockKey]*blockInfo) {
+	if a.derived() {
+		return a.blockOrder, a.blockInfo
+	}
+	b := &Aggregates{blockInfo: map[blockKey]*blockInfo{}}
+	for _, id := range a.RankIDs() {
+		b.addRank(id)
+	}
+	return b.blockOrder, b.blockInfo
+}
+
+// addRank records a rank seen for the first time: in the rank order, and
+// in its block. Ranks mostly come in increasing order, appended; one out
+// of order is inserted. (AddStep runs under the state's write lock, so
+// readers, which may run together, find these ready.)
+func (a *Aggregates) addRank(id DetectorID) {
+	a.order = insertSorted(a.order, id, cmpID)
+	k := blockOf(id)
+	b := a.blockInfo[k]
+	if b == nil {
+		b = &blockInfo{Low: id.Rank, High: id.Rank}
+		a.blockInfo[k] = b
+		a.blockOrder = insertSorted(a.blockOrder, k, func(x, y blockKey) int {
+			return cmp.Or(cmp.Compare(x.PID, y.PID), cmp.Compare(x.No, y.No))
+		})
+	}
+	b.Ranks++
+	b.Low, b.High = min(b.Low, id.Rank), max(b.High, id.Rank)
+}
+
+// insertSorted inserts v into the sorted slice s (which does not hold it).
+func insertSorted[T any](s []T, v T, cmp func(T, T) int) []T {
+	if len(s) == 0 || cmp(s[len(s)-1], v) < 0 {
+		return append(s, v)
+	}
+	i, _ := slices.BinarySearchFunc(s, v, cmp)
+	return slices.Insert(s, i, v)
+}
+
+// beforeTop reports whether rank x comes before rank y in the top-ranks
+// order: more anomalies first, then by id.
+func (a *Aggregates) beforeTop(x, y DetectorID) bool {
+	nx, ny := a.Ranks[x].Anomalies, a.Ranks[y].Anomalies
+	if nx != ny {
+		return nx > ny
+	}
+	return lessID(x, y)
+}
+
+// bumpTop keeps a.top the topN ranks after id's totals grew. Counts only
+// grow, so a rank outside the list can enter it only through its own
+// update, which this sees.
+func (a *Aggregates) bumpTop(id DetectorID) {
+	i := slices.Index(a.top, id)
+	switch {
+	case i >= 0:
+	case len(a.top) < topN:
+		a.top = append(a.top, id)
+		i = len(a.top) - 1
+	case a.beforeTop(id, a.top[len(a.top)-1]):
+		i = len(a.top) - 1
+		a.top[i] = id
+	default:
+		return
+	}
+	for ; i > 0 && a.beforeTop(a.top[i], a.top[i-1]); i-- {
+		a.top[i], a.top[i-1] = a.top[i-1], a.top[i]
+	}
+}
+
+func cmpID(x, y DetectorID) int {
+	return cmp.Or(cmp.Compare(x.PID, y.PID), cmp.Compare(x.Rank, y.Rank))
 }
 
 func lessID(a, b DetectorID) bool {
@@ -265,7 +431,8 @@ func lessID(a, b DetectorID) bool {
 	return a.Rank < b.Rank
 }
 
-// fill makes the maps of decoded aggregates usable (gob leaves empty maps nil).
+// fill makes the maps of decoded aggregates usable (gob leaves empty maps
+// nil) and builds what is derived from them.
 func (a *Aggregates) fill() {
 	if a.Steps == nil {
 		a.Steps = map[uint64]*StepAgg{}
@@ -283,5 +450,23 @@ func (a *Aggregates) fill() {
 	}
 	if a.Funcs == nil {
 		a.Funcs = map[string]*AnomalyMetrics{}
+	}
+	a.funcRanks = map[string]int{}
+	for k := range a.RankFunc {
+		a.funcRanks[k.Func]++
+	}
+	a.blockInfo = map[blockKey]*blockInfo{}
+	a.order, a.blockOrder, a.top = nil, nil, nil
+	for id := range a.Ranks {
+		a.addRank(id)
+	}
+	for _, id := range a.order {
+		a.bumpTop(id)
+	}
+	for _, st := range a.Steps {
+		st.blocks = nil
+		for id, c := range st.Ranks {
+			st.addCell(id, Cell{}, c)
+		}
 	}
 }

@@ -138,7 +138,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	// The rest of the run arrives while the page is open: it must follow live.
 	feed(steps/2, steps)
 	final := strconv.Itoa(steps - 1)
-	if err := chromedp.Do(ctx, chromedp.Poll[chromedp.Void](`document.getElementById("t-step").textContent === "`+final+`" && window.kipimo.steps.has(`+final+`)`)); err != nil {
+	if err := chromedp.Do(ctx, chromedp.Poll[chromedp.Void](`document.getElementById("t-step").textContent === "`+final+`" && window.kipimo.heat.steps.has(`+final+`)`)); err != nil {
 		t.Fatalf("the page did not reach io_step %s through the SSE stream: %v", final, err)
 	}
 

@@ -328,7 +328,7 @@ func TestDashboardPanels(t *testing.T) {
 			}
 			for _, p := range []panel{
 				{"totals", `[...document.querySelectorAll("#totals dd")].filter((e) => e.textContent !== "-").length`, 5},
-				{"heat-map rows", `window.kipimo.layout.rows.length`, tc.ranks},
+				{"heat-map rows", `window.kipimo.layout.rows.length`, min(tc.ranks, maxBands)}, // a row per rank, or 64 bands beyond 128 ranks
 				{"heat-map cells", inkJS("heatmap"), 50},
 				{"heat-map labels", `window.kipimo.labels.heatmap.length`, 3},
 				{"series", inkJS("series"), 50},

@@ -61,7 +61,7 @@ func (s *Server) newHandler() http.Handler {
 //	GET /                       the dashboard page (embedded)
 //	GET /api/config             run, shard and whether a provdb API is configured
 //	GET /api/summary            Summary (status live, finished or stored)
-//	GET /api/heatmap?steps=N    HeatMap of the last N steps (default: the window)
+//	GET /api/heatmap?steps=N&band=ID HeatMap of the last N steps (default: the window), of one band's ranks with band
 //	GET /api/steps?last=N       []StepPoint
 //	GET /api/top/ranks?n=&by=   []RankRow, by count (default) or severity
 //	GET /api/top/functions?n=&by= []FuncAnomRow
@@ -104,7 +104,10 @@ func (d *dashboard) handler() http.Handler {
 	view("/api/summary", func(_ *http.Request, st *State) (any, error) { return d.summary(st), nil })
 	view("/api/heatmap", func(r *http.Request, st *State) (any, error) {
 		n, err := intParam(r, "steps", 0)
-		return heatMap(st, n), err
+		if err != nil {
+			return nil, err
+		}
+		return heatMapView(st, n, r.URL.Query().Get("band"))
 	})
 	view("/api/steps", func(r *http.Request, st *State) (any, error) {
 		n, err := intParam(r, "last", 0)

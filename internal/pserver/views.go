@@ -100,11 +100,7 @@ func funcView(st *State, fn string, h *stats.Histogram, src string) (v FuncView,
 	if a := st.Agg.Funcs[fn]; a != nil {
 		v.Anomalies = *a
 	}
-	for k := range st.Agg.RankFunc {
-		if k.Func == fn {
-			v.Ranks++
-		}
-	}
+	v.Ranks = st.Agg.funcRanks[fn]
 	if h == nil || h.Empty() {
 		return v, true
 	}
@@ -129,47 +125,6 @@ func funcView(st *State, fn string, h *stats.Histogram, src string) (v FuncView,
 		v.Bins = append(v.Bins, b)
 	}
 	return v, true
-}
-
-// HeatMap is the rank x io_step anomaly counts of the recent steps, sparse:
-// Cells holds [rank index, step index, anomalies] for non-zero cells.
-type HeatMap struct {
-	Ranks []DetectorID `json:"ranks"`
-	Steps []uint64     `json:"steps"`
-	Cells [][3]uint64  `json:"cells"`
-	Max   uint64       `json:"max"`
-}
-
-func heatMap(st *State, last int) HeatMap {
-	h := HeatMap{Ranks: st.Agg.RankIDs(), Cells: [][3]uint64{}}
-	idx := make(map[DetectorID]int, len(h.Ranks))
-	for i, id := range h.Ranks {
-		idx[id] = i
-	}
-	steps := st.Agg.StepList()
-	if last > 0 && len(steps) > last {
-		steps = steps[len(steps)-last:]
-	}
-	for si, sa := range steps {
-		h.Steps = append(h.Steps, sa.Step)
-		for id, c := range sa.Ranks {
-			if c.Anomalies == 0 {
-				continue
-			}
-			h.Cells = append(h.Cells, [3]uint64{uint64(idx[id]), uint64(si), c.Anomalies})
-			h.Max = max(h.Max, c.Anomalies)
-		}
-	}
-	if h.Steps == nil {
-		h.Steps = []uint64{}
-	}
-	sort.Slice(h.Cells, func(i, j int) bool {
-		if h.Cells[i][1] != h.Cells[j][1] {
-			return h.Cells[i][1] < h.Cells[j][1]
-		}
-		return h.Cells[i][0] < h.Cells[j][0]
-	})
-	return h
 }
 
 // StepPoint is one io_step of the series (GET /api/steps).
@@ -208,13 +163,24 @@ type RankRow struct {
 }
 
 func topRanks(st *State, n int, by string) []RankRow {
-	out := make([]RankRow, 0, len(st.Agg.Ranks))
-	for id, r := range st.Agg.Ranks {
-		out = append(out, RankRow{
+	row := func(id DetectorID, r *RankTotals) RankRow {
+		return RankRow{
 			PID: id.PID, Rank: id.Rank, Anomalies: r.Anomalies, Executions: r.Executions,
 			Steps: r.Steps, LastStep: r.LastStep, SeveritySum: sum(r.Severity), SeverityMax: maxOf(r.Severity),
 			ScoreMean: r.Scores.Mean,
-		})
+		}
+	}
+	if by != "severity" && n > 0 && n <= len(st.Agg.top) && st.Agg.derived() {
+		// The aggregates keep the first ranks by count as they change.
+		out := make([]RankRow, n)
+		for i, id := range st.Agg.top[:n] {
+			out[i] = row(id, st.Agg.Ranks[id])
+		}
+		return out
+	}
+	out := make([]RankRow, 0, len(st.Agg.Ranks))
+	for id, r := range st.Agg.Ranks {
+		out = append(out, row(id, r))
 	}
 	key := func(r RankRow) float64 { return float64(r.Anomalies) }
 	if by == "severity" {
@@ -245,10 +211,7 @@ type FuncAnomRow struct {
 }
 
 func topFuncs(st *State, n int, by string) []FuncAnomRow {
-	ranks := map[string]int{}
-	for k := range st.Agg.RankFunc {
-		ranks[k.Func]++
-	}
+	ranks := st.Agg.funcRanks
 	out := make([]FuncAnomRow, 0, len(st.Agg.Funcs))
 	for name, m := range st.Agg.Funcs {
 		out = append(out, FuncAnomRow{

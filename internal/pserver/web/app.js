@@ -9,7 +9,12 @@
   const token = params.get("token");
   const withToken = (u) => token ? u + (u.includes("?") ? "&" : "?") + "token=" + encodeURIComponent(token) : u;
   const $ = (id) => document.getElementById(id);
-  const state = { ranks: [], steps: new Map(), series: new Map(), config: {}, layout: null, labels: {}, status: "" };
+  // The heat map's data: heat is what the server pushes (a row per rank, or
+  // per band of ranks beyond 128 ranks), band the ranks of one band when the
+  // reader opened it. Each is { banded, rows, keys, steps: Map(io_step ->
+  // Map(row key -> anomalies)) }.
+  const emptyHeat = () => ({ banded: false, rows: [], keys: [], steps: new Map(), layout: "" });
+  const state = { heat: emptyHeat(), band: null, series: new Map(), config: {}, layout: null, labels: {}, status: "", push: { n: 0, bytes: 0, maxBytes: 0 } };
   const k = (r) => r.pid + ":" + r.rank;
   const rankLabel = (r) => r.pid ? r.pid + ":" + r.rank : String(r.rank);
   window.kipimo = state;
@@ -69,13 +74,51 @@
     return [...new Set(out)];
   }
 
-  function applyHeat(h) {
-    for (const r of h.ranks) if (!state.ranks.some((x) => k(x) === k(r))) state.ranks.push(r);
-    state.ranks.sort((a, b) => a.pid - b.pid || a.rank - b.rank);
-    h.steps.forEach((step) => state.steps.set(step, new Map()));
-    for (const [ri, si, n] of h.cells) state.steps.get(h.steps[si]).set(k(h.ranks[ri]), n);
-    const keys = [...state.steps.keys()].sort((a, b) => a - b);
-    while (keys.length > MAX_STEPS) state.steps.delete(keys.shift());
+  // applyHeat merges a heat map from the server into view v (replacing its
+  // columns when full). The rows are the server's: when they change (ranks
+  // joined, so bands moved) the older columns are pulled again.
+  function applyHeat(v, h, full) {
+    const rows = h.banded ? h.bands : h.ranks;
+    const keys = rows.map((r) => h.banded ? "b" + r.id : k(r));
+    const layout = (h.banded ? "b" : "r") + keys.join(",");
+    if (full) v.steps = new Map();
+    else if (layout !== v.layout) reloadHeat();
+    Object.assign(v, { banded: h.banded, rows, keys, layout, rankCount: h.rank_count });
+    h.steps.forEach((step) => v.steps.set(step, new Map()));
+    h.cells.forEach(([ri, si, n], i) => v.steps.get(h.steps[si]).set(keys[ri], h.banded ? { n, hot: h.hot_ranks[i] } : n));
+    const steps = [...v.steps.keys()].sort((a, b) => a - b);
+    while (steps.length > MAX_STEPS) v.steps.delete(steps.shift());
+  }
+  const cellN = (x) => typeof x === "number" ? x : x.n;
+  // reloadHeat pulls the whole heat map again, at most every 2 s.
+  function reloadHeat() {
+    if (state.heatReload) return;
+    state.heatReload = setTimeout(() => {
+      getJSON("api/heatmap?steps=" + MAX_STEPS).then((h) => { state.heatReload = null; applyHeat(state.heat, h, true); drawHeat(); }).catch(() => { state.heatReload = null; });
+    }, 2000);
+  }
+  // openBand shows the ranks of one band, pulled from the server, until the
+  // reader goes back to all ranks; closeBand goes back.
+  async function openBand(b) {
+    const h = await getJSON("api/heatmap?steps=" + MAX_STEPS + "&band=" + encodeURIComponent(b.id));
+    const v = emptyHeat();
+    applyHeat(v, h, true);
+    v.band = h.band;
+    state.band = v;
+    $("heat-back").hidden = false;
+    drawHeat();
+  }
+  function closeBand() { state.band = null; $("heat-back").hidden = true; drawHeat(); }
+  // While a band is open, live updates pull it again, at most every second.
+  function scheduleBand() {
+    if (!state.band || state.bandTimer) return;
+    state.bandTimer = setTimeout(() => {
+      const b = state.band;
+      if (!b) { state.bandTimer = null; return; }
+      getJSON("api/heatmap?steps=" + MAX_STEPS + "&band=" + encodeURIComponent(b.band.id)).then((h) => {
+        if (state.band === b) { applyHeat(b, h, true); b.band = h.band; drawHeat(); }
+      }).catch(() => {}).finally(() => { state.bandTimer = null; });
+    }, 1000);
   }
   function applySeries(points) {
     for (const p of points) state.series.set(p.io_step, p);
@@ -87,17 +130,18 @@
     const c = $("heatmap"), g = c.getContext("2d");
     beginLabels(c);
     g.fillStyle = "#fff"; g.fillRect(0, 0, c.width, c.height);
-    const steps = [...state.steps.keys()].sort((a, b) => a - b);
-    const ranks = state.ranks, x0 = 56, y0 = 4, w = c.width - x0 - 4, h = c.height - y0 - 18;
+    const view = state.band || state.heat;
+    const steps = [...view.steps.keys()].sort((a, b) => a - b);
+    const ranks = view.rows, x0 = 76, y0 = 4, w = c.width - x0 - 4, h = c.height - y0 - 18;
     if (!ranks.length || !steps.length) { state.layout = null; g.fillStyle = "#5b6573"; label(g, c, "no io_step reported yet", 8, 8); return; }
     let mx = 1;
-    for (const m of state.steps.values()) for (const v of m.values()) mx = Math.max(mx, v);
+    for (const m of view.steps.values()) for (const v of m.values()) mx = Math.max(mx, cellN(v));
     const cw = w / steps.length, rh = h / ranks.length;
-    const rows = ranks.map((r, i) => ({ pid: r.pid, rank: r.rank, y: y0 + i * rh, h: rh }));
-    const idx = new Map(ranks.map((r, i) => [k(r), i]));
+    const rows = ranks.map((r, i) => view.banded ? { band: r, y: y0 + i * rh, h: rh } : { pid: r.pid, rank: r.rank, y: y0 + i * rh, h: rh });
+    const idx = new Map(view.keys.map((key, i) => [key, i]));
     steps.forEach((s, si) => {
-      for (const [key, v] of state.steps.get(s)) {
-        const ri = idx.get(key);
+      for (const [key, x] of view.steps.get(s)) {
+        const ri = idx.get(key), v = cellN(x);
         if (!v || ri === undefined) continue;
         const t = Math.sqrt(v / mx);
         g.fillStyle = `rgb(255,${Math.round(235 * (1 - t))},${Math.round(220 * (1 - t))})`;
@@ -107,10 +151,16 @@
     g.strokeStyle = "#d9dde3"; g.strokeRect(x0 - 0.5, y0 - 0.5, w + 1, h + 1);
     g.fillStyle = "#5b6573";
     const every = Math.max(1, Math.ceil(14 / rh));
-    ranks.forEach((r, i) => { if (i % every === 0 || i === ranks.length - 1) label(g, c, rankLabel(r), x0 - 4, y0 + i * rh + rh / 2, "right", "middle"); });
+    const bandLabel = (r) => (r.pid ? r.pid + ":" : "") + r.first + "-" + r.last;
+    const rowLabel = (r) => view.banded ? bandLabel(r) : rankLabel(r);
+    ranks.forEach((r, i) => { if (i % every === 0 || i === ranks.length - 1) label(g, c, rowLabel(r), x0 - 4, y0 + i * rh + rh / 2, "right", "middle"); });
     for (const si of stepTicks(steps, w)) label(g, c, "step " + steps[si], x0 + (si + 0.5) * cw, c.height - 13, si === 0 ? "left" : si === steps.length - 1 ? "right" : "center");
-    $("heat-range").textContent = `${ranks.length} ranks x ${steps.length} steps, max ${mx} anomalies per cell`;
-    state.layout = { x0, x1: x0 + w, rows, steps, cw };
+    const b = state.band && state.band.band;
+    $("heat-range").textContent = b ? `ranks ${bandLabel(b)} (${ranks.length} of ${fmt(state.heat.rankCount || 0)}) x ${steps.length} steps, max ${fmt(mx)} anomalies per cell`
+      : view.banded ? `${fmt(view.rankCount)} ranks in ${ranks.length} bands x ${steps.length} steps, max ${fmt(mx)} anomalies per band and step`
+        : `${ranks.length} ranks x ${steps.length} steps, max ${fmt(mx)} anomalies per cell`;
+    $("heat-how").textContent = view.banded ? "each row is a band of ranks, its cells their sum; click a band to show its ranks" : "click a cell to list that rank's anomalies of that io_step";
+    state.layout = { x0, x1: x0 + w, rows, steps, cw, banded: view.banded };
   }
 
   function drawSeries() {
@@ -354,7 +404,8 @@
     es.addEventListener("update", (ev) => {
       const u = JSON.parse(ev.data);
       state.lastUpdate = Date.now();
-      showSummary(u.summary); applyHeat(u.heat); applySeries(u.steps); drawHeat(); drawSeries();
+      const p = state.push; p.n++; p.bytes = ev.data.length; p.maxBytes = Math.max(p.maxBytes, p.bytes);
+      showSummary(u.summary); applyHeat(state.heat, u.heat); applySeries(u.steps); scheduleBand(); drawHeat(); drawSeries();
       if ($("ranks-by").value === "count") showRanks(u.top_ranks);
       if ($("funcs-by").value === "count") showFuncs(u.top_functions);
       state.updates = (state.updates || 0) + 1;
@@ -371,9 +422,11 @@
     const c = $("heatmap"), y = (ev.offsetY * c.height) / c.clientHeight, x = (ev.offsetX * c.width) / c.clientWidth;
     const row = L.rows.find((r) => y >= r.y && y < r.y + r.h);
     if (!row) return;
+    if (row.band) { openBand(row.band).catch((e) => { $("heat-range").textContent = "Could not open the band: " + e.message; }); return; }
     const si = Math.floor((x - L.x0) / L.cw);
     filterAnomalies({ pid: row.pid, rank: row.rank, step: si >= 0 && si < L.steps.length ? L.steps[si] : undefined });
   });
+  $("heat-back").addEventListener("click", closeBand);
   $("ranks-by").addEventListener("change", () => refreshTables().catch(() => {}));
   $("funcs-by").addEventListener("change", () => refreshTables().catch(() => {}));
   $("fv-func").addEventListener("change", () => selectFunc($("fv-func").value));
@@ -391,7 +444,7 @@
     // Every panel is pulled on its own, so one failing view leaves the others filled.
     const jobs = [
       getJSON("api/summary").then(showSummary),
-      Promise.all([getJSON("api/heatmap?steps=" + MAX_STEPS), getJSON("api/steps?last=" + MAX_STEPS)]).then(([heat, steps]) => { applyHeat(heat); applySeries(steps); drawHeat(); drawSeries(); }),
+      Promise.all([getJSON("api/heatmap?steps=" + MAX_STEPS), getJSON("api/steps?last=" + MAX_STEPS)]).then(([heat, steps]) => { applyHeat(state.heat, heat, true); applySeries(steps); drawHeat(); drawSeries(); }),
       refreshTables(),
       loadAnomalies(),
     ];
