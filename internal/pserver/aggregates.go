@@ -48,12 +48,11 @@ type blockKey struct {
 
 func blockOf(id DetectorID) blockKey { return blockKey{id.PID, id.Rank >> blockShift} }
 
-// blockCell is a block's counts in one io_step: the anomalies of its ranks,
-// how many of its ranks had any, and the most one rank had.
+// blockCell is a block's counts in one io_step: the anomalies of its ranks
+// and how many of its ranks had any.
 type blockCell struct {
 	Anomalies uint64
 	HotRanks  uint64
-	Max       uint64
 }
 
 // blockInfo is what is known of a block's ranks over the run.
@@ -78,7 +77,6 @@ func (st *StepAgg) addCell(id DetectorID, before, after Cell) {
 	if before.Anomalies == 0 && after.Anomalies > 0 {
 		b.HotRanks++
 	}
-	b.Max = max(b.Max, after.Anomalies)
 }
 
 // Totals are counts summed over steps.
