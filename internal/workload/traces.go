@@ -419,9 +419,18 @@ func (tr *traceReader) readApp(ctx context.Context, app TraceApp, maxIdle uint64
 	if err != nil {
 		return nil, fmt.Errorf("trace %s: %w", name, err)
 	}
+	return tr.readSource(ctx, name, src, maxIdle)
+}
+
+// MaxCyclePeriod is the longest cycle a replay accepts (µs, about 12.7
+// days of trace time once idle time is cut).
+const MaxCyclePeriod = 1 << 40
+
+// readSource reads an application's frames into its rank templates.
+func (tr *traceReader) readSource(ctx context.Context, name string, src replay.Source, maxIdle uint64) (*tapp, error) {
 	ranks := map[uint32]*traceRank{}
 	tr.maxCorr = 0
-	_, err = src.Frames(ctx, func(f *frame.Frame) error {
+	_, err := src.Frames(ctx, func(f *frame.Frame) error {
 		rk := ranks[f.Rank]
 		if rk == nil {
 			rk = &traceRank{funcs: map[uint32]uint32{}, counters: map[uint32]uint32{}, threads: map[uint32]*traceThread{}}
@@ -516,6 +525,9 @@ func (tr *traceReader) readApp(ctx context.Context, app TraceApp, maxIdle uint64
 		}
 		tm.meta = rk.meta
 		a.ranks = append(a.ranks, tm)
+	}
+	if last > MaxCyclePeriod {
+		return nil, fmt.Errorf("trace %s: its calls span %d µs after idle time is cut, more than the %d µs a cycle may last", name, last, uint64(MaxCyclePeriod))
 	}
 	a.period = last + last/20 + 10
 	return a, nil
@@ -644,22 +656,37 @@ func ReadTraceStats(ctx context.Context, cfg TraceConfig) (TraceStats, error) {
 }
 
 func fromTraces(ctx context.Context, cfg TraceConfig) (*Workload, TraceStats, error) {
-	rd := &traceReader{funcIDs: map[string]uint32{}, cidOf: map[string]uint32{}}
-	run := &treeRun{profile: ProfileReplay, steps: cfg.Steps, ranks: cfg.Ranks, pid: cfg.PID, seed: cfg.Seed}
-	var names []string
+	rd := newTraceReader()
+	var apps []*tapp
 	for _, app := range cfg.Apps {
 		a, err := rd.readApp(ctx, app, cfg.MaxIdle)
 		if err != nil {
 			return nil, rd.stats, err
 		}
-		run.apps = append(run.apps, a)
-		names = append(names, a.name)
+		apps = append(apps, a)
 	}
+	w, err := rd.build(cfg, apps)
+	return w, rd.stats, err
+}
+
+func newTraceReader() *traceReader {
+	return &traceReader{funcIDs: map[string]uint32{}, cidOf: map[string]uint32{}}
+}
+
+// build makes the workload of the applications read.
+func (rd *traceReader) build(cfg TraceConfig, apps []*tapp) (*Workload, error) {
+	run := &treeRun{profile: ProfileReplay, steps: cfg.Steps, ranks: cfg.Ranks, pid: cfg.PID, seed: cfg.Seed, apps: apps}
 	rd.renumber(run)
 	run.assignRanks()
 	run.finish(cfg.EventsPerStep, cfg.Rate)
+	for _, a := range run.apps {
+		// T0 + cycles*period must not overflow, with room for overruns.
+		if a.cycles > 0 && (a.period > (1<<62)/a.cycles || a.width > (1<<62)/uint64(cfg.Steps)) {
+			return nil, fmt.Errorf("trace %s: %d steps of %d cycles of %d µs overflow the clock; give fewer steps or events per step", a.name, cfg.Steps, a.perStep, a.period)
+		}
+	}
 	wc := Config{PID: cfg.PID, Ranks: cfg.Ranks, Steps: cfg.Steps, Seed: cfg.Seed, Profile: ProfileReplay}
-	return fromTree(wc, run), rd.stats, nil
+	return fromTree(wc, run), nil
 }
 
 // Applications returns, per rank, the name of the application it replays
