@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -117,23 +118,55 @@ other version is an error.`,
 }
 
 func newTaudbLoadCmd(getDSN func() (string, error)) *cobra.Command {
-	var name, metadata, app, exp string
+	var name, metadata, app, exp, format string
 	cmd := &cobra.Command{
-		Use:   "load --dsn URL --name NAME [--metadata FILE] DIR",
-		Short: "Load a directory of TAU profiles into the TAUdb as a new trial",
-		Long: `load reads DIR's TAU profiles (profile.N.C.T files, or one MULTI__<metric>
-directory per metric), computes the derived threads (mean, total, stddev, min,
+		Use:   "load --dsn URL [--name NAME] [--format FORMAT] [--metadata FILE] FILE|DIR",
+		Short: "Load a TAU, ParaProf, TAU XML or Caliper profile into the TAUdb as a new trial",
+		Long: `load reads a profile, computes the derived threads (mean, total, stddev, min,
 max) and percents, splits the metadata into trial-level and per-thread rows,
 and stores it all as one new trial in one transaction, as TAU's taudb_loadtrial
-does. It prints the new trial's id.`,
+does. It prints the new trial's id.
+
+The profile is one of (--format, or detected from the content):
+  tau           a directory of TAU profiles: profile.N.C.T files, or one
+                MULTI__<metric> directory per metric
+  ppk           a ParaProf packed profile (.ppk), gzip-compressed or not
+  xml           a TAU snapshot (snapshot.N.C.T, or a directory of them) or
+                merged (tauprofile.xml) XML profile: each thread's last
+                snapshot, every metric, user events
+  caliper       a Caliper .cali file written with the aggregate service
+                (a region profile, not an event trace)
+  caliper-json  Caliper's json-split region profile, as Hatchet reads it
+
+Caliper region paths become TAU call paths ("main => solve"), sum#time.duration
+the TIME metric in microseconds, and count the calls; see
+docs/profile-formats.md for what each format gives and what is not read.
+--name defaults to the file or directory name.`,
+		Example: `  kipimo taudb load --dsn postgres://localhost/taudb ./profiles
+  kipimo taudb load --name lulesh-16 run16.ppk
+  kipimo taudb load --format xml tauprofile.xml
+  kipimo taudb load --format caliper-json --application lulesh lulesh.json`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if name == "" {
-				return errors.New("--name is required: give the trial a name")
+			if format != "" && !slices.Contains(taudb.Formats, format) {
+				return fmt.Errorf("--format %q: want one of %s", format, strings.Join(taudb.Formats, ", "))
 			}
-			tr, err := taudb.ReadDir(args[0], name)
+			ctx := taudbCtx(cmd)
+			detected := format
+			if detected == "" {
+				f, err := taudb.DetectFormat(args[0])
+				if err != nil {
+					return err
+				}
+				detected = f
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "reading %s as %s\n", args[0], detected)
+			tr, err := taudb.LoadPathContext(ctx, args[0], detected)
 			if err != nil {
 				return err
+			}
+			if name != "" {
+				tr.Name = name
 			}
 			if metadata != "" {
 				data, err := os.ReadFile(metadata)
@@ -153,7 +186,6 @@ does. It prints the new trial's id.`,
 				}
 				tr.PrimaryMetadata = append(tr.PrimaryMetadata, taudb.Attribute{Name: "Experiment", Value: exp})
 			}
-			ctx := taudbCtx(cmd)
 			s, err := openTaudb(ctx, getDSN, true)
 			if err != nil {
 				return err
@@ -172,7 +204,8 @@ does. It prints the new trial's id.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&name, "name", "", "name of the new trial (required)")
+	f.StringVar(&name, "name", "", "name of the new trial (default the file or directory name)")
+	f.StringVar(&format, "format", "", "profile format: "+strings.Join(taudb.Formats, ", ")+" (default detected from the content)")
 	f.StringVar(&metadata, "metadata", "", "JSON file of extra trial metadata: scalars become trial-level rows, objects and arrays nested rows")
 	f.StringVar(&app, "application", "", "application name: adds Application metadata and ParaProf's Application-<name> view")
 	f.StringVar(&exp, "experiment", "", "experiment name (with --application): adds Experiment metadata and its view")

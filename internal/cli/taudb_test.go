@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -20,6 +21,9 @@ import (
 // cpiDir is TAU's hatchet cpi-mpi profile directory (4 ranks, call paths,
 // user events), kept with the taudb package's fixtures.
 var cpiDir = filepath.Join("..", "taudb", "testdata", "profiles", "hatchet-tau-cpi-mpi")
+
+// formatsDir holds the taudb package's real ppk, TAU XML and Caliper files.
+var formatsDir = filepath.Join("..", "taudb", "testdata", "formats")
 
 func runTaudbCmd(t *testing.T, args ...string) (string, error) {
 	t.Helper()
@@ -136,8 +140,14 @@ func TestTaudbErrors(t *testing.T) {
 		want string
 	}{
 		{"no dsn", []string{"taudb", "list"}, "KIPIMO_TAUDB_DSN"},
-		{"no name", []string{"taudb", "load", "--dsn", "postgres://127.0.0.1:1/x", cpiDir}, "--name is required"},
-		{"bad dir", []string{"taudb", "load", "--dsn", "postgres://127.0.0.1:1/x", "--name", "x", "/nonexistent"}, "profile directory"},
+		{"bad dir", []string{"taudb", "load", "--dsn", "postgres://127.0.0.1:1/x", "--name", "x", "/nonexistent"}, "/nonexistent"},
+		{"bad format", []string{"taudb", "load", "--dsn", "postgres://127.0.0.1:1/x", "--format", "gprof", cpiDir}, "want one of tau, ppk, xml, caliper, caliper-json"},
+		{"forced format", []string{"taudb", "load", "--dsn", "postgres://127.0.0.1:1/x", "--format", "ppk", filepath.Join(formatsDir, "xml", "tauprofile-weighted.xml")},
+			`tauprofile-weighted.xml: byte 0: expected "PPK"`},
+		{"trace not profile", []string{"taudb", "load", "--dsn", "postgres://127.0.0.1:1/x", filepath.Join(formatsDir, "caliper", "160809-094411_72298_fuu1NeAHT2US.cali")},
+			"is a Caliper event trace"},
+		{"bad caliper line", []string{"taudb", "load", "--dsn", "postgres://127.0.0.1:1/x", "--format", "caliper", filepath.Join(formatsDir, "SOURCES.txt")},
+			"SOURCES.txt:1: column"},
 		{"bad id", []string{"taudb", "show", "--dsn", "postgres://127.0.0.1:1/x", "abc"}, "positive number"},
 		{"no out", []string{"taudb", "export", "--dsn", "postgres://127.0.0.1:1/x", "1"}, "--out is required"},
 		{"bad filter", []string{"taudb", "list", "--dsn", "postgres://127.0.0.1:1/x", "--metadata", "novalue"}, "KEY=VALUE"},
@@ -148,6 +158,68 @@ func TestTaudbErrors(t *testing.T) {
 			_, err := runTaudbCmd(t, tc.args...)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("err = %v, want one mentioning %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestTaudbLoadFormats loads one real file of each format through the
+// command, by detection and by --format, and checks what TAUdb holds: the
+// thread count of each file (the ppk header's, the XML's <thread> blocks,
+// one Caliper rank), the data source, and that export writes profiles of the
+// same threads.
+func TestTaudbLoadFormats(t *testing.T) {
+	dsn := pgtest.Isolated(t)
+	if _, err := runTaudbCmd(t, "taudb", "configure", "--dsn", dsn); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name, path, format string
+		threads, source    int
+	}{
+		{"ppk-16", "ppk/LoadImbalance-16.ppk", "", 16, 0},
+		{"ppk-32", "ppk/LoadImbalance-32.ppk", "ppk", 32, 0},
+		{"xml-merged", "xml/tauprofile-weighted.xml", "", 8, 10},
+		{"caliper-lulesh", "caliper/lulesh-annotation-profile.cali", "caliper", 1, 999},
+	}
+	conn, err := pgx.Connect(context.Background(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			args := []string{"taudb", "load", "--dsn", dsn, "--name", tc.name, filepath.Join(formatsDir, tc.path)}
+			if tc.format != "" {
+				args = append(args, "--format", tc.format)
+			}
+			out, err := runTaudbCmd(t, args...)
+			if err != nil {
+				t.Fatalf("load: %v", err)
+			}
+			m := regexp.MustCompile(`loaded trial (\d+) "` + tc.name + `": (\d+) threads`).FindStringSubmatch(out)
+			if m == nil || m[2] != strconv.Itoa(tc.threads) {
+				t.Fatalf("load output %q, want %d threads", out, tc.threads)
+			}
+			var threads, source, realRows int
+			err = conn.QueryRow(context.Background(), `SELECT total_threads, data_source,
+				(SELECT count(*) FROM thread h WHERE h.trial = t.id AND h.thread_index >= 0) FROM trial t WHERE t.id = $1`, m[1]).Scan(&threads, &source, &realRows)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if threads != tc.threads || realRows != tc.threads || source != tc.source {
+				t.Errorf("stored trial: %d threads (%d rows), data source %d; want %d, %d", threads, realRows, source, tc.threads, tc.source)
+			}
+			dir := t.TempDir()
+			if _, err := runTaudbCmd(t, "taudb", "export", "--dsn", dsn, m[1], "--out", dir); err != nil {
+				t.Fatal(err)
+			}
+			back, err := taudb.ReadDir(dir, tc.name)
+			if err != nil {
+				t.Fatalf("exported profiles do not parse: %v", err)
+			}
+			if back.TotalThreads != tc.threads {
+				t.Errorf("exported %d threads, want %d", back.TotalThreads, tc.threads)
 			}
 		})
 	}
