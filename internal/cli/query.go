@@ -9,7 +9,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"os"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -19,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/kipimo-hpc/kipimo/internal/daemon"
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
 	"github.com/kipimo-hpc/kipimo/internal/provenance/service"
 )
@@ -521,12 +521,8 @@ func newHTTPBackend(raw, tokenFile string) (*httpBackend, error) {
 		return nil, fmt.Errorf("--url %q is not an http:// or https:// URL", raw)
 	}
 	h := &httpBackend{base: u, client: &http.Client{Timeout: 60 * time.Second}}
-	if tokenFile != "" {
-		b, err := os.ReadFile(tokenFile)
-		if err != nil {
-			return nil, fmt.Errorf("--token-file: %w", err)
-		}
-		h.token = strings.TrimSpace(string(b))
+	if h.token, err = daemon.Secret("token-file", tokenFile); err != nil {
+		return nil, err
 	}
 	return h, nil
 }

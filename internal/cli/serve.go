@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -17,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 	_ "modernc.org/sqlite" // database/sql driver "sqlite", for the func_stats table
 
+	"github.com/kipimo-hpc/kipimo/internal/daemon"
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
 	"github.com/kipimo-hpc/kipimo/internal/provenance/service"
 	"github.com/kipimo-hpc/kipimo/internal/pserver"
@@ -63,15 +63,9 @@ func (o *serveOpts) serve(cmd *cobra.Command) error {
 	if o.window <= 0 {
 		return fmt.Errorf("--window %d: want a positive number of io_steps", o.window)
 	}
-	var token string
-	if o.tokenFile != "" {
-		b, err := os.ReadFile(o.tokenFile)
-		if err != nil {
-			return fmt.Errorf("--token-file: %w", err)
-		}
-		if token = strings.TrimSpace(string(b)); token == "" {
-			return fmt.Errorf("--token-file %s is empty", o.tokenFile)
-		}
+	token, err := daemon.Secret("token-file", o.tokenFile)
+	if err != nil {
+		return err
 	}
 	mongo := strings.HasPrefix(o.store, "mongodb://") || strings.HasPrefix(o.store, "mongodb+srv://")
 	st, err := service.OpenStore(ctx, o.store, true)
