@@ -116,21 +116,61 @@ type Archive struct {
 
 func osOpen(p string) (io.ReadCloser, error) { return os.Open(p) }
 
-// FindAnchor turns the command-line inputs into the archive's anchor file:
-// one anchor file, or a directory holding one (traces.otf2, or the only
-// *.otf2 in it).
+// FindAnchor turns the command-line inputs into the archive's anchor file.
+// An input is the anchor file, or a directory holding one (traces.otf2, or
+// the only *.otf2 in it); other files are accepted when they lie in the
+// archive's directory (traces.def, traces/*.evt, Score-P's MANIFEST.md...,
+// as a shell glob or a listing of the directory gives them). A lone file is
+// taken as the anchor whatever its name.
 func FindAnchor(paths []string) (string, error) {
-	if len(paths) != 1 {
-		return "", fmt.Errorf("otf2: give one archive (its anchor file traces.otf2, or its directory), got %d inputs", len(paths))
+	if len(paths) == 0 {
+		return "", errors.New("otf2: no input: give an archive's anchor file traces.otf2, or its directory")
 	}
-	p := paths[0]
-	st, err := os.Stat(p)
-	if err != nil {
-		return "", fmt.Errorf("otf2: %w", err)
+	var anchors, others []string
+	for _, p := range paths {
+		st, err := os.Stat(p)
+		if err != nil {
+			return "", fmt.Errorf("otf2: %w", err)
+		}
+		switch {
+		case st.IsDir():
+			a, err := dirAnchor(p)
+			if err != nil {
+				return "", err
+			}
+			anchors = append(anchors, a)
+		case strings.EqualFold(filepath.Ext(p), ".otf2") || len(paths) == 1:
+			anchors = append(anchors, p)
+		default:
+			others = append(others, p)
+		}
 	}
-	if !st.IsDir() {
-		return p, nil
+	slices.Sort(anchors)
+	anchors = slices.CompactFunc(anchors, func(a, b string) bool { return sameFile(a, b) })
+	if len(anchors) != 1 {
+		return "", fmt.Errorf("otf2: give one archive (its anchor file traces.otf2, or its directory); the inputs name %d anchor files (%s)", len(anchors), strings.Join(anchors, ", "))
 	}
+	dir := filepath.Dir(anchors[0])
+	base := strings.TrimSuffix(anchors[0], filepath.Ext(anchors[0]))
+	for _, o := range others {
+		if d := filepath.Dir(o); !sameFile(d, dir) && !sameFile(d, base) {
+			return "", fmt.Errorf("otf2: input %s is not a file of the archive %s (give the anchor file or its directory)", o, anchors[0])
+		}
+	}
+	return anchors[0], nil
+}
+
+func sameFile(a, b string) bool {
+	if filepath.Clean(a) == filepath.Clean(b) {
+		return true
+	}
+	x, err1 := os.Stat(a)
+	y, err2 := os.Stat(b)
+	return err1 == nil && err2 == nil && os.SameFile(x, y)
+}
+
+// dirAnchor is the anchor file of the archive in directory p.
+func dirAnchor(p string) (string, error) {
 	if _, err := os.Stat(filepath.Join(p, "traces.otf2")); err == nil {
 		return filepath.Join(p, "traces.otf2"), nil
 	}

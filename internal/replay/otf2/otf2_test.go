@@ -259,7 +259,11 @@ func TestFindAnchor(t *testing.T) {
 	}{
 		{"anchor file", []string{filepath.Join(dir, "traces.otf2")}, filepath.Join(dir, "traces.otf2"), ""},
 		{"directory", []string{dir}, filepath.Join(dir, "traces.otf2"), ""},
-		{"two archives", []string{dir, dir}, "", "give one archive"},
+		{"the same archive twice", []string{dir, filepath.Join(dir, "traces.otf2")}, filepath.Join(dir, "traces.otf2"), ""},
+		{"the directory's files, as a glob gives them", []string{filepath.Join(dir, "traces.def"), filepath.Join(dir, "traces.otf2"), filepath.Join(dir, "traces", "0.evt")}, filepath.Join(dir, "traces.otf2"), ""},
+		{"a file of another directory", []string{filepath.Join(dir, "traces.otf2"), pingPong + "x"}, "", "no such file"},
+		{"a file outside the archive", []string{filepath.Join(dir, "traces.otf2"), filepath.Join(filepath.Dir(pingPong), "scorep.cfg")}, "", "is not a file of the archive"},
+		{"two archives", []string{dir, filepath.Dir(pingPong)}, "", "name 2 anchor files"},
 		{"no anchor", []string{t.TempDir()}, "", "no anchor file"},
 		{"two anchors", []string{two}, "", "holds 2 anchor files"},
 		{"missing", []string{filepath.Join(dir, "nope")}, "", "no such file"},
