@@ -137,6 +137,7 @@ type model struct {
 	// the natural range (every algorithm but with Chimbuko's rules)
 	tAccum, tInflight, tGlobal stats.TailHist
 	natMax, natThr             float64
+	p99, logMean, logStd       float64 // for explanations
 
 	det       stats.Moments
 	lo, hi    float64

@@ -126,6 +126,8 @@ func (d *Detector) prepare(m *model) {
 		}
 		m.natMax = d.tmp.NaturalMax(d.rule)
 		m.natThr = d.rule.Threshold(m.natMax)
+		m.p99 = d.tmp.Quantile(0.99)
+		m.logMean, m.logStd = d.tmp.LogMoments()
 	}
 	if d.cfg.Algorithm == SSTD || d.cfg.Algorithm == Tail {
 		return
@@ -262,6 +264,9 @@ func (d *Detector) addRecord(t *thread, seq uint64, e *execRec, anomaly bool) {
 		Hostname:         d.cfg.Hostname,
 		Algorithm:        d.cfg.Algorithm,
 		CounterEvents:    []provenance.CounterEvent{},
+	}
+	if d.gated && m.detReady {
+		r.Explanation = explain(m, d.value(e))
 	}
 	r.CallStack = d.callStack(t, seq)
 	d.scratch.ctr = t.countersOf(seq, e, d.scratch.ctr[:0])

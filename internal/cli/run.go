@@ -27,7 +27,6 @@ func newRunCmd() *cobra.Command {
 		scale       float64
 		jsonOut     bool
 		keepServing bool
-		ignore      []string
 		execMode    bool
 		injects     []string
 		ev          evalFlags
@@ -122,7 +121,6 @@ the results are, and the commands to explore them.`,
 				cfg.TaudbDSN = os.Getenv("KIPIMO_TAUDB_DSN")
 			}
 			cfg.Workload = wl
-			cfg.Detector.Ignore = ignore
 			return runPipeline(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), cfg, jsonOut, keepServing)
 		},
 	}
@@ -141,16 +139,7 @@ the results are, and the commands to explore them.`,
 	f.StringVar(&cfg.InputFormat, "format", "", "format of --input, and of --from traces (for --from the default comes from the names): tau, caliper, chrome, otf2 or frames")
 	f.DurationVar(&cfg.Step, "step", 0, "traces: io_step length in trace time (default 1s)")
 	f.StringVar(&cfg.StepMarker, "step-marker", "", "traces: start a new io_step at each entry of this function")
-	f.StringVar(&cfg.Detector.Algorithm, "algorithm", ad.SSTD, "outlier algorithm: sstd, hbos or copod")
-	f.Float64Var(&cfg.Detector.Sigma, "sigma", 6, "SSTD threshold in standard deviations")
-	f.Float64Var(&cfg.Detector.Threshold, "threshold", 0.99, "HBOS/COPOD threshold as a fraction of the score range")
-	f.IntVar(&cfg.Detector.Window, "window", 5, "executions kept before and after each anomaly (exec_window)")
-	f.BoolVar(&cfg.Detector.SlowOnly, "slow-only", false, "flag only executions slower than normal")
-	f.BoolVar(&cfg.Detector.ByCallPath, "by-call-path", false, "key models by call path instead of by function")
-	f.IntVar(&cfg.Detector.CallPathDepth, "call-path-depth", 0, "frames kept in the profiles' call paths (0: full paths from the root, as Hatchet needs; a limit cuts frames on the root side, as TAU does)")
-	f.Float64Var(&cfg.Detector.MinRuntime, "min-runtime", 0, "never flag executions shorter than this (µs)")
-	f.StringSliceVar(&ignore, "ignore", nil, "functions never flagged (repeat or comma-separate)")
-	f.Float64Var(&cfg.Detector.NormalRate, "normal-rate", 0, "fraction of normal executions also stored")
+	ad.AddFlags(f, &cfg.Detector)
 	f.StringVar(&cfg.HTTP, "http", "127.0.0.1:0", "dashboard address (port 0 picks a free port)")
 	f.BoolVar(&keepServing, "keep-serving", false, "keep the dashboard up after the run until interrupted")
 	f.StringVar(&cfg.TaudbDSN, "taudb", "", "PostgreSQL DSN: also store the run as a TAUdb trial (env KIPIMO_TAUDB or KIPIMO_TAUDB_DSN)")

@@ -185,6 +185,27 @@ func AppendExecJSON(dst []byte, e *Exec) ([]byte, error) {
 		w.raw(`,"algorithm":`)
 		w.str(e.Algorithm)
 	}
+	if x := e.Explanation; x != nil {
+		w.raw(`,"explanation":{"key":`)
+		w.str(x.Key)
+		w.raw(`,"value":`)
+		w.float(x.Value)
+		w.raw(`,"natural_max":`)
+		w.float(x.NaturalMax)
+		w.raw(`,"threshold":`)
+		w.float(x.Threshold)
+		w.raw(`,"ratio":`)
+		w.float(x.Ratio)
+		w.raw(`,"p99":`)
+		w.float(x.P99)
+		w.raw(`,"log_sigmas":`)
+		w.float(x.LogSigmas)
+		w.raw(`,"excess":`)
+		w.float(x.Excess)
+		w.raw(`,"text":`)
+		w.str(x.Text)
+		w.b = append(w.b, '}')
+	}
 	w.b = append(w.b, '}')
 	if w.err != nil {
 		return dst, fmt.Errorf("encode execution %s: %w", e.EventID, w.err)
@@ -869,8 +890,9 @@ var (
 		"call_stack", "counter_events", "entry", "exit", "event_id", "fid", "func", "func_stats",
 		"is_gpu_event", "gpu_location", "gpu_parent", "pid", "rid", "tid", "runtime_exclusive",
 		"runtime_total", "io_step", "io_step_tstart", "io_step_tend", "event_window",
-		"outlier_score", "outlier_severity", "hostname", "algorithm",
+		"outlier_score", "outlier_severity", "hostname", "algorithm", "explanation",
 	}
+	explanationKeys = []string{"key", "value", "natural_max", "threshold", "ratio", "p99", "log_sigmas", "excess", "text"}
 )
 
 // slice decodes an array into *dst: elem decodes one element, which starts
@@ -1118,6 +1140,40 @@ func (d *jr) exec(e *Exec) {
 			d.name(&e.Hostname)
 		case 23:
 			d.name(&e.Algorithm)
+		case 24:
+			d.explanation(&e.Explanation)
+		}
+	}
+}
+
+func (d *jr) explanation(dst **Explanation) {
+	if d.null() {
+		*dst = nil
+		return
+	}
+	x := new(Explanation)
+	*dst = x
+	var seen uint64
+	for members, _ := d.begin('{'); members; members = d.more('}') {
+		switch d.field(explanationKeys, &seen) {
+		case 0:
+			d.str(&x.Key)
+		case 1:
+			d.float(&x.Value)
+		case 2:
+			d.float(&x.NaturalMax)
+		case 3:
+			d.float(&x.Threshold)
+		case 4:
+			d.float(&x.Ratio)
+		case 5:
+			d.float(&x.P99)
+		case 6:
+			d.float(&x.LogSigmas)
+		case 7:
+			d.float(&x.Excess)
+		case 8:
+			d.str(&x.Text)
 		}
 	}
 }

@@ -147,6 +147,23 @@ type Exec struct {
 	OutlierSeverity  float64        `json:"outlier_severity"`
 	Hostname         string         `json:"hostname,omitempty"`
 	Algorithm        string         `json:"algorithm,omitempty"`
+	// Explanation says how far out the execution is (nil with Chimbuko's
+	// rules, and in records of other tools).
+	Explanation *Explanation `json:"explanation,omitempty"`
+}
+
+// Explanation is how far out an execution is against its model, at the
+// time it was labelled. Times are µs.
+type Explanation struct {
+	Key        string  `json:"key"`         // the model key
+	Value      float64 `json:"value"`       // the runtime the model is built on
+	NaturalMax float64 `json:"natural_max"` // largest runtime of the natural range
+	Threshold  float64 `json:"threshold"`   // runtimes beyond it are flagged
+	Ratio      float64 `json:"ratio"`       // Value / NaturalMax
+	P99        float64 `json:"p99"`         // the model's 99th percentile
+	LogSigmas  float64 `json:"log_sigmas"`  // distance from the mean in σ of log runtime
+	Excess     float64 `json:"excess"`      // Value - NaturalMax
+	Text       string  `json:"text"`        // all of it in words
 }
 
 // Metadata is one metadata entry of a rank and thread (collection metadata).

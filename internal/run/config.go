@@ -19,7 +19,8 @@ import (
 )
 
 // Config configures a run. The zero value plus Validate gives the default
-// run: the synthetic workload's defaults, detected with SSTD.
+// run: the synthetic workload's defaults, detected with the detector's
+// defaults (ad.Config).
 type Config struct {
 	// Out is the directory under which each run keeps, in Out/<RunID>,
 	// its NATS data, provenance store, TAU profiles and ground truth.
@@ -66,6 +67,22 @@ type Config struct {
 	// scored against its truth the same way. The synthetic run's profile
 	// is Workload.Profile.
 	From workload.TraceConfig
+
+	// hooks are this package's test seams; nil in every other use.
+	hooks *testHooks
+}
+
+// testHooks let this package's tests act inside a run.
+type testHooks struct {
+	// afterReady runs once the detectors listen and before the input is
+	// published (tests inject faults there).
+	afterReady func()
+	// wrapSink wraps the sink the detectors publish their records to
+	// (tests slow a detector down there).
+	wrapSink func(ad.Sink) ad.Sink
+	// onCommandExit runs as soon as a live run's command has exited,
+	// before its streams are ended (tests look at the dashboard there).
+	onCommandExit func()
 }
 
 // Validate checks c and fills its defaults.
@@ -111,9 +128,6 @@ func (c *Config) Validate() error {
 		if !ok {
 			return fmt.Errorf("input format %q is not one of %v", c.InputFormat, replay.Formats)
 		}
-	}
-	if c.Detector.Algorithm == "" {
-		c.Detector.Algorithm = ad.SSTD
 	}
 	probe := c.Detector
 	if err := probe.Validate(); err != nil {

@@ -275,3 +275,17 @@ func (h *TailHist) Quantile(q float64) float64 {
 	}
 	return h.Maxs[len(h.Maxs)-1]
 }
+
+// LogMoments returns the mean and standard deviation of ln(1+x) over the
+// counted values, each bin taken at the log of its midpoint value.
+func (h *TailHist) LogMoments() (mean, std float64) {
+	var m Moments
+	for i, c := range h.Counts {
+		if c == 0 {
+			continue
+		}
+		v := math.Log1p((h.Mins[i] + h.Maxs[i]) / 2)
+		m.Merge(Moments{N: float64(c), Mean: v, Min: v, Max: v})
+	}
+	return m.Mean, m.Stddev()
+}

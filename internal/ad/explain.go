@@ -1,0 +1,61 @@
+package ad
+
+import (
+	"fmt"
+	"math"
+	"strings"
+
+	"github.com/kipimo-hpc/kipimo/internal/provenance"
+)
+
+// explain says how far out value x is against model m, as labelled.
+func explain(m *model, x float64) *provenance.Explanation {
+	e := &provenance.Explanation{
+		Key: m.name, Value: x, NaturalMax: m.natMax, Threshold: m.natThr,
+		P99: m.p99, Excess: x - m.natMax,
+	}
+	if m.natMax > 0 {
+		e.Ratio = x / m.natMax
+	}
+	if m.logStd > 0 {
+		e.LogSigmas = (math.Log1p(x) - m.logMean) / m.logStd
+	}
+	var b strings.Builder
+	switch {
+	case x <= m.natThr:
+		fmt.Fprintf(&b, "within the natural range of %s (largest natural runtime %s)", m.name, fmtMicros(m.natMax))
+	case m.natMax > 0:
+		fmt.Fprintf(&b, "%s× the largest natural runtime of %s (%s), %s longer than it", fmtRatio(e.Ratio), m.name, fmtMicros(m.natMax), fmtMicros(e.Excess))
+	default:
+		fmt.Fprintf(&b, "%s where %s naturally takes no measurable time", fmtMicros(x), m.name)
+	}
+	if m.p99 > 0 {
+		fmt.Fprintf(&b, "; %s× its p99 over all ranks (%s)", fmtRatio(x/m.p99), fmtMicros(m.p99))
+	}
+	if e.LogSigmas != 0 {
+		fmt.Fprintf(&b, "; %.0f σ in log time", e.LogSigmas)
+	}
+	fmt.Fprintf(&b, "; flagged beyond %s", fmtMicros(m.natThr))
+	e.Text = b.String()
+	return e
+}
+
+func fmtRatio(r float64) string {
+	if r >= 10 {
+		return fmt.Sprintf("%.0f", r)
+	}
+	return fmt.Sprintf("%.1f", r)
+}
+
+// fmtMicros renders a duration given in µs with a unit a reader takes in at
+// a glance.
+func fmtMicros(us float64) string {
+	switch a := math.Abs(us); {
+	case a >= 1e6:
+		return fmt.Sprintf("%.2f s", us/1e6)
+	case a >= 1e3:
+		return fmt.Sprintf("%.1f ms", us/1e3)
+	default:
+		return fmt.Sprintf("%.0f µs", us)
+	}
+}

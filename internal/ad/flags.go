@@ -1,0 +1,61 @@
+package ad
+
+import (
+	"strconv"
+
+	"github.com/spf13/pflag"
+)
+
+// AddFlags registers the detector's options on fs, writing into c: the one
+// definition `ad` and `kipimo run` share, so that both have the same flags,
+// defaults and meanings. Defaults are those Validate fills in.
+func AddFlags(fs *pflag.FlagSet, c *Config) {
+	fs.StringVar(&c.Algorithm, "algorithm", Tail, "outlier algorithm: tail, sstd, hbos or copod")
+	fs.BoolVar(&c.Chimbuko, "chimbuko", false, "apply Chimbuko's rules exactly, for comparison: no natural-range gate (so real runtimes' recurring tails are flagged), HBOS by default, no end-of-run relabelling")
+	fs.Float64Var(&c.TailRatio, "tail-ratio", DefaultTailRatio, "how far beyond its function's natural maximum a runtime must lie to be flagged")
+	fs.Uint64Var(&c.TailRecur, "tail-recur", DefaultTailRecur, "runtimes in one bin (9% wide) that make it natural whatever the gap below it")
+	fs.Float64Var(&c.RecurFrac, "recur-frac", DefaultRecurFrac, "fraction of a function's runtimes one bin needs (at least --tail-recur) to be natural beyond a gap")
+	fs.Float64Var(&c.Resolution, "resolution", DefaultResolution, "timer resolution in µs: one tick beyond the natural maximum is still natural")
+	fs.Float64Var(&c.Sigma, "sigma", 6, "SSTD threshold in standard deviations")
+	fs.Float64Var(&c.Threshold, "threshold", 0.99, "HBOS/COPOD threshold as a fraction of the score range")
+	fs.IntVar(&c.Bins, "bins", 200, "HBOS/COPOD histogram bins")
+	fs.StringVar(&c.Statistic, "statistic", Exclusive, "runtime the models are built on: exclusive or inclusive")
+	fs.BoolVar(&c.SlowOnly, "slow-only", false, "flag only executions slower than the model's mean (with --chimbuko; the natural range is one-sided already)")
+	fs.BoolVar(&c.ByCallPath, "by-call-path", false, "key models by call path instead of by function")
+	fs.IntVar(&c.CallPathDepth, "call-path-depth", 0, "frames kept in the profiles' call paths (0: full paths from the root, as Hatchet needs; a limit cuts frames on the root side, as TAU does)")
+	fs.IntVar(&c.ModelPathDepth, "model-path-depth", 2, "frames of the call path that keys a model with --by-call-path")
+	fs.IntVar(&c.ProfilePaths, "profile-paths", 8192, "most call-path nodes kept per rank; executions on further paths count in their function's flat profile only")
+	fs.Float64Var(&c.MinRuntime, "min-runtime", 0, "never flag executions whose runtime (µs) is below this")
+	fs.StringSliceVar(&c.Ignore, "ignore", nil, "function names never flagged (repeat or comma-separate)")
+	fs.IntVar(&c.Isolation, "isolation", 0, "HBOS/COPOD isolation window half-width in bins (0: Chimbuko's rule)")
+	fs.Float64Var(&c.MaxMass, "max-mass", 0, "isolation window mass below which an execution may be flagged (default 0.001 with --isolation)")
+	c.Window = 5
+	fs.Var((*windowFlag)(&c.Window), "window", "executions before and after an anomaly kept in its exec_window (0: none)")
+	fs.Float64Var(&c.NormalRate, "normal-rate", 0, "fraction of normal executions sampled into normalexecs, besides Chimbuko's rule")
+	fs.IntVar(&c.ProfileEvery, "profile-every", 0, "publish per-thread profiles every K steps (0: at the end only)")
+}
+
+// windowFlag is Config.Window as a flag: an explicit 0 means no window (the
+// Config's -1), as users expect of a count.
+type windowFlag int
+
+func (w *windowFlag) String() string {
+	if *w < 0 {
+		return "0"
+	}
+	return strconv.Itoa(int(*w))
+}
+
+func (w *windowFlag) Set(s string) error {
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		n = -1
+	}
+	*w = windowFlag(n)
+	return nil
+}
+
+func (w *windowFlag) Type() string { return "int" }
