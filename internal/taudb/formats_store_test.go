@@ -1,0 +1,50 @@
+package taudb
+
+import (
+	"context"
+	"testing"
+)
+
+// TestStoreFormats saves one trial of each format to PostgreSQL (skipped
+// without it, unless KIPIMO_REQUIRE_PG=1), loads it back, and checks that
+// every row TAU's loader would store comes back the same, and the count of
+// call-data rows against the trial's call data with calls > 0.
+func TestStoreFormats(t *testing.T) {
+	s := openStore(t)
+	ctx := context.Background()
+	for _, fx := range formatFixtures {
+		t.Run(fx.name, func(t *testing.T) {
+			tr := loadFixture(t, fx.path, fx.format)
+			st, err := s.SaveTrial(ctx, tr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := 0
+			for _, th := range tr.Threads {
+				for _, d := range th.CallData {
+					if d.Calls > 0 || th.IsDerived() {
+						want++
+					}
+				}
+			}
+			var got int
+			if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM timer_call_data d JOIN thread h ON h.id = d.thread WHERE h.trial = $1`, tr.ID).Scan(&got); err != nil {
+				t.Fatal(err)
+			}
+			if got != want {
+				t.Errorf("timer_call_data rows %d, want %d", got, want)
+			}
+			if st.Rows() == 0 {
+				t.Error("SaveTrial reports no rows")
+			}
+			back, err := s.LoadTrial(ctx, tr.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			w, h := dumpTrial(tr), dumpTrial(back)
+			for _, table := range refTables {
+				compareRows(t, "loaded "+table, h[table], w[table])
+			}
+		})
+	}
+}
