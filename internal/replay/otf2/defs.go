@@ -228,8 +228,10 @@ func ParseDefs(r io.Reader, name string, chunkSize int64) (*Defs, error) {
 			for i := uint32(0); i < n && f.err == nil; i++ {
 				g.Members = append(g.Members, f.u64("members"))
 			}
-			g.Type, g.Paradigm = f.u8("group type"), f.u8("paradigm")
-			f.u32("group flags")
+			if f.more() { // OTF2 1.2 and later
+				g.Type, g.Paradigm = f.u8("group type"), f.u8("paradigm")
+				f.u32("group flags")
+			}
 			d.Sets[k] = g
 		case defMetricMember:
 			k := f.u32("id")
