@@ -110,7 +110,7 @@ func TestOpenErrors(t *testing.T) {
 	}{
 		{"no files", FormatTAU, nil, "no input files"},
 		{"missing", FormatChrome, []string{"nope.json"}, "nope.json"},
-		{"format", "otf2", []string{"replay.go"}, `unknown format "otf2"`},
+		{"format", "paraver", []string{"replay.go"}, `unknown format "paraver"`},
 		{"empty dir", FormatFrames, []string{"steps"}, "no *.frames files"},
 	}
 	for _, tc := range cases {
