@@ -6,7 +6,10 @@ import (
 	"errors"
 	"io"
 	"math"
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/kipimo-hpc/kipimo/internal/frame"
@@ -530,4 +533,45 @@ func TestRealisticShapes(t *testing.T) {
 			t.Errorf("integrate: slowest rank's mean / fastest's = %.3f, want >= 1.05", hi/lo)
 		}
 	})
+}
+
+func TestDetectFormat(t *testing.T) {
+	dir := t.TempDir()
+	mk := func(parts ...string) string {
+		p := filepath.Join(append([]string{dir}, parts...)...)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	for _, tc := range []struct {
+		name, path, want, err string
+	}{
+		{"tau directory", filepath.Dir(mk("tau", "tautrace.0.0.0.trc")), replay.FormatTAU, ""},
+		{"edf file", mk("x", "events.0.edf"), replay.FormatTAU, ""},
+		{"pytorch trace", mk("y", "trace.pt.trace.json.gz"), replay.FormatChrome, ""},
+		{"chrome json", mk("y", "Trace.JSON"), replay.FormatChrome, ""},
+		{"caliper", mk("z", "run.cali"), replay.FormatCaliper, ""},
+		{"frames directory", filepath.Dir(mk("f", "rank-0.frames")), replay.FormatFrames, ""},
+		{"otf2 archive", filepath.Dir(mk("o", "traces.otf2")), replay.FormatOTF2, ""},
+		{"unknown", mk("u", "notes.txt"), "", "cannot tell its format"},
+		{"empty directory", filepath.Dir(mk("e", ".hidden", "x")), "", "cannot tell its format"},
+		{"missing", filepath.Join(dir, "nope.json"), "", "nope.json"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := DetectFormat(tc.path)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("error %v, want one containing %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Fatalf("DetectFormat(%s) = %q, %v; want %q", tc.path, got, err, tc.want)
+			}
+		})
+	}
 }

@@ -93,6 +93,8 @@ func (c TraceConfig) Validate() error {
 	}
 	if c.Ranks < 1 || c.Ranks > MaxRanks {
 		add("ranks must be between 1 and %d, got %d", MaxRanks, c.Ranks)
+	} else if c.Ranks < len(c.Apps) {
+		add("%d ranks for %d applications: each application needs a rank at least", c.Ranks, len(c.Apps))
 	}
 	if c.Steps < 1 || c.Steps > MaxSteps {
 		add("steps must be between 1 and %d, got %d", MaxSteps, c.Steps)
@@ -111,7 +113,7 @@ func (c TraceConfig) Validate() error {
 
 // DetectFormat guesses the replay format of a trace from its name, or for a
 // directory from the names in it: TAU (.trc, .edf), Chrome/PyTorch (.json,
-// .json.gz), Caliper (.cali), Kipimo frames (.frames), OTF2 (.otf2, .def).
+// .json.gz), Caliper (.cali), Kipimo frames (.frames), OTF2 (.otf2).
 func DetectFormat(path string) (string, error) {
 	st, err := os.Stat(path)
 	if err != nil {
@@ -141,7 +143,7 @@ func DetectFormat(path string) (string, error) {
 		case strings.HasSuffix(n, ".frames"):
 			f = replay.FormatFrames
 		case strings.HasSuffix(n, ".otf2"):
-			f = "otf2"
+			f = replay.FormatOTF2
 		default:
 			continue
 		}
@@ -156,7 +158,7 @@ func DetectFormat(path string) (string, error) {
 // expandFiles lists the files of app: directories stand for their regular,
 // non-hidden files, except for the formats whose readers take directories.
 func expandFiles(app TraceApp, format string) ([]string, error) {
-	if format == replay.FormatTAU || format == replay.FormatFrames {
+	if format == replay.FormatTAU || format == replay.FormatFrames || format == replay.FormatOTF2 {
 		return app.Files, nil
 	}
 	var out []string
