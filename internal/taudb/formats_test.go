@@ -764,3 +764,80 @@ func compareTrials(t *testing.T, got, want *Trial) {
 		t.Errorf("trial metadata lost or changed in the round trip: %v", missing)
 	}
 }
+
+// TestSnapshotLastProfileWins builds a snapshot-style stream from the real
+// merged file: thread 1's <profile> block is repeated after the original
+// with the first interval line changed (calls 1 -> 7, exclusive 1620 ->
+// 1700), as a later snapshot would be. The later block must be the one
+// read, and the earlier one must not leak into it.
+func TestSnapshotLastProfileWins(t *testing.T) {
+	good, err := os.ReadFile(formatPath("xml/tauprofile-weighted.xml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(good)
+	start := strings.Index(text, `<profile thread="1.0.0.7935">`)
+	end := start + strings.Index(text[start:], "</profile>") + len("</profile>")
+	block := text[start:end]
+	if !strings.Contains(block, "\n0 1 241 1620 13332019 \n") {
+		t.Fatal("thread 1's first interval line is not the expected one")
+	}
+	later := strings.Replace(block, "\n0 1 241 1620 13332019 \n", "\n0 7 241 1700 13332019 \n", 1)
+	later = strings.Replace(later, "<timestamp>", "<name>final</name>\n<timestamp>", 1)
+	data := []byte(text[:end] + "\n" + later + text[end:])
+	tr, err := ReadSnapshotXML(bytes.NewReader(data), "snap.xml", "snap")
+	if err != nil {
+		t.Fatal(err)
+	}
+	orig := loadFixture(t, "xml/tauprofile-weighted.xml", "")
+	app := tr.Callpath(".TAU application")
+	d, o := tr.Thread(1).CallDataFor(app), orig.Thread(1).CallDataFor(orig.Callpath(".TAU application"))
+	if d.Calls != 7 || d.Values[0].Exclusive != 1700 || o.Calls != 1 || o.Values[0].Exclusive != 1620 {
+		t.Errorf("thread 1 .TAU application: calls %v excl %v (original %v, %v); want the later snapshot's 7 and 1700", d.Calls, d.Values[0].Exclusive, o.Calls, o.Values[0].Exclusive)
+	}
+	if len(tr.Thread(1).CallData) != len(orig.Thread(1).CallData) {
+		t.Errorf("thread 1 has %d timers, the original %d: snapshots were added up", len(tr.Thread(1).CallData), len(orig.Thread(1).CallData))
+	}
+}
+
+// TestSnapshotDirectory splits the real merged file into its <profile_xml>
+// documents and writes one snapshot.N.0.0 file per thread (each with the
+// shared definitions), and reads the directory: the trial must equal the
+// merged file's.
+func TestSnapshotDirectory(t *testing.T) {
+	good, err := os.ReadFile(formatPath("xml/tauprofile-weighted.xml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs := strings.Split(strings.ReplaceAll(string(good), "\x00", ""), "<profile_xml>")
+	for i := range docs {
+		docs[i] = "<profile_xml>" + docs[i]
+	}
+	docs = docs[1:] // the text before the first document is empty
+	defs := docs[0]
+	dir := t.TempDir()
+	perNode := map[string]string{}
+	for _, d := range docs[1:] {
+		m := xmlThreadRe.FindStringSubmatch(d)
+		if m == nil {
+			continue // TAU's derived profiles
+		}
+		perNode[m[2]] += d
+	}
+	if len(perNode) != 8 {
+		t.Fatalf("split gives %d threads, want 8", len(perNode))
+	}
+	for node, d := range perNode {
+		if err := os.WriteFile(filepath.Join(dir, "snapshot."+node+".0.0"), []byte(defs+d), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if f, err := DetectFormat(dir); err != nil || f != FormatXML {
+		t.Fatalf("DetectFormat(dir) = %q, %v; want xml", f, err)
+	}
+	tr, err := LoadPath(dir, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	compareTrials(t, tr, loadFixture(t, "xml/tauprofile-weighted.xml", ""))
+}
