@@ -38,6 +38,7 @@
 package otf2
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -251,7 +252,19 @@ type Events struct {
 // NewEvents reads events from r (the location's .evt file, name for
 // messages), correcting times with local (may be nil).
 func NewEvents(r io.Reader, name string, chunkSize int64, local *Local) *Events {
-	return &Events{c: newChunkReader(name, r, chunkSize), local: local}
+	return newEvents(r, name, chunkSize, local, 32<<10)
+}
+
+func newEvents(r io.Reader, name string, chunkSize int64, local *Local, buf int) *Events {
+	c := newChunkReader(name, r, chunkSize)
+	c.r = bufio.NewReaderSize(r, buf)
+	return &Events{c: c, local: local}
+}
+
+// bufFor is the read buffer of each of n locations' event files: 32 KiB,
+// less for archives of many locations (4 KiB from 8,192 on).
+func bufFor(n int) int {
+	return max(4<<10, min(32<<10, (32<<20)/max(n, 1)))
 }
 
 // Next returns the next event, or io.EOF after the last.
@@ -518,6 +531,7 @@ func ReadArchive(ctx context.Context, ar *Archive, b *steps.Builder) error {
 	r := &reader{ar: ar, b: b, rankOf: map[uint64]uint32{}, commLoc: map[uint8]*Group{}, named: map[[2]uint32]bool{}}
 	locs := d.SortedLocations()
 	tids := map[uint32]uint32{}
+	pool := &filePool{open: ar.open, max: maxOpenFiles}
 	var cs []*cursor
 	defer func() {
 		for _, c := range cs {
@@ -547,8 +561,8 @@ func ReadArchive(ctx context.Context, ar *Archive, b *steps.Builder) error {
 			return err
 		}
 		path := ar.EventsPath(l.ID)
-		fh, err := ar.open(path)
-		if err != nil {
+		fh := pool.file(path)
+		if _, err := fh.Read(nil); err != nil && err != io.EOF {
 			if errors.Is(err, os.ErrNotExist) && l.Events == 0 {
 				continue
 			}
@@ -567,7 +581,7 @@ func ReadArchive(ctx context.Context, ar *Archive, b *steps.Builder) error {
 			return fmt.Errorf("otf2: local definitions of location %d: %w", l.ID, err)
 		}
 		p := place[l.ID]
-		c := &cursor{loc: l, rank: p.rank, tid: p.tid, order: i, fh: fh, ev: NewEvents(fh, path, int64(ar.Anchor.ChunkEvents), local)}
+		c := &cursor{loc: l, rank: p.rank, tid: p.tid, order: i, fh: fh, ev: newEvents(fh, path, int64(ar.Anchor.ChunkEvents), local, bufFor(len(locs)))}
 		if err := r.advance(c); err != nil {
 			fh.Close()
 			if err == io.EOF {
