@@ -228,3 +228,15 @@ type CounterProfile struct {
 	Mean   float64 `json:"mean"`
 	SumSqr float64 `json:"sumsqr"`
 }
+
+// FinalAnomaly reports whether anomaly e is still one against the final
+// models' natural-range thresholds by model key (see Explanation): its value
+// must lie beyond its key's threshold. Records without an explanation, or
+// of a key thresholds lacks, stay anomalies.
+func FinalAnomaly(e *Exec, thresholds map[string]float64) bool {
+	if e.Explanation == nil {
+		return true
+	}
+	thr, ok := thresholds[e.Explanation.Key]
+	return !ok || e.Explanation.Value > thr
+}

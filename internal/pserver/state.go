@@ -152,3 +152,20 @@ func (s *State) ModelKeys() []string {
 	sort.Strings(keys)
 	return keys
 }
+
+// NaturalThresholds returns, for every model key with a natural-range
+// histogram, the runtime beyond which the final model flags an execution
+// (the last TailRule a detector sent). It is empty when detectors send no
+// natural ranges (Chimbuko's rules).
+func (s *State) NaturalThresholds() map[string]float64 {
+	out := map[string]float64{}
+	if s.TailRule == nil {
+		return out
+	}
+	for k, m := range s.Models {
+		if m.Tail != nil {
+			out[k] = s.TailRule.Threshold(m.Tail.NaturalMax(*s.TailRule))
+		}
+	}
+	return out
+}

@@ -1,11 +1,13 @@
 package pserver
 
 import (
+	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
 
 	"github.com/kipimo-hpc/kipimo/internal/psync"
+	"github.com/kipimo-hpc/kipimo/internal/stats"
 )
 
 func TestMergeOrderGivesSameModel(t *testing.T) {
@@ -184,5 +186,43 @@ func TestBadHistogramRejectsWholeRequest(t *testing.T) {
 	}
 	if len(st.Models) != 0 || st.LastSeq[DetectorID{0, 0}] != 0 || len(st.Agg.Ranks) != 0 {
 		t.Errorf("a rejected request changed the state: %d models", len(st.Models))
+	}
+}
+
+func TestNaturalThresholds(t *testing.T) {
+	var body, withOutliers stats.TailHist
+	for i := range 1000 {
+		v := float64(100 + i%50)
+		body.Add(v)
+		withOutliers.Add(v)
+	}
+	withOutliers.Add(600) // isolated: outside the natural range
+	rule := stats.TailRule{Ratio: 1.4, Recur: 5, RecurFrac: 0.005, Resolution: 1}
+	for _, tc := range []struct {
+		name string
+		rule *stats.TailRule
+		want map[string]float64
+	}{
+		{"without a rule (Chimbuko's)", nil, map[string]float64{}},
+		{"with the detectors' rule", &rule, map[string]float64{"f": 1.4 * 149, "g": 1.4 * 149}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := NewState(4)
+			req := &psync.SyncRequest{Seq: 1, Algorithm: "tail", TailRule: tc.rule, Models: []psync.ModelDelta{
+				{Key: "f", Tail: &body}, {Key: "g", Tail: &withOutliers}, {Key: "h"},
+			}}
+			if _, err := st.Apply(req); err != nil {
+				t.Fatal(err)
+			}
+			got := st.NaturalThresholds()
+			if len(got) != len(tc.want) {
+				t.Fatalf("thresholds %v, want %v", got, tc.want)
+			}
+			for k, w := range tc.want {
+				if math.Abs(got[k]-w) > 1e-9 {
+					t.Errorf("threshold of %s = %v, want %v", k, got[k], w)
+				}
+			}
+		})
 	}
 }

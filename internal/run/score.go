@@ -34,6 +34,9 @@ type Score struct {
 	// into, not counted in Flagged.
 	Propagated            int `json:"propagated,omitempty"`
 	FlaggedOtherFunctions int `json:"flagged_other_functions,omitempty"`
+	// Live is the score of the labels as they stood during the run, when
+	// the figures above are those of the end-of-run relabelling.
+	Live *LiveScore `json:"live,omitempty"`
 }
 
 type execKey struct {
@@ -140,5 +143,66 @@ func ScoreInjected(truth []workload.Truth, inj []instrument.Injection, anomalies
 	} else {
 		s.Precision = 0
 	}
+	return s
+}
+
+// ColdSteps is how many io_steps count as a code's first iterations, whose
+// natural tail a detector has not seen yet: live precision is reported for
+// them and for the steps after apart.
+const ColdSteps = 10
+
+// PhaseScore is the live labels' precision in one phase of a run.
+type PhaseScore struct {
+	Flagged       int     `json:"flagged"`
+	TruePositives int     `json:"true_positives"`
+	Precision     float64 `json:"precision"`
+}
+
+// LiveScore is how the labels stood during the run, before the end-of-run
+// relabelling: overall, in the first ColdSteps io_steps and after them.
+type LiveScore struct {
+	Flagged       int        `json:"flagged"`
+	TruePositives int        `json:"true_positives"`
+	Precision     float64    `json:"precision"`
+	Recall        float64    `json:"recall"`
+	Cold          PhaseScore `json:"cold"` // io_steps 0..ColdSteps-1
+	Warm          PhaseScore `json:"warm"` // io_steps from ColdSteps on
+	Unflagged     int        `json:"unflagged"`
+}
+
+// ScoreFinal scores the anomalies a user finally sees: those final keeps
+// (the end-of-run relabelling with the final models; nil keeps every
+// anomaly). The live labels' scores go in Score.Live.
+func ScoreFinal(truth []workload.Truth, anomalies []provenance.Exec, final func(*provenance.Exec) bool) Score {
+	live := ScoreAnomalies(truth, anomalies)
+	injected := make(map[execKey]bool, len(truth))
+	for _, t := range truth {
+		injected[execKey{t.PID, t.Rank, t.Tid, t.Entry, t.Func}] = true
+	}
+	ls := &LiveScore{Flagged: live.Flagged, TruePositives: live.TruePositives, Precision: live.Precision, Recall: live.Recall}
+	kept := anomalies[:0:0]
+	for i := range anomalies {
+		a := &anomalies[i]
+		ph := &ls.Warm
+		if a.IOStep < ColdSteps {
+			ph = &ls.Cold
+		}
+		ph.Flagged++
+		if injected[execKey{a.PID, a.RID, a.TID, a.Entry, a.Func}] {
+			ph.TruePositives++
+		}
+		if final == nil || final(a) {
+			kept = append(kept, *a)
+		} else {
+			ls.Unflagged++
+		}
+	}
+	for _, ph := range []*PhaseScore{&ls.Cold, &ls.Warm} {
+		if ph.Flagged > 0 {
+			ph.Precision = float64(ph.TruePositives) / float64(ph.Flagged)
+		}
+	}
+	s := ScoreAnomalies(truth, kept)
+	s.Live = ls
 	return s
 }

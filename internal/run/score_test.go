@@ -52,3 +52,44 @@ func TestScoreAnomalies(t *testing.T) {
 		})
 	}
 }
+
+func TestScoreFinal(t *testing.T) {
+	truth := []workload.Truth{
+		{Rank: 0, Tid: 0, Func: "f", Entry: 10, Kind: workload.BeyondMax},
+		{Rank: 0, Tid: 0, Func: "f", Entry: 90, Kind: workload.BeyondMax},
+	}
+	x := func(v float64) *provenance.Explanation { return &provenance.Explanation{Key: "f", Value: v} }
+	anomalies := []provenance.Exec{
+		{Func: "f", Entry: 10, IOStep: 1, Explanation: x(300)},  // true, cold
+		{Func: "f", Entry: 20, IOStep: 2, Explanation: x(120)},  // false, cold, inside the final range
+		{Func: "f", Entry: 30, IOStep: 3, Explanation: x(130)},  // false, cold, inside the final range
+		{Func: "f", Entry: 90, IOStep: 12, Explanation: x(400)}, // true, warm
+		{Func: "f", Entry: 95, IOStep: 13},                      // false, warm, no explanation: kept
+	}
+	thr := map[string]float64{"f": 140}
+	for _, tc := range []struct {
+		name             string
+		final            func(*provenance.Exec) bool
+		flagged          int
+		precision        float64
+		unflagged        int
+		coldPrec, warmPr float64
+	}{
+		{"relabelled with the final model", func(e *provenance.Exec) bool { return provenance.FinalAnomaly(e, thr) }, 3, 2.0 / 3, 2, 1.0 / 3, 0.5},
+		{"no final model keeps every anomaly", nil, 5, 0.4, 0, 1.0 / 3, 0.5},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := ScoreFinal(truth, append([]provenance.Exec(nil), anomalies...), tc.final)
+			if s.Flagged != tc.flagged || s.Precision != tc.precision || s.Recall != 1 {
+				t.Errorf("final: flagged %d precision %v recall %v, want %d %v 1", s.Flagged, s.Precision, s.Recall, tc.flagged, tc.precision)
+			}
+			l := s.Live
+			if l == nil || l.Flagged != 5 || l.Precision != 0.4 || l.Unflagged != tc.unflagged {
+				t.Fatalf("live %+v, want 5 flagged, precision 0.4, %d unflagged", l, tc.unflagged)
+			}
+			if l.Cold.Flagged != 3 || l.Cold.Precision != tc.coldPrec || l.Warm.Flagged != 2 || l.Warm.Precision != tc.warmPr {
+				t.Errorf("cold %+v warm %+v", l.Cold, l.Warm)
+			}
+		})
+	}
+}

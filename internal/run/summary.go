@@ -210,7 +210,7 @@ func (p *Pipeline) summarize(ctx context.Context, st []ad.Stats, truthFn func() 
 		if err != nil {
 			return nil, err
 		}
-		sc := ScoreAnomalies(truth, anomalies)
+		sc := ScoreFinal(truth, anomalies, p.finalLabel())
 		sum.Score = &sc
 	}
 	id, err := p.writeProfiles(ctx)
@@ -294,6 +294,12 @@ func (s *Summary) WriteText(w io.Writer) error {
 	if sc := s.Score; sc != nil {
 		fmt.Fprintf(tw, "vs. ground truth\tprecision %.3f, recall %.3f (%d of %d injected found, %d flagged)\n",
 			sc.Precision, sc.Recall, sc.TruePositives, sc.Injected, sc.Flagged)
+		if l := sc.Live; l != nil {
+			fmt.Fprintf(tw, "  live labels\tprecision %.3f, recall %.3f (%d flagged during the run; %d unflagged by the final model)\n",
+				l.Precision, l.Recall, l.Flagged, l.Unflagged)
+			fmt.Fprintf(tw, "  live precision\t%.3f in io_steps 0-%d (%d flagged), %.3f after (%d flagged)\n",
+				l.Cold.Precision, ColdSteps-1, l.Cold.Flagged, l.Warm.Precision, l.Warm.Flagged)
+		}
 		if s.Live != nil {
 			fmt.Fprintf(tw, "  \t%d flags propagated to other ranks' executions of the injected functions; %d anomalies in other functions\n",
 				sc.Propagated, sc.FlaggedOtherFunctions)
