@@ -10,7 +10,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
-	"github.com/kipimo-hpc/kipimo/internal/run"
+	"github.com/kipimo-hpc/kipimo/internal/bench"
 )
 
 func newBenchCmd() *cobra.Command {
@@ -50,13 +50,13 @@ Each figure is printed next to its target.`,
 				zerolog.SetGlobalLevel(zerolog.WarnLevel)
 				defer zerolog.SetGlobalLevel(zerolog.InfoLevel)
 			}
-			bc := run.BenchConfig{Out: dir, Detectors: detectors, Funcs: funcs, Log: log}
+			bc := bench.Config{Out: dir, Detectors: detectors, Funcs: funcs, Log: log}
 			// The components run in child processes of this executable, so
 			// that each one's memory can be measured apart.
 			if exe, err := os.Executable(); err == nil {
-				bc.Command = []string{exe, run.ComponentCommand}
+				bc.Command = []string{exe, bench.ComponentCommand}
 			}
-			res, err := run.Bench(cmd.Context(), bc)
+			res, err := bench.Run(cmd.Context(), bc)
 			if err != nil {
 				return err
 			}

@@ -3,7 +3,7 @@ package cli
 import (
 	"github.com/spf13/cobra"
 
-	"github.com/kipimo-hpc/kipimo/internal/run"
+	"github.com/kipimo-hpc/kipimo/internal/bench"
 )
 
 // newComponentCmd is the hidden command that runs one component of the
@@ -11,7 +11,7 @@ import (
 // it.
 func newComponentCmd() *cobra.Command {
 	return &cobra.Command{
-		Use:   run.ComponentCommand + " [--peak-rss-file FILE] ad|pserver|provdb|nats [FLAGS]",
+		Use:   bench.ComponentCommand + " [--peak-rss-file FILE] ad|pserver|provdb|nats [FLAGS]",
 		Short: "Run one component of the pipeline in this process (kipimo bench's child processes)",
 		Long: `Component runs one component until it is stopped (SIGINT, SIGTERM) or its
 standard input ends: ad, pserver and provdb take the flags of their own
@@ -21,11 +21,11 @@ the process's peak resident memory in KiB when it ends.`,
 		Hidden:             true,
 		DisableFlagParsing: true,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			opt, name, rest, err := run.ParseComponentArgs(args)
+			opt, name, rest, err := bench.ParseComponentArgs(args)
 			if err != nil {
 				return err
 			}
-			return run.Component(cmd.Context(), name, rest, opt, cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr())
+			return bench.Component(cmd.Context(), name, rest, opt, cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 }

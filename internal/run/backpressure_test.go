@@ -94,8 +94,8 @@ func TestSlowDetectorAppliesBackPressure(t *testing.T) {
 				}
 			}
 			t.Cleanup(release) // never leave the detector held
-			p, sum := execute(t, cfg, func(p *Pipeline) {
-				p.wrapSink = func(s ad.Sink) ad.Sink { gate.Sink = s; return gate }
+			p, sum := execute(t, cfg, func(p *Pipeline, h *testHooks) {
+				h.wrapSink = func(s ad.Sink) ad.Sink { gate.Sink = s; return gate }
 				// Independent counts of what the input published: every
 				// frame, and the slow rank's frames.
 				subj := natsx.Subjects{Run: cfg.RunID}

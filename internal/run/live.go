@@ -191,8 +191,8 @@ wait:
 			report()
 		}
 	}
-	if p.onCommandExit != nil {
-		p.onCommandExit()
+	if h := p.cfg.hooks; h != nil && h.onCommandExit != nil {
+		h.onCommandExit()
 	}
 	var whileRunning uint64
 	for _, s := range collector.Stats() {

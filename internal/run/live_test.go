@@ -50,8 +50,8 @@ func TestLiveLAMMPSInjectedDelays(t *testing.T) {
 	}}
 	// What the dashboard shows the moment LAMMPS exits: it was live.
 	var live pserver.Summary
-	setup := func(p *Pipeline) {
-		p.onCommandExit = func() {
+	setup := func(p *Pipeline, h *testHooks) {
+		h.onCommandExit = func() {
 			resp, err := http.Get(p.DashboardURL() + "api/summary")
 			if err != nil {
 				t.Errorf("dashboard: %v", err)

@@ -47,20 +47,10 @@ type Pipeline struct {
 
 	// Set by Execute, for the benchmark: the ground truth, when the input
 	// was published, the input's first timestamp and the step width (µs).
-	truth []workload.Truth
-	// afterReady, when set, runs once the detectors listen and before the
-	// input is published (tests inject faults there).
-	afterReady func()
-	// wrapSink, when set, wraps the sink the detectors publish their
-	// records to (tests slow a detector down there).
-	wrapSink func(ad.Sink) ad.Sink
-	// onCommandExit, when set, runs as soon as a live run's command has
-	// exited, before its streams are ended (tests look at the dashboard
-	// there).
-	onCommandExit func()
-	paceStart     time.Time
-	paceT0        uint64
-	stepWidth     uint64
+	truth     []workload.Truth
+	paceStart time.Time
+	paceT0    uint64
+	stepWidth uint64
 	// input is what the trace input's reader read (trace inputs only).
 	input *inputStats
 }
@@ -172,11 +162,24 @@ func (p *Pipeline) RunID() string { return p.cfg.RunID }
 // DashboardURL is the parameter server's web page.
 func (p *Pipeline) DashboardURL() string { return "http://" + p.ps.HTTPAddr() + "/" }
 
-// ProvenanceURL is the provenance query API.
-func (p *Pipeline) ProvenanceURL() string { return p.provURL }
+// Truth is the ground truth the run injected, once Execute has returned
+// (synthetic runs, and live runs with injected delays).
+func (p *Pipeline) Truth() []workload.Truth { return p.truth }
 
-// NATSURL is the URL of the NATS server the pipeline uses.
-func (p *Pipeline) NATSURL() string { return p.nc.ConnectedUrlRedacted() }
+// PacedTime is, in a run paced at Config.Pace > 0, the wall-clock time at
+// which the input reached its timestamp ts (µs, the input's clock), once
+// Execute has started publishing.
+func (p *Pipeline) PacedTime(ts uint64) time.Time {
+	return p.paceStart.Add(time.Duration(float64(ts-p.paceT0) * float64(time.Microsecond) / p.cfg.Pace))
+}
+
+// StepWidth is the synthetic workload's io_step length in the input's time
+// (0 for other inputs).
+func (p *Pipeline) StepWidth() time.Duration { return time.Duration(p.stepWidth) * time.Microsecond }
+
+// ViewServer calls fn with the parameter server's state, under its lock;
+// fn must not keep it.
+func (p *Pipeline) ViewServer(fn func(*pserver.State)) { p.ps.View(fn) }
 
 // Close stops everything Start started, in reverse order.
 func (p *Pipeline) Close(ctx context.Context) {
@@ -241,8 +244,8 @@ func (p *Pipeline) Execute(ctx context.Context, progress func(Progress)) (*Summa
 	dc := cfg.Detector
 	dc.Syncer = &ad.NATSSyncer{Conn: p.nc, Subjects: natsx.Subjects{Run: cfg.RunID}}
 	dc.Sink = p.sink
-	if p.wrapSink != nil {
-		dc.Sink = p.wrapSink(p.sink)
+	if h := cfg.hooks; h != nil && h.wrapSink != nil {
+		dc.Sink = h.wrapSink(p.sink)
 	}
 	collector := ad.NewCollector(64, p.sink.Dropped)
 
@@ -253,8 +256,8 @@ func (p *Pipeline) Execute(ctx context.Context, progress func(Progress)) (*Summa
 		return nil, err
 	}
 
-	if p.afterReady != nil {
-		p.afterReady()
+	if h := cfg.hooks; h != nil && h.afterReady != nil {
+		h.afterReady()
 	}
 	flow := newFlowControl(collectorCounts{collector}, cfg.MaxLag, p.log.With().Str("component", "input").Logger())
 	// Progress is reported on the publishing goroutine: after frames are
@@ -380,36 +383,7 @@ func (p *Pipeline) endOfStream(r uint32) error {
 // drain waits until the provenance service has written everything in the
 // stream.
 func (p *Pipeline) drain(ctx context.Context) error {
-	return drainProvenance(ctx, p.js, p.cfg.RunID)
-}
-
-// drainProvenance waits until the provdb consumer of run has acknowledged
-// everything in the run's provenance stream.
-func drainProvenance(ctx context.Context, js jetstream.JetStream, run string) error {
-	stream, err := js.Stream(ctx, natsx.ProvStream(run))
-	if err != nil {
-		return fmt.Errorf("provenance stream: %w", err)
-	}
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		info, err := stream.Info(ctx)
-		if err != nil {
-			return fmt.Errorf("provenance stream: %w", err)
-		}
-		cons, err := stream.Consumer(ctx, "provdb")
-		if err == nil {
-			ci, err := cons.Info(ctx)
-			if err == nil && ci.NumPending == 0 && ci.NumAckPending == 0 && ci.AckFloor.Stream >= info.State.LastSeq {
-				return nil
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("wait for the provenance store: %w", ctx.Err())
-		case <-tick.C:
-		}
-	}
+	return provstream.WaitConsumed(ctx, p.js, p.cfg.RunID, "provdb")
 }
 
 // Wait blocks until ctx is done (for --keep-serving).

@@ -29,17 +29,19 @@ func smallRun(t *testing.T) Config {
 	return Config{Out: t.TempDir(), RunID: "test", Workload: wl}
 }
 
-func execute(t *testing.T, cfg Config, setup func(p *Pipeline), progress func(*Pipeline, Progress)) (*Pipeline, *Summary) {
+func execute(t *testing.T, cfg Config, setup func(p *Pipeline, h *testHooks), progress func(*Pipeline, Progress)) (*Pipeline, *Summary) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
+	h := &testHooks{}
+	cfg.hooks = h
 	p, err := Start(ctx, cfg, testLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.Close(context.Background()) })
 	if setup != nil {
-		setup(p)
+		setup(p, h)
 	}
 	var cb func(Progress)
 	if progress != nil {
@@ -114,8 +116,8 @@ func TestRunRejectsGarbageFrames(t *testing.T) {
 
 	cfg.Out = t.TempDir()
 	bodies := garbage(t)
-	p, sum := execute(t, cfg, func(p *Pipeline) {
-		p.afterReady = func() {
+	p, sum := execute(t, cfg, func(p *Pipeline, h *testHooks) {
+		h.afterReady = func() {
 			subj := natsx.Subjects{Run: cfg.RunID}
 			for r := range cfg.Workload.Ranks {
 				for _, b := range bodies {

@@ -10,11 +10,14 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
 	"github.com/kipimo-hpc/kipimo/internal/ad"
 	"github.com/kipimo-hpc/kipimo/internal/frame"
+	"github.com/kipimo-hpc/kipimo/internal/natsx"
 	"github.com/kipimo-hpc/kipimo/internal/replay"
+	"github.com/kipimo-hpc/kipimo/internal/replay/publish"
 	"github.com/kipimo-hpc/kipimo/internal/replay/steps"
 	"github.com/kipimo-hpc/kipimo/internal/workload"
 )
@@ -148,19 +151,40 @@ func (p *Pipeline) steps() int {
 	return 0
 }
 
-// detectorCounts tells flow control how far each rank's detector has got.
-type detectorCounts interface {
-	// taken is how many frames rank's detector has taken off its subject
+// DetectorProgress tells the input's flow control how far each rank's
+// detector has got.
+type DetectorProgress interface {
+	// Taken is how many frames rank's detector has taken off its subject
 	// (processed or rejected).
-	taken(ctx context.Context, rank uint32) uint64
-	// takenAll is taken for every rank known so far.
-	takenAll() map[uint32]uint64
+	Taken(ctx context.Context, rank uint32) uint64
+	// TakenAll is Taken for every rank known so far.
+	TakenAll() map[uint32]uint64
+}
+
+// PublishWorkload publishes synthetic workload wl on run's frame subjects
+// through nc as kipimo run publishes it: every rank's frame of an io_step
+// before any frame of the next, a rank's input held while its detector,
+// as progress tells, has maxLag frames published and not taken; then it ends
+// every rank's stream. It returns what it published. Detectors in other
+// processes are measured this way (kipimo bench).
+func PublishWorkload(ctx context.Context, nc *nats.Conn, run string, wl workload.Config, progress DetectorProgress, maxLag int) (publish.Counts, error) {
+	w, err := workload.New(wl)
+	if err != nil {
+		return publish.Counts{}, err
+	}
+	flow := newFlowControl(progress, maxLag, zerolog.Nop())
+	var t0 uint64
+	counts, _, err := publish.Frames(ctx, nc, natsx.Subjects{Run: run}, flow.wrap(&workloadSource{w: w, cfg: w.Config()}, &t0), publish.Pace{EndOfStream: true})
+	if err != nil {
+		return counts, fmt.Errorf("publish input: %w", err)
+	}
+	return counts, nil
 }
 
 // collectorCounts reads the counts of in-process detectors.
 type collectorCounts struct{ c *ad.Collector }
 
-func (cc collectorCounts) taken(_ context.Context, rank uint32) uint64 {
+func (cc collectorCounts) Taken(_ context.Context, rank uint32) uint64 {
 	for _, s := range cc.c.Stats() {
 		if s.Rank == rank {
 			return s.Frames + s.BadFrames
@@ -169,7 +193,7 @@ func (cc collectorCounts) taken(_ context.Context, rank uint32) uint64 {
 	return 0
 }
 
-func (cc collectorCounts) takenAll() map[uint32]uint64 {
+func (cc collectorCounts) TakenAll() map[uint32]uint64 {
 	st := cc.c.Stats()
 	out := make(map[uint32]uint64, len(st))
 	for _, s := range st {
@@ -190,7 +214,7 @@ const stallLogAfter = 5 * time.Second
 // what users need to see of it: which rank is behind and by how much, and
 // how long the input waited.
 type flowControl struct {
-	counts detectorCounts
+	counts DetectorProgress
 	maxLag int
 	log    zerolog.Logger
 	// onStall, when set, is called on the waiting goroutine while the input
@@ -209,7 +233,7 @@ type flowControl struct {
 	maxRank   uint32        // the first rank that had maxBehind
 }
 
-func newFlowControl(counts detectorCounts, maxLag int, log zerolog.Logger) *flowControl {
+func newFlowControl(counts DetectorProgress, maxLag int, log zerolog.Logger) *flowControl {
 	return &flowControl{counts: counts, maxLag: maxLag, log: log, sent: map[uint32]uint64{}, heldBy: map[uint32]time.Duration{}}
 }
 
@@ -236,7 +260,7 @@ func (fc *flowControl) wait(ctx context.Context, rank uint32) error {
 	fc.mu.Lock()
 	sent := fc.sent[rank]
 	fc.mu.Unlock()
-	done := fc.counts.taken(ctx, rank)
+	done := fc.counts.Taken(ctx, rank)
 	if sent < done+uint64(fc.maxLag) {
 		fc.release(rank, sent, done)
 		return nil
@@ -266,7 +290,7 @@ func (fc *flowControl) wait(ctx context.Context, rank uint32) error {
 		case <-time.After(delay):
 		}
 		delay = min(2*delay, 20*time.Millisecond)
-		done = fc.counts.taken(ctx, rank)
+		done = fc.counts.Taken(ctx, rank)
 		if sent < done+uint64(fc.maxLag) {
 			fc.release(rank, sent, done)
 			return nil
@@ -305,7 +329,7 @@ type lagReport struct {
 
 // lag reports the detectors' lag now.
 func (fc *flowControl) lag() lagReport {
-	all := fc.counts.takenAll()
+	all := fc.counts.TakenAll()
 	fc.mu.Lock()
 	defer fc.mu.Unlock()
 	l := lagReport{Held: fc.held}

@@ -172,3 +172,33 @@ func (p *Publisher) Flush(ctx context.Context) error {
 
 // Published is the number of batches published so far.
 func (p *Publisher) Published() uint64 { return p.n }
+
+// WaitConsumed waits until the durable consumer of run's provenance stream
+// (provdb's, named durable) has acknowledged every message in the stream,
+// polling every 20 ms, or until ctx is done.
+func WaitConsumed(ctx context.Context, js jetstream.JetStream, run, durable string) error {
+	stream, err := js.Stream(ctx, natsx.ProvStream(run))
+	if err != nil {
+		return fmt.Errorf("provenance stream: %w", err)
+	}
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		info, err := stream.Info(ctx)
+		if err != nil {
+			return fmt.Errorf("provenance stream: %w", err)
+		}
+		cons, err := stream.Consumer(ctx, durable)
+		if err == nil {
+			ci, err := cons.Info(ctx)
+			if err == nil && ci.NumPending == 0 && ci.NumAckPending == 0 && ci.AckFloor.Stream >= info.State.LastSeq {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("wait for consumer %s of the provenance stream: %w", durable, ctx.Err())
+		case <-tick.C:
+		}
+	}
+}

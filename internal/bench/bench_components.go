@@ -1,4 +1,4 @@
-package run
+package bench
 
 import (
 	"context"
@@ -14,14 +14,14 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/rs/zerolog"
 
 	"github.com/kipimo-hpc/kipimo/internal/ad"
 	"github.com/kipimo-hpc/kipimo/internal/natsx"
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
+	"github.com/kipimo-hpc/kipimo/internal/provenance/provstream"
 	"github.com/kipimo-hpc/kipimo/internal/provenance/sqlitestore"
 	"github.com/kipimo-hpc/kipimo/internal/psync"
-	"github.com/kipimo-hpc/kipimo/internal/replay/publish"
+	"github.com/kipimo-hpc/kipimo/internal/run"
 	"github.com/kipimo-hpc/kipimo/internal/workload"
 )
 
@@ -53,7 +53,7 @@ type componentRun struct {
 func benchComponents(ctx context.Context, command []string, dir string, wl workload.Config) (*componentRun, error) {
 	ctx, cancel := context.WithTimeout(ctx, componentsTimeout)
 	defer cancel()
-	const run, maxLag = "bench", 16
+	const runID, maxLag = "bench", 16
 	var children []*child
 	defer func() {
 		// On an error: stop whatever still runs, last started first.
@@ -98,7 +98,7 @@ func benchComponents(ctx context.Context, command []string, dir string, wl workl
 	if err != nil {
 		return nil, err
 	}
-	prov, err := start(ComponentProvDB, []string{"--nats", url, "--run", run, "--store", store, "--http", provAddr, "--log-level", "warn"}, nil)
+	prov, err := start(ComponentProvDB, []string{"--nats", url, "--run", runID, "--store", store, "--http", provAddr, "--log-level", "warn"}, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -109,7 +109,7 @@ func benchComponents(ctx context.Context, command []string, dir string, wl workl
 	if err != nil {
 		return nil, err
 	}
-	ps, err := start(ComponentPServer, []string{"--nats", url, "--run", run, "--http", psAddr, "--provdb-url", "http://" + provAddr, "--log-level", "warn"}, nil)
+	ps, err := start(ComponentPServer, []string{"--nats", url, "--run", runID, "--http", psAddr, "--provdb-url", "http://" + provAddr, "--log-level", "warn"}, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -121,27 +121,21 @@ func benchComponents(ctx context.Context, command []string, dir string, wl workl
 		ranks[i] = uint32(i)
 	}
 	adOut := newLineWriter()
-	det, err := start(ComponentAD, []string{"--nats", url, "--run", run, "--pid", fmt.Sprint(wl.PID),
+	det, err := start(ComponentAD, []string{"--nats", url, "--run", runID, "--pid", fmt.Sprint(wl.PID),
 		"--ranks", fmt.Sprintf("0-%d", wl.Ranks-1), "--algorithm", ad.SSTD,
 		"--pending-frames", fmt.Sprint(4 * maxLag), "--json", "--log-level", "warn"}, adOut)
 	if err != nil {
 		return nil, err
 	}
-	probe := &probeCounts{nc: nc, subj: natsx.Subjects{Run: run}, pid: wl.PID, last: map[uint32]uint64{}}
+	probe := &probeCounts{nc: nc, subj: natsx.Subjects{Run: runID}, pid: wl.PID, last: map[uint32]uint64{}}
 	if err := probe.ready(ctx, ranks, det); err != nil {
 		return nil, err
 	}
 
-	w, err := workload.New(wl)
+	began := time.Now()
+	counts, err := run.PublishWorkload(ctx, nc, runID, wl, probe, maxLag)
 	if err != nil {
 		return nil, err
-	}
-	flow := newFlowControl(probe, maxLag, zerolog.Nop())
-	var t0 uint64
-	began := time.Now()
-	counts, _, err := publish.Frames(ctx, nc, natsx.Subjects{Run: run}, flow.wrap(&workloadSource{w: w, cfg: wl}, &t0), publish.Pace{EndOfStream: true})
-	if err != nil {
-		return nil, fmt.Errorf("publish input: %w", err)
 	}
 	select {
 	case <-det.done:
@@ -156,7 +150,7 @@ func benchComponents(ctx context.Context, command []string, dir string, wl workl
 	if err := json.Unmarshal(adOut.Bytes(), &sum); err != nil {
 		return nil, fmt.Errorf("ad's summary: %w", err)
 	}
-	if err := drainProvenance(ctx, js, run); err != nil {
+	if err := provstream.WaitConsumed(ctx, js, runID, "provdb"); err != nil {
 		return nil, err
 	}
 	res := &componentRun{PeakRSS: map[string]float64{}, Events: counts.Events, Flagged: sum.Total.Anomalies, Frames: sum.Total.Frames}
@@ -238,7 +232,7 @@ type probeCounts struct {
 	last map[uint32]uint64
 }
 
-func (pc *probeCounts) taken(ctx context.Context, rank uint32) uint64 {
+func (pc *probeCounts) Taken(ctx context.Context, rank uint32) uint64 {
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	pc.mu.Lock()
@@ -254,7 +248,7 @@ func (pc *probeCounts) taken(ctx context.Context, rank uint32) uint64 {
 	return pc.last[rank]
 }
 
-func (pc *probeCounts) takenAll() map[uint32]uint64 {
+func (pc *probeCounts) TakenAll() map[uint32]uint64 {
 	pc.mu.Lock()
 	defer pc.mu.Unlock()
 	out := make(map[uint32]uint64, len(pc.last))

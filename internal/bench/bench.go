@@ -1,4 +1,9 @@
-package run
+// Package bench is the harness of kipimo bench: it measures the pipeline on
+// this machine (detector throughput, the whole pipeline, end-to-end latency,
+// provenance ingest, parameter-server sync latency, and each component's
+// peak memory in a process of its own, started through the hidden
+// `kipimo component` command) and reports each figure next to its target.
+package bench
 
 import (
 	"context"
@@ -24,13 +29,14 @@ import (
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
 	"github.com/kipimo-hpc/kipimo/internal/provenance/sqlitestore"
 	"github.com/kipimo-hpc/kipimo/internal/pserver"
+	"github.com/kipimo-hpc/kipimo/internal/run"
 	"github.com/kipimo-hpc/kipimo/internal/psync"
 	"github.com/kipimo-hpc/kipimo/internal/stats"
 	"github.com/kipimo-hpc/kipimo/internal/workload"
 )
 
-// BenchConfig configures the end-to-end benchmark.
-type BenchConfig struct {
+// Config configures the benchmark.
+type Config struct {
 	// Out is a scratch directory (removed content is recreated).
 	Out string
 	// Detectors and Funcs size the pserver sync load (default 1024 x 200).
@@ -68,18 +74,18 @@ func (f Figure) atMost(t float64) Figure {
 	return f
 }
 
-// BenchResult is what `kipimo bench` reports.
-type BenchResult struct {
+// Result is what `kipimo bench` reports.
+type Result struct {
 	Figures map[string]Figure `json:"figures"`
 	Notes   []string          `json:"notes"`
 }
 
-// Bench measures the pipeline: detector throughput on one core, provenance
+// Run measures the pipeline: detector throughput on one core, provenance
 // ingest, pserver sync latency under many detectors, end-to-end latency from a
 // function's exit to its anomaly in the pserver, bytes per stored anomaly, the
 // reduction factor, and peak memory: of each component in a process of its
 // own when cfg.Command is set, and of this process.
-func Bench(ctx context.Context, cfg BenchConfig) (*BenchResult, error) {
+func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if cfg.Out == "" {
 		return nil, errors.New("bench: no scratch directory")
 	}
@@ -95,7 +101,7 @@ func Bench(ctx context.Context, cfg BenchConfig) (*BenchResult, error) {
 	if err := os.RemoveAll(cfg.Out); err != nil {
 		return nil, err
 	}
-	res := &BenchResult{Figures: map[string]Figure{}}
+	res := &Result{Figures: map[string]Figure{}}
 
 	fmt.Fprintln(cfg.Log, "detector: one rank of the synthetic workload, decode + stacks + statistics + SSTD, one core")
 	eps, bpe, err := benchDetector(ctx)
@@ -243,9 +249,9 @@ type latencies struct{ p50, p95, stepMs float64 }
 // as possible), and measures, for every injected anomaly, the time from its
 // exit (in paced wall time) to the moment the pserver's aggregates show an
 // anomaly of its rank and step.
-func benchPipeline(ctx context.Context, out string, wl workload.Config, speed float64) (*Summary, latencies, error) {
-	cfg := Config{Out: out, RunID: "bench", Pace: speed, Workload: wl}
-	p, err := Start(ctx, cfg, zerolog.Nop())
+func benchPipeline(ctx context.Context, out string, wl workload.Config, speed float64) (*run.Summary, latencies, error) {
+	cfg := run.Config{Out: out, RunID: "bench", Pace: speed, Workload: wl}
+	p, err := run.Start(ctx, cfg, zerolog.Nop())
 	if err != nil {
 		return nil, latencies{}, err
 	}
@@ -270,7 +276,7 @@ func benchPipeline(ctx context.Context, out string, wl workload.Config, speed fl
 				case <-tick.C:
 				}
 				now := time.Now()
-				p.ps.View(func(st *pserver.State) {
+				p.ViewServer(func(st *pserver.State) {
 					for step, sa := range st.Agg.Steps {
 						for id, c := range sa.Ranks {
 							k := cell{id.Rank, step}
@@ -289,7 +295,7 @@ func benchPipeline(ctx context.Context, out string, wl workload.Config, speed fl
 	if err != nil {
 		return nil, latencies{}, err
 	}
-	truth := p.truth
+	truth := p.Truth()
 	if speed == 0 {
 		return sum, latencies{}, nil
 	}
@@ -302,11 +308,11 @@ func benchPipeline(ctx context.Context, out string, wl workload.Config, speed fl
 		if !ok {
 			continue
 		}
-		exitAt := p.paceStart.Add(time.Duration(float64(t.Exit-p.paceT0) * float64(time.Microsecond) / speed))
+		exitAt := p.PacedTime(t.Exit)
 		lats = append(lats, float64(vis.Sub(exitAt))/float64(time.Millisecond))
 	}
 	slices.Sort(lats)
-	stepMs := float64(p.stepWidth) / 1000 / speed
+	stepMs := float64(p.StepWidth()) / float64(time.Millisecond) / speed
 	return sum, latencies{p50: quantile(lats, 0.5), p95: quantile(lats, 0.95), stepMs: stepMs}, nil
 }
 
