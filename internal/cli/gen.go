@@ -71,7 +71,7 @@ The run is one of:
   rank imbalance, a slow drift over the steps and heavy-tailed MPI waits
   (default 40 steps of about 8,200 events per rank).
 
-  --from TRACE replays real traces (TAU, Chrome/PyTorch, Caliper, frame files;
+  --from TRACE replays real traces (TAU, Chrome/PyTorch, Caliper, OTF2, frames;
   the format from --format or the names): each --from is one application (a
   directory stands for its files), ranks take the applications in turn, and
   every rank runs its trace rank's call trees cycle after cycle, each
@@ -115,10 +115,14 @@ nothing else. See docs/evaluation.md.`,
 				return err
 			}
 			secs := time.Since(start).Seconds()
-			_, err = fmt.Fprintf(w, "wrote %d frames (%d ranks x %d steps of %.1f ms) to %s\n"+
+			of := "of"
+			if sum.Profile == workload.ProfileReplay {
+				of = "of up to" // each application's steps hold whole cycles
+			}
+			_, err = fmt.Fprintf(w, "wrote %d frames (%d ranks x %d steps %s %.1f ms) to %s\n"+
 				"%d events, %d bytes (%.2f bytes/event), generated at %.1fM events/s\n"+
 				"%d anomalies injected %v, listed in %s\n",
-				sum.Frames, sum.Ranks, sum.Steps, float64(sum.StepWidthUS)/1000, out,
+				sum.Frames, sum.Ranks, sum.Steps, of, float64(sum.StepWidthUS)/1000, out,
 				sum.Events, sum.Bytes, float64(sum.Bytes)/float64(max(1, sum.Events)), float64(sum.Events)/secs/1e6,
 				sum.AnomaliesInjected, kindList(wl.Kinds(), sum.ByKind), filepath.Join(out, "truth.jsonl"))
 			return err
@@ -324,7 +328,7 @@ func (e *evalFlags) add(f *pflag.FlagSet, withFormat bool) {
 	f.StringVar(&e.profile, "profile", workload.ProfileClassic, "synthetic run: classic (bounded bell curves) or realistic (log-normal tails, bimodal kernels, µs-quantised wrappers, rank imbalance, drift, heavy-tailed MPI waits)")
 	f.StringArrayVar(&e.from, "from", nil, "replay this trace (a file, or a directory of one run's files) instead of a synthetic run; repeat for more applications, which ranks take in turn")
 	if withFormat {
-		f.StringVar(&e.format, "format", "", "format of the --from traces: tau, caliper, chrome or frames (default: from the names)")
+		f.StringVar(&e.format, "format", "", "format of the --from traces: tau, caliper, chrome, otf2 or frames (default: from the names)")
 	}
 	f.Float64Var(&e.rate, "beyond-max", 0, "realistic and --from: probability that an execution is injected 1.5-3x beyond its function's natural maximum (default 0.0009 realistic, 0.00015 --from)")
 	f.Uint64Var(&e.maxIdle, "max-idle", workload.DefaultMaxIdle, "--from: longest idle time (µs) kept between calls while no thread of the trace is in a function")
@@ -351,10 +355,10 @@ func (e *evalFlags) synthetic(flags *pflag.FlagSet, cfg workload.Config, scale f
 	} else if flags.Changed("beyond-max") {
 		return cfg, fmt.Errorf("--beyond-max applies to --profile realistic and --from")
 	}
-	cfg.Rates = cfg.Rates.Scale(scale)
 	if err := cfg.Validate(); err != nil {
 		return cfg, err
 	}
+	cfg.Rates = cfg.Rates.Scale(scale)
 	return cfg, nil
 }
 
@@ -383,10 +387,10 @@ func (e *evalFlags) traces(flags *pflag.FlagSet, cfg workload.Config, scale floa
 	if flags.Changed("beyond-max") {
 		tc.Rate = e.rate
 	}
-	tc.Rate = min(1, tc.Rate*scale)
 	if err := tc.Validate(); err != nil {
 		return tc, err
 	}
+	tc.Rate = min(1, tc.Rate*scale)
 	return tc, nil
 }
 
