@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"runtime/pprof"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -41,7 +40,7 @@ type Service struct {
 	js    jetstream.JetStream
 	log   zerolog.Logger
 
-	written     map[provenance.Kind]*atomic.Int64
+	counts      map[provenance.Kind]*atomic.Int64 // records written
 	batches     atomic.Int64
 	bad         atomic.Int64
 	writeErrors atomic.Int64
@@ -58,15 +57,15 @@ type Service struct {
 // Start.
 func New(cfg Config, store provenance.Store, js jetstream.JetStream, log zerolog.Logger) *Service {
 	cfg = cfg.withDefaults()
-	s := &Service{cfg: cfg, store: store, js: js, log: log.With().Str("component", "provdb").Str("run", cfg.Run).Logger(), written: map[provenance.Kind]*atomic.Int64{}, loggedBad: map[provenance.Kind]bool{}}
+	s := &Service{cfg: cfg, store: store, js: js, log: log.With().Str("component", "provdb").Str("run", cfg.Run).Logger(), counts: map[provenance.Kind]*atomic.Int64{}, loggedBad: map[provenance.Kind]bool{}}
 	for _, k := range provenance.Kinds {
-		s.written[k] = new(atomic.Int64)
+		s.counts[k] = new(atomic.Int64)
 	}
 	return s
 }
 
 // Start ensures the stream and the durable consumer exist and starts
-// consuming in a goroutine owned by the Service. ctx bounds the set-up and
+// consuming in goroutines owned by the Service (see pipeline.go). ctx bounds the set-up and
 // the consumer's life: cancelling it stops consumption abruptly (nothing
 // unwritten is acknowledged).
 func (s *Service) Start(ctx context.Context) error {
@@ -93,16 +92,17 @@ func (s *Service) Start(ctx context.Context) error {
 	s.done = make(chan struct{})
 	go pprof.Do(ctx, pprof.Labels("component", "provdb", "run", s.cfg.Run), func(ctx context.Context) {
 		defer close(s.done)
-		s.loop(ctx, cons)
+		s.run(ctx, cons)
 	})
 	s.log.Info().Str("stream", natsx.ProvStream(s.cfg.Run)).Str("durable", s.cfg.Durable).Msg("consuming provenance")
 	return nil
 }
 
-// Shutdown stops consuming after the batch being written (if any) is written
-// and acknowledged and the fetch under way has ended (within FetchWait;
-// what it still brings is handed back for redelivery), or when ctx ends,
-// whichever comes first.
+// Shutdown stops consuming after the batches being written (if any) are
+// written and acknowledged and the fetch under way has ended (within
+// FetchWait; what it still brings, and what was fetched but not yet being
+// written, is handed back for redelivery), or when ctx ends, whichever
+// comes first.
 func (s *Service) Shutdown(ctx context.Context) error {
 	if s.cancel == nil {
 		return nil
@@ -121,19 +121,20 @@ func (s *Service) Shutdown(ctx context.Context) error {
 // Stats returns the counters.
 func (s *Service) Stats() Stats {
 	st := Stats{Written: map[provenance.Kind]int64{}, Batches: s.batches.Load(), Bad: s.bad.Load(), WriteErrors: s.writeErrors.Load()}
-	for k, v := range s.written {
+	for k, v := range s.counts {
 		st.Written[k] = v.Load()
 	}
 	return st
 }
 
-func (s *Service) loop(ctx context.Context, cons jetstream.Consumer) {
+// loop fetches messages into the pipeline p until ctx ends.
+func (s *Service) loop(ctx context.Context, cons jetstream.Consumer, p *pipeline) {
 	fetchErrors := 0
 	for ctx.Err() == nil {
 		// The pull ends when the server says it expired, not when a
 		// client-side deadline passes: a message the server sends just
-		// before its expiry must still reach drain (which writes it, or
-		// hands it back when stopping) rather than be dropped with the
+		// before its expiry must still reach enqueue (which passes it on,
+		// or hands it back when stopping) rather than be dropped with the
 		// subscription and wait for AckWait to pass. Stopping therefore
 		// waits for the pull under way, at most FetchWait.
 		mb, err := cons.Fetch(s.cfg.Fetch, jetstream.FetchMaxWait(s.cfg.FetchWait))
@@ -147,119 +148,14 @@ func (s *Service) loop(ctx context.Context, cons jetstream.Consumer) {
 			sleep(ctx, time.Second)
 			continue
 		}
-		s.drain(ctx, mb.Messages())
+		for msg := range mb.Messages() {
+			s.enqueue(ctx, p, msg)
+		}
 		if err := mb.Error(); err != nil && ctx.Err() == nil && !errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, nats.ErrTimeout) {
 			if fetchErrors++; fetchErrors == 1 || fetchErrors%60 == 0 {
 				s.log.Warn().Err(err).Int("fetch_errors", fetchErrors).Msg("fetch provenance batches")
 			}
 		}
-	}
-}
-
-// drain handles the messages of one fetch as they arrive, writing the
-// messages that are already there together: one store write per kind for up
-// to Fetch messages, so that a transaction's cost is shared.
-func (s *Service) drain(ctx context.Context, msgs <-chan jetstream.Msg) {
-	var pend []pending
-	for {
-		var msg jetstream.Msg
-		var ok bool
-		if len(pend) == 0 {
-			msg, ok = <-msgs
-		} else {
-			select {
-			case msg, ok = <-msgs:
-			default:
-				s.flush(pend)
-				pend = pend[:0]
-				continue
-			}
-		}
-		if !ok {
-			break
-		}
-		if ctx.Err() != nil {
-			// Stopping: hand the rest back for immediate redelivery.
-			_ = msg.Nak()
-			continue
-		}
-		if p, ok := s.decode(msg); ok {
-			pend = append(pend, p)
-		}
-		if len(pend) >= s.cfg.Fetch {
-			s.flush(pend)
-			pend = pend[:0]
-		}
-	}
-	s.flush(pend)
-}
-
-type pending struct {
-	msg   jetstream.Msg
-	batch provenance.Batch
-}
-
-// decode decodes msg, terminating it if it is bad.
-func (s *Service) decode(msg jetstream.Msg) (pending, bool) {
-	subj := msg.Subject()
-	kind := provenance.Kind(subj[strings.LastIndexByte(subj, '.')+1:])
-	b, err := provenance.DecodeBatch(kind, msg.Data())
-	if err != nil {
-		s.bad.Add(1)
-		s.logBad(kind, err)
-		_ = msg.TermWithReason("undecodable provenance batch")
-		return pending{}, false
-	}
-	return pending{msg: msg, batch: b}, true
-}
-
-// flush writes the pending batches, one write per kind, and acknowledges
-// each message once its kind's write succeeded (or asks for redelivery).
-func (s *Service) flush(pend []pending) {
-	for _, kind := range provenance.Kinds {
-		var merged provenance.Batch
-		var msgs []jetstream.Msg
-		for _, p := range pend {
-			if p.batch.Kind != kind {
-				continue
-			}
-			msgs = append(msgs, p.msg)
-			if merged.Kind == "" {
-				merged = p.batch
-				continue
-			}
-			merged.Execs = append(merged.Execs, p.batch.Execs...)
-			merged.Metadata = append(merged.Metadata, p.batch.Metadata...)
-			merged.FuncStats = append(merged.FuncStats, p.batch.FuncStats...)
-			merged.CounterStats = append(merged.CounterStats, p.batch.CounterStats...)
-			merged.Profiles = append(merged.Profiles, p.batch.Profiles...)
-		}
-		if len(msgs) == 0 {
-			continue
-		}
-		// Not cancelled with the service's context, so that a write under
-		// way when Shutdown is called completes and is acknowledged; bounded
-		// so that a stuck store cannot hold Shutdown for ever. A write
-		// slower than AckWait only causes a redelivery the store ignores.
-		wctx, cancel := context.WithTimeout(context.Background(), max(s.cfg.AckWait, 30*time.Second))
-		err := s.store.Write(wctx, merged)
-		cancel()
-		if err != nil {
-			if n := s.writeErrors.Add(1); n == 1 || n%100 == 0 {
-				s.log.Error().Err(err).Int64("write_errors", n).Msg("store write failed; the batches will be redelivered")
-			}
-			for _, m := range msgs {
-				_ = m.NakWithDelay(s.cfg.RetryDelay)
-			}
-			continue
-		}
-		for _, m := range msgs {
-			// An acknowledgement lost here only means the batch comes
-			// again and is written again, which the store ignores.
-			_ = m.Ack()
-		}
-		s.batches.Add(int64(len(msgs)))
-		s.written[kind].Add(int64(merged.Len()))
 	}
 }
 

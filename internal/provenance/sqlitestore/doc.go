@@ -4,8 +4,11 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"runtime"
 
 	"github.com/klauspost/compress/zstd"
+
+	"github.com/kipimo-hpc/kipimo/internal/provenance"
 )
 
 // Execution documents are stored compressed, many to a block. One is a few
@@ -33,8 +36,10 @@ const docRef = 0x02
 const maxBlockLen = 256 << 20
 
 var (
+	// blockEncoder serves as many blocks at once as there are processors
+	// (Prepare runs on several goroutines).
 	blockEncoder, _ = zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest),
-		zstd.WithEncoderConcurrency(1), zstd.WithEncoderCRC(false), zstd.WithZeroFrames(true))
+		zstd.WithEncoderConcurrency(runtime.GOMAXPROCS(0)), zstd.WithEncoderCRC(false), zstd.WithZeroFrames(true))
 	blockDecoder, _ = zstd.NewReader(nil, zstd.WithDecoderConcurrency(0),
 		zstd.WithDecoderMaxMemory(maxBlockLen), zstd.WithDecoderMaxWindow(maxBlockLen))
 )
@@ -64,6 +69,21 @@ func (b *blockBuilder) appendCompressed(dst []byte) []byte {
 	}
 	b.raw = append(b.raw, b.docs...)
 	return blockEncoder.EncodeAll(b.raw, dst)
+}
+
+// build encodes the documents of group (at most execRowsPerInsert
+// executions) into b, appends their compressed block to dst and returns it.
+// *js is a scratch buffer for one document.
+func (b *blockBuilder) build(dst []byte, group []provenance.Exec, js *[]byte) ([]byte, error) {
+	b.reset()
+	for i := range group {
+		var err error
+		if *js, err = provenance.AppendExecJSON((*js)[:0], &group[i]); err != nil {
+			return dst, err
+		}
+		b.add(*js)
+	}
+	return b.appendCompressed(dst), nil
 }
 
 // appendRef appends the doc column value referring to slot of block id.

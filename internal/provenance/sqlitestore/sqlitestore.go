@@ -46,9 +46,10 @@ type Store struct {
 	// pool without a cap, so that a stream's callback can call the store.
 	streams *sql.DB
 	ins     map[provenance.Kind]*sql.Stmt // per kind, on w
-	// insMany inserts execRowsPerInsert executions at once, and insBlock a
-	// block of their documents, per exec kind.
-	insMany, insBlock map[provenance.Kind]*sql.Stmt
+	// insRows[kind][i] inserts rowSizes[i] executions at once, and
+	// insBlock[kind] a block of their documents, per exec kind.
+	insRows  map[provenance.Kind][]*sql.Stmt
+	insBlock map[provenance.Kind]*sql.Stmt
 
 	mu    sync.Mutex // held by Write: one writer, and the buffers below
 	js    []byte     // one execution's JSON
@@ -114,8 +115,13 @@ var execIndexes = []string{"func, runtime_total", "rid, io_step", "outlier_score
 const execInsertColumns = "(pid, event_id, rid, tid, fid, func, io_step, entry, exit, runtime_total, runtime_exclusive, outlier_score, is_gpu_event, doc)"
 
 // execRowsPerInsert is the number of executions one multi-row INSERT
-// carries: statement overhead is paid once for them.
+// carries at most, and so the most one document block holds: statement
+// overhead is paid once for them.
 const execRowsPerInsert = 64
+
+// rowSizes are the row counts of the prepared multi-row INSERTs, largest
+// first: a group of n executions takes one statement per bit set in n.
+var rowSizes = []int{64, 32, 16, 8, 4, 2, 1}
 
 func schema() []string {
 	var s []string
@@ -177,7 +183,7 @@ func Open(ctx context.Context, path string, opt Options) (*Store, error) {
 		u.RawQuery = q.Encode()
 		return u.String()
 	}
-	s := &Store{path: path, ins: map[provenance.Kind]*sql.Stmt{}, insMany: map[provenance.Kind]*sql.Stmt{}, insBlock: map[provenance.Kind]*sql.Stmt{}}
+	s := &Store{path: path, ins: map[provenance.Kind]*sql.Stmt{}, insRows: map[provenance.Kind][]*sql.Stmt{}, insBlock: map[provenance.Kind]*sql.Stmt{}}
 	var err error
 	if !opt.ReadOnly {
 		// A 64 MiB page cache keeps the indexes' pages in memory while
@@ -200,7 +206,14 @@ func Open(ctx context.Context, path string, opt Options) (*Store, error) {
 			}
 			s.ins[kind] = st
 			if provenance.IsExecKind(kind) {
-				if s.insMany[kind], err = s.w.PrepareContext(ctx, execInsert(string(kind), execRowsPerInsert)); err == nil {
+				for _, n := range rowSizes {
+					var st *sql.Stmt
+					if st, err = s.w.PrepareContext(ctx, execInsert(string(kind), n)); err != nil {
+						break
+					}
+					s.insRows[kind] = append(s.insRows[kind], st)
+				}
+				if err == nil {
 					s.insBlock[kind], err = s.w.PrepareContext(ctx, "INSERT INTO "+string(kind)+"_docs (data) VALUES (?)")
 				}
 				if err != nil {
@@ -244,8 +257,10 @@ func (s *Store) Close() error {
 	for _, st := range s.ins {
 		errs = append(errs, st.Close())
 	}
-	for _, st := range s.insMany {
-		errs = append(errs, st.Close())
+	for _, sts := range s.insRows {
+		for _, st := range sts {
+			errs = append(errs, st.Close())
+		}
 	}
 	for _, st := range s.insBlock {
 		errs = append(errs, st.Close())
@@ -295,90 +310,101 @@ func (s *Store) Write(ctx context.Context, b provenance.Batch) error {
 
 // writeExecs inserts execs, execRowsPerInsert at a time, each group's
 // documents as one block. Called with s.mu held.
-//
-// A group whose rows are not all new (a batch delivered again, or a record
-// given twice) is taken back and written again with only the records not
-// stored yet, so that no block holds a document that no row refers to.
-// (A savepoint per group would do the same, at a quarter of the write's
-// speed: SQLite then journals every page a group changes.)
 func (s *Store) writeExecs(ctx context.Context, tx *sql.Tx, kind provenance.Kind, execs []provenance.Exec) error {
-	w := execWriter{s: s, tx: tx, kind: kind, insBlock: tx.StmtContext(ctx, s.insBlock[kind])}
+	w := s.execWriter(ctx, tx, kind)
 	for len(execs) > 0 {
 		group := execs[:min(len(execs), execRowsPerInsert)]
 		execs = execs[len(group):]
-		id, n, err := w.insert(ctx, group)
-		if err == nil && n < int64(len(group)) {
-			if err = w.takeBack(ctx, group, id); err == nil {
-				var fresh []provenance.Exec
-				if fresh, err = w.unstored(ctx, group); err == nil && len(fresh) > 0 {
-					_, _, err = w.insert(ctx, fresh)
-				}
-			}
+		var err error
+		if s.zblock, err = s.block.build(s.zblock[:0], group, &s.js); err != nil {
+			return err
 		}
-		if err != nil {
+		if err := w.writeGroup(ctx, group, s.zblock); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// execWriter writes executions of one kind in one transaction.
-type execWriter struct {
-	s                   *Store
-	tx                  *sql.Tx
-	kind                provenance.Kind
-	insBlock, many, one *sql.Stmt // the transaction's statements (many, one: when first needed)
-	exists              *sql.Stmt
+// execWriter returns the writer of executions of kind in tx.
+func (s *Store) execWriter(ctx context.Context, tx *sql.Tx, kind provenance.Kind) *execWriter {
+	return &execWriter{s: s, tx: tx, kind: kind, insBlock: tx.StmtContext(ctx, s.insBlock[kind]), rows: make([]*sql.Stmt, len(rowSizes))}
 }
 
-// insert stores group (at most execRowsPerInsert executions) and their
-// documents as one block, and returns the block's id and the number of rows
-// inserted.
-func (w *execWriter) insert(ctx context.Context, group []provenance.Exec) (id, inserted int64, err error) {
-	s := w.s
-	s.block.reset()
-	for i := range group {
-		if s.js, err = provenance.AppendExecJSON(s.js[:0], &group[i]); err != nil {
-			return 0, 0, err
+// execWriter writes executions of one kind in one transaction.
+type execWriter struct {
+	s        *Store
+	tx       *sql.Tx
+	kind     provenance.Kind
+	insBlock *sql.Stmt
+	rows     []*sql.Stmt // the transaction's row inserts by rowSizes index, when first needed
+	exists   *sql.Stmt
+}
+
+// writeGroup stores group (at most execRowsPerInsert executions) with
+// zblock, the compressed block of their documents.
+//
+// A group whose rows are not all new (a batch delivered again, or a record
+// given twice) is taken back and written again with only the records not
+// stored yet, so that no block holds a document that no row refers to.
+// (A savepoint per group would do the same, at a quarter of the write's
+// speed: SQLite then journals every page a group changes.)
+func (w *execWriter) writeGroup(ctx context.Context, group []provenance.Exec, zblock []byte) error {
+	id, n, err := w.insert(ctx, group, zblock)
+	if err == nil && n < int64(len(group)) {
+		if err = w.takeBack(ctx, group, id); err == nil {
+			var fresh []provenance.Exec
+			if fresh, err = w.unstored(ctx, group); err == nil && len(fresh) > 0 {
+				var b blockBuilder
+				var js []byte
+				if zblock, err = b.build(nil, fresh, &js); err == nil {
+					_, _, err = w.insert(ctx, fresh, zblock)
+				}
+			}
 		}
-		s.block.add(s.js)
 	}
-	s.zblock = s.block.appendCompressed(s.zblock[:0])
-	res, err := w.insBlock.ExecContext(ctx, s.zblock)
+	return err
+}
+
+// insert stores group (at most execRowsPerInsert executions) and zblock,
+// their documents' block, and returns the block's id and the number of rows
+// inserted.
+func (w *execWriter) insert(ctx context.Context, group []provenance.Exec, zblock []byte) (id, inserted int64, err error) {
+	s := w.s
+	res, err := w.insBlock.ExecContext(ctx, zblock)
 	if err != nil {
 		return 0, 0, fmt.Errorf("insert document block: %w", err)
 	}
 	if id, err = res.LastInsertId(); err != nil {
 		return 0, 0, fmt.Errorf("insert document block: %w", err)
 	}
-	// The rows: all at once in a full group, else one at a time.
-	n, st, prepared := 1, &w.one, s.ins[w.kind]
-	if len(group) == execRowsPerInsert {
-		n, st, prepared = execRowsPerInsert, &w.many, s.insMany[w.kind]
-	}
-	if *st == nil {
-		*st = w.tx.StmtContext(ctx, prepared)
-	}
 	s.refs = s.refs[:0]
-	for lo := 0; lo < len(group); lo += n {
-		s.args = s.args[:0]
-		for i := lo; i < lo+n; i++ {
-			e := &group[i]
-			start := len(s.refs)
-			s.refs = appendRef(s.refs, id, i)
-			s.args = append(s.args, int64(e.PID), e.EventID, int64(e.RID), int64(e.TID), int64(e.FID), e.Func,
-				int64(e.IOStep), int64(e.Entry), int64(e.Exit), int64(e.RuntimeTotal), int64(e.RuntimeExclusive),
-				e.OutlierScore, e.IsGPUEvent, s.refs[start:len(s.refs):len(s.refs)])
+	lo := 0
+	for si, n := range rowSizes {
+		for len(group)-lo >= n {
+			if w.rows[si] == nil {
+				w.rows[si] = w.tx.StmtContext(ctx, s.insRows[w.kind][si])
+			}
+			s.args = s.args[:0]
+			for i := lo; i < lo+n; i++ {
+				e := &group[i]
+				start := len(s.refs)
+				s.refs = appendRef(s.refs, id, i)
+				s.args = append(s.args, int64(e.PID), e.EventID, int64(e.RID), int64(e.TID), int64(e.FID), e.Func,
+					int64(e.IOStep), int64(e.Entry), int64(e.Exit), int64(e.RuntimeTotal), int64(e.RuntimeExclusive),
+					e.OutlierScore, e.IsGPUEvent, s.refs[start:len(s.refs):len(s.refs)])
+			}
+			res, err := w.rows[si].ExecContext(ctx, s.args...)
+			if err != nil {
+				return 0, 0, err
+			}
+			k, err := res.RowsAffected()
+			if err != nil {
+				return 0, 0, err
+			}
+			inserted += k
+			lo += n
 		}
-		res, err := (*st).ExecContext(ctx, s.args...)
-		if err != nil {
-			return 0, 0, err
-		}
-		k, err := res.RowsAffected()
-		if err != nil {
-			return 0, 0, err
-		}
-		inserted += k
 	}
 	return id, inserted, nil
 }

@@ -1,0 +1,274 @@
+package service
+
+import (
+	"context"
+	"runtime"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/kipimo-hpc/kipimo/internal/provenance"
+	"github.com/kipimo-hpc/kipimo/internal/provenance/sqlitestore"
+)
+
+// The ingest pipeline. One goroutine fetches messages and hands each, in
+// fetch order, to a pool of decoders and to the writer's queue; the
+// decoders decode the messages (and, for a store that can, prepare their
+// write: encoding and compressing documents) several at once; the writer
+// takes the messages in fetch order as they become ready and writes those
+// ready together in one transaction, then acknowledges them. So the single
+// writer does only the inserts, records are written in the order they were
+// fetched, and a message is acknowledged only once its records are
+// committed.
+//
+// At most 4*Fetch messages (the consumer's MaxAckPending) are between fetch
+// and acknowledgement: the fetcher takes a slot for each and the writer
+// frees it. Stopping (the service's context cancelled) ends the fetch loop,
+// which hands the messages still arriving back for redelivery; the
+// decoders finish what they hold; the writer finishes the write under way
+// and hands back the messages it had not started to write.
+
+// maxTxRecords bounds the records of one write: enough to share a
+// transaction's commit (its fsync) among many messages, few enough that a
+// write stays well under AckWait.
+const maxTxRecords = 16384
+
+// preparer is a store whose write can be split: Prepare, the CPU work of a
+// batch, runs on the decoders; WritePrepared writes several prepared
+// batches in one transaction.
+type preparer interface {
+	Prepare(provenance.Batch) (*sqlitestore.Prepared, error)
+	WritePrepared(context.Context, []*sqlitestore.Prepared) error
+}
+
+var _ preparer = (*sqlitestore.Store)(nil)
+
+// job is one fetched message on its way through the pipeline. The decoder
+// fills it and closes ready; the writer reads it after ready is closed.
+type job struct {
+	msg   jetstream.Msg
+	ready chan struct{}
+
+	bad   bool // undecodable, terminated
+	batch provenance.Batch
+	prep  *sqlitestore.Prepared
+	err   error // Prepare failed: handled as a failed write
+}
+
+// pipeline is the state of one Start: its queues and goroutines.
+type pipeline struct {
+	slots chan struct{} // a token per message between fetch and acknowledgement
+	work  chan *job     // to the decoders
+	order chan *job     // to the writer, in fetch order
+	wg    sync.WaitGroup
+}
+
+func newPipeline(depth int) *pipeline {
+	return &pipeline{slots: make(chan struct{}, depth), work: make(chan *job, depth), order: make(chan *job, depth)}
+}
+
+// run starts the decoders and the writer and runs the fetch loop until ctx
+// ends, then waits for the others to finish.
+func (s *Service) run(ctx context.Context, cons jetstream.Consumer) {
+	p := newPipeline(4 * s.cfg.Fetch)
+	for range max(1, runtime.GOMAXPROCS(0)) {
+		p.wg.Go(func() { s.decodeLoop(p) })
+	}
+	p.wg.Go(func() { s.writeLoop(ctx, p) })
+	s.loop(ctx, cons, p)
+	close(p.work)
+	close(p.order)
+	p.wg.Wait()
+}
+
+// enqueue hands msg to the pipeline, or back to the server when stopping.
+func (s *Service) enqueue(ctx context.Context, p *pipeline, msg jetstream.Msg) {
+	if ctx.Err() == nil {
+		select {
+		case p.slots <- struct{}{}:
+		case <-ctx.Done():
+		}
+	}
+	if ctx.Err() != nil {
+		// Stopping: hand it back for immediate redelivery.
+		_ = msg.Nak()
+		return
+	}
+	j := &job{msg: msg, ready: make(chan struct{})}
+	// Neither send blocks: each queue holds as many jobs as there are slots.
+	p.work <- j
+	p.order <- j
+}
+
+// decodeLoop decodes (and prepares) jobs until the work queue is closed.
+func (s *Service) decodeLoop(p *pipeline) {
+	pr, _ := s.store.(preparer)
+	for j := range p.work {
+		s.decode(j, pr)
+		close(j.ready)
+	}
+}
+
+// decode decodes j's message, terminating it if it is bad, and prepares its
+// write when the store can.
+func (s *Service) decode(j *job, pr preparer) {
+	subj := j.msg.Subject()
+	kind := provenance.Kind(subj[strings.LastIndexByte(subj, '.')+1:])
+	b, err := provenance.DecodeBatch(kind, j.msg.Data())
+	if err != nil {
+		s.bad.Add(1)
+		s.logBad(kind, err)
+		_ = j.msg.TermWithReason("undecodable provenance batch")
+		j.bad = true
+		return
+	}
+	j.batch = b
+	if pr != nil {
+		j.prep, j.err = pr.Prepare(b)
+	}
+}
+
+// writeLoop writes the jobs in fetch order until the order queue is closed:
+// the first one waiting (once ready) and the ones after it that are already
+// ready, up to maxTxRecords records, in one write.
+func (s *Service) writeLoop(ctx context.Context, p *pipeline) {
+	var group []*job
+	var next *job // taken from the queue but not ready yet
+	for {
+		j := next
+		next = nil
+		if j == nil {
+			var ok bool
+			if j, ok = <-p.order; !ok {
+				return
+			}
+		}
+		<-j.ready
+		group = append(group[:0], j)
+		n := j.batch.Len()
+	more:
+		for n < maxTxRecords {
+			select {
+			case k, ok := <-p.order:
+				if !ok {
+					break more
+				}
+				select {
+				case <-k.ready:
+					group = append(group, k)
+					n += k.batch.Len()
+				default:
+					next = k
+					break more
+				}
+			default:
+				break more
+			}
+		}
+		if ctx.Err() != nil {
+			// Stopping: hand back what was not written yet.
+			for _, j := range append(group, next) {
+				if j != nil {
+					<-j.ready
+					if !j.bad {
+						_ = j.msg.Nak()
+					}
+					<-p.slots
+				}
+			}
+			next = nil
+			continue
+		}
+		s.write(group)
+		for range group {
+			<-p.slots
+		}
+	}
+}
+
+// write writes the decoded jobs of group and acknowledges each message whose
+// records are committed (or asks for its redelivery).
+func (s *Service) write(group []*job) {
+	var ok []*job
+	for _, j := range group {
+		switch {
+		case j.bad:
+		case j.err != nil:
+			s.writeFailed(j.err, []*job{j})
+		default:
+			ok = append(ok, j)
+		}
+	}
+	if len(ok) == 0 {
+		return
+	}
+	// Not cancelled with the service's context, so that a write under way
+	// when Shutdown is called completes and is acknowledged; bounded so
+	// that a stuck store cannot hold Shutdown for ever. A write slower
+	// than AckWait only causes a redelivery the store ignores.
+	wctx, cancel := context.WithTimeout(context.Background(), max(s.cfg.AckWait, 30*time.Second))
+	defer cancel()
+	if pr, isPreparer := s.store.(preparer); isPreparer {
+		ps := make([]*sqlitestore.Prepared, len(ok))
+		for i, j := range ok {
+			ps[i] = j.prep
+		}
+		if err := pr.WritePrepared(wctx, ps); err != nil {
+			s.writeFailed(err, ok)
+			return
+		}
+		s.written(ok)
+		return
+	}
+	// Any other store: one write per kind.
+	for _, kind := range provenance.Kinds {
+		var merged provenance.Batch
+		var jobs []*job
+		for _, j := range ok {
+			if j.batch.Kind != kind {
+				continue
+			}
+			jobs = append(jobs, j)
+			if merged.Kind == "" {
+				merged = j.batch
+				continue
+			}
+			merged.Execs = append(merged.Execs, j.batch.Execs...)
+			merged.Metadata = append(merged.Metadata, j.batch.Metadata...)
+			merged.FuncStats = append(merged.FuncStats, j.batch.FuncStats...)
+			merged.CounterStats = append(merged.CounterStats, j.batch.CounterStats...)
+			merged.Profiles = append(merged.Profiles, j.batch.Profiles...)
+		}
+		if len(jobs) == 0 {
+			continue
+		}
+		if err := s.store.Write(wctx, merged); err != nil {
+			s.writeFailed(err, jobs)
+			continue
+		}
+		s.written(jobs)
+	}
+}
+
+// written acknowledges the jobs whose records are committed and counts them.
+func (s *Service) written(jobs []*job) {
+	for _, j := range jobs {
+		// An acknowledgement lost here only means the batch comes again
+		// and is written again, which the store ignores.
+		_ = j.msg.Ack()
+		s.counts[j.batch.Kind].Add(int64(j.batch.Len()))
+	}
+	s.batches.Add(int64(len(jobs)))
+}
+
+// writeFailed asks for the jobs' redelivery after RetryDelay.
+func (s *Service) writeFailed(err error, jobs []*job) {
+	if n := s.writeErrors.Add(1); n == 1 || n%100 == 0 {
+		s.log.Error().Err(err).Int64("write_errors", n).Msg("store write failed; the batches will be redelivered")
+	}
+	for _, j := range jobs {
+		_ = j.msg.NakWithDelay(s.cfg.RetryDelay)
+	}
+}

@@ -1,0 +1,158 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/kipimo-hpc/kipimo/internal/natsx"
+	"github.com/kipimo-hpc/kipimo/internal/provenance"
+	"github.com/kipimo-hpc/kipimo/internal/provenance/provstream"
+	"github.com/kipimo-hpc/kipimo/internal/provenance/sqlitestore"
+	"github.com/kipimo-hpc/kipimo/internal/provenance/storetest"
+)
+
+// recordingStore is a store without Prepare (so provdb writes it one kind
+// at a time) that records the executions of each successful write in order
+// and fails the writes whose numbers are in fail.
+type recordingStore struct {
+	provenance.Store
+	mu      sync.Mutex
+	writes  int
+	fail    map[int]bool
+	written []string // execution keys, in the order of successful writes
+}
+
+var errInjected = errors.New("injected write failure")
+
+func (r *recordingStore) Write(ctx context.Context, b provenance.Batch) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.writes++
+	if r.fail[r.writes] {
+		return errInjected
+	}
+	if err := r.Store.Write(ctx, b); err != nil {
+		return err
+	}
+	for _, e := range b.Execs {
+		r.written = append(r.written, provenance.ExecKey(e.PID, e.EventID))
+	}
+	return nil
+}
+
+// TestPipelineOrderAndRedelivery publishes 40 batches of executions and
+// checks, for a store provdb prepares writes for (SQLite) and one it does
+// not, that every record is stored once, that a consumer has nothing left
+// pending, and, for the second one, that records are written in publish
+// order and that batches whose write failed are redelivered and written.
+func TestPipelineOrderAndRedelivery(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		recording bool
+		fail      map[int]bool
+	}{
+		{name: "prepared SQLite writes"},
+		{name: "one write per kind, in order", recording: true},
+		{name: "failed writes redelivered", recording: true, fail: map[int]bool{2: true, 3: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			srv, err := natsx.StartServer(natsx.DefaultServerConfig(t.TempDir()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer srv.Shutdown()
+			nc, err := natsx.Connect(ctx, srv.ClientURL(), "test")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer nc.Close()
+			js, err := jetstream.New(nc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sq, err := sqlitestore.Open(ctx, filepath.Join(t.TempDir(), "p.db"), sqlitestore.Options{Synchronous: "OFF"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sq.Close()
+			var store provenance.Store = sq
+			rec := &recordingStore{Store: sq, fail: tc.fail}
+			if tc.recording {
+				store = rec
+			}
+			const batches, per = 40, 25
+			execs := storetest.Generate(storetest.GenConfig{Seed: 12, N: batches * per, Ranks: 8, Steps: 50, Window: 2, Anomaly: true})
+			subj := provstream.Subject("p", provenance.KindAnomalies)
+			if _, err := provstream.EnsureStream(ctx, js, "p"); err != nil {
+				t.Fatal(err)
+			}
+			for i := range batches {
+				if err := provstream.PublishBatch(ctx, js, subj, fmt.Sprint(i), execs[i*per:(i+1)*per]); err != nil {
+					t.Fatal(err)
+				}
+			}
+			svc := New(Config{Run: "p", Fetch: 4, FetchWait: 100 * time.Millisecond, RetryDelay: 50 * time.Millisecond}, store, js, zerolog.Nop())
+			if err := svc.Start(ctx); err != nil {
+				t.Fatal(err)
+			}
+			for svc.Stats().Written[provenance.KindAnomalies] < batches*per {
+				if ctx.Err() != nil {
+					t.Fatalf("stats %+v, want %d records written", svc.Stats(), batches*per)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			if err := svc.Shutdown(ctx); err != nil {
+				t.Fatal(err)
+			}
+			st := svc.Stats()
+			if st.Batches != batches || st.WriteErrors != int64(len(tc.fail)) {
+				t.Errorf("%d batches and %d write errors, want %d and %d", st.Batches, st.WriteErrors, batches, len(tc.fail))
+			}
+			if n, err := sq.Count(ctx, provenance.Query{Kind: provenance.KindAnomalies}); err != nil || n != batches*per {
+				t.Fatalf("store holds %d records (%v), want %d", n, err, batches*per)
+			}
+			cons, err := js.Consumer(ctx, natsx.ProvStream("p"), "provdb")
+			if err != nil {
+				t.Fatal(err)
+			}
+			info, err := cons.Info(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if info.NumAckPending != 0 || info.NumPending != 0 {
+				t.Errorf("consumer: %d pending acks, %d pending after every record was written", info.NumAckPending, info.NumPending)
+			}
+			if !tc.recording {
+				return
+			}
+			var want []string
+			for _, e := range execs {
+				want = append(want, provenance.ExecKey(e.PID, e.EventID))
+			}
+			if tc.fail == nil {
+				if !slices.Equal(rec.written, want) {
+					t.Errorf("records written out of publish order")
+				}
+				return
+			}
+			// A failed batch comes again later: each record once, all there.
+			got := slices.Clone(rec.written)
+			slices.Sort(got)
+			slices.Sort(want)
+			if !slices.Equal(got, want) {
+				t.Errorf("%d records written, want each of the %d once", len(got), len(want))
+			}
+		})
+	}
+}
