@@ -60,6 +60,7 @@ type chunkReader struct {
 	begun   bool
 	recOff  int64 // file offset of the current record
 	scratch []byte
+	small   [9]byte // a singleton record's compressed integer
 }
 
 func newChunkReader(name string, r io.Reader, chunkSize int64) *chunkReader {
@@ -241,8 +242,9 @@ func (c *chunkReader) compressed() ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	c.small[0] = l
 	if l == 0 || l == 0xff {
-		return []byte{l}, nil
+		return c.small[:1], nil
 	}
 	if l > 8 {
 		return nil, c.fail(c.recOff, "invalid size %d in compressed length byte", l)
@@ -251,7 +253,7 @@ func (c *chunkReader) compressed() ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return append([]byte{l}, b...), nil
+	return c.small[:1+copy(c.small[1:], b)], nil
 }
 
 // errShort is wrapped when a record ends before its fields do.

@@ -292,7 +292,7 @@ func (e *Events) Next() (*Event, error) {
 	}
 }
 
-func (e *Events) decoder() *dec { return &dec{b: e.ev.Payload, little: e.c.little} }
+func (e *Events) decoder() dec { return dec{b: e.ev.Payload, little: e.c.little} }
 
 // cursor is one location being merged.
 type cursor struct {
@@ -395,7 +395,8 @@ func (r *reader) feed(c *cursor) error {
 		r.lose(steps.LossBadTime, c, fmt.Sprintf("%s at tick %d is beyond the range of the clock", eventName(e.ID), e.Time))
 		return nil
 	}
-	f := c.ev.decoder()
+	fd := c.ev.decoder()
+	f := &fd
 	b := r.b
 	var err error
 	switch e.ID {
