@@ -23,7 +23,7 @@ var (
 	}
 	swapGlobal = map[byte]string{
 		5: "cccc", 10: "cs", 12: "cccc", 13: "ccbcc", 14: "ccbcc", 15: "cccbccccbbc",
-		18: "ccbcn(c)bbc", 19: "cccbbbbcc", 20: "cbn(c)bb", 22: "ccccc",
+		18: "ccbcn(c)bbc", 19: "cccbbbbcc", 20: "cbn(c)bb", 21: "cccbc", 22: "ccccc",
 	}
 	swapLocal = map[byte]string{5: "bcBn(c)", 6: "fcf"} // dense id maps
 )

@@ -407,8 +407,8 @@ func TestPingPongMatchesOTF2Print(t *testing.T) {
 // The archives have several ranks and threads, a GPU stream in an
 // accelerator location group, blocking and non-blocking messages on two
 // communicators, a three-member metric (uint64, double, int64 with negative
-// values), clock offsets, a region mapping table and event files of more
-// than one chunk.
+// values), a metric instance recorded by a metric location, clock offsets, a
+// region mapping table and event files of more than one chunk.
 func TestGeneratedMatchesOTF2Print(t *testing.T) {
 	otf2Print(t)
 	gen := buildGen(t)
@@ -442,8 +442,8 @@ func TestGeneratedMatchesOTF2Print(t *testing.T) {
 			fi, _ := os.Stat(filepath.Join(dir, "traces", "0.evt"))
 			t.Logf("%d event records: %d entries, %d messages, %d metric values; %d frames, %d threads; 0.evt %d bytes",
 				got.events, total(got.entries), total(got.msgs), total(got.samples), st.Frames, st.Threads, fi.Size())
-			if st.Threads != c.ranks*c.threads+1 {
-				t.Errorf("%d threads, want %d (the GPU stream on rank 0)", st.Threads, c.ranks*c.threads+1)
+			if st.Threads != c.ranks*c.threads+2 {
+				t.Errorf("%d threads, want %d (with the GPU stream on rank 0 and the metric location on rank 1)", st.Threads, c.ranks*c.threads+2)
 			}
 		})
 	}

@@ -12,7 +12,9 @@
  * MPI_COMM_WORLD, MPI_Irecv from the previous rank on "reversed" (a
  * communicator whose ranks are MPI_COMM_WORLD's in reverse order), and a
  * collective (begin/end events, which frames do not hold). Other threads
- * run compute with the metric; the GPU stream runs kernels. Rank 1 thread 0
+ * run compute with the metric; the GPU stream runs kernels. Rank 1 also has
+ * a metric location recording "node power" (a metric instance of an abstract
+ * metric class, scope: rank 1's location group). Rank 1 thread 0
  * has two clock offsets (its clock drifts); rank 2 thread 0 writes its
  * regions with local ids and a mapping table.
  */
@@ -110,9 +112,10 @@ main( int argc, char** argv )
     check( OTF2_Archive_SetSerialCollectiveCallbacks( ar ), "collective callbacks" );
     check( OTF2_Archive_OpenEvtFiles( ar ), "open event files" );
 
-    uint64_t  nlocs  = ( uint64_t )ranks * threads + 1;
+    uint64_t  nlocs  = ( uint64_t )ranks * threads + 2;
     uint64_t* events = calloc( nlocs, sizeof( uint64_t ) );
     uint64_t  gpu    = loc_id( 0, threads ); /* the GPU stream of rank 0 */
+    uint64_t  power  = loc_id( 1, threads ); /* the metric location of rank 1 */
     uint64_t  end    = OFFSET + ( iters + 2 ) * STEP;
 
     for ( uint32_t r = 0; r < ranks; r++ )
@@ -164,6 +167,18 @@ main( int argc, char** argv )
             check( OTF2_EvtWriter_Enter( w, NULL, b, R_KERNEL ), "enter" );
             check( OTF2_EvtWriter_Leave( w, NULL, b + 20000, R_KERNEL ), "leave" );
         }
+        check( OTF2_EvtWriter_GetNumberOfEvents( w, &events[ nlocs - 2 ] ), "number of events" );
+        check( OTF2_Archive_CloseEvtWriter( ar, w ), "close event writer" );
+    }
+    {
+        OTF2_EvtWriter* w = OTF2_Archive_GetEvtWriter( ar, power );
+        for ( uint64_t i = 0; i < iters; i += 3 )
+        {
+            OTF2_Type        type = OTF2_TYPE_DOUBLE;
+            OTF2_MetricValue v;
+            v.floating_point = 180.0 + ( double )( i % 17 ) * 1.5;
+            check( OTF2_EvtWriter_Metric( w, NULL, OFFSET + ( i + 1 ) * STEP + 5000, 2, 1, &type, &v ), "metric" );
+        }
         check( OTF2_EvtWriter_GetNumberOfEvents( w, &events[ nlocs - 1 ] ), "number of events" );
         check( OTF2_Archive_CloseEvtWriter( ar, w ), "close event writer" );
     }
@@ -195,6 +210,7 @@ main( int argc, char** argv )
         }
     }
     check( OTF2_Archive_CloseDefWriter( ar, OTF2_Archive_GetDefWriter( ar, gpu ) ), "close definition writer" );
+    check( OTF2_Archive_CloseDefWriter( ar, OTF2_Archive_GetDefWriter( ar, power ) ), "close definition writer" );
     check( OTF2_Archive_CloseDefFiles( ar ), "close definition files" );
 
     OTF2_GlobalDefWriter* g = OTF2_Archive_GetGlobalDefWriter( ar );
@@ -206,9 +222,9 @@ main( int argc, char** argv )
     {
         check( OTF2_GlobalDefWriter_WriteString( g, s++, region_names[ k ] ), "string" );
     }
-    uint32_t s_node = s, s_thread = s + 1, s_gpu = s + 2, s_world = s + 3, s_rev = s + 4, s_cyc = s + 5, s_energy = s + 6, s_delta = s + 7, s_unit = s + 8, s_joule = s + 9, s_acc = s + 10;
-    const char* more[] = { "node", "thread", "GPU stream", "MPI_COMM_WORLD", "reversed", "PAPI_TOT_CYC", "energy", "delta", "#", "J", "GPU of rank 0" };
-    for ( int k = 0; k < 11; k++ )
+    uint32_t s_node = s, s_thread = s + 1, s_gpu = s + 2, s_world = s + 3, s_rev = s + 4, s_cyc = s + 5, s_energy = s + 6, s_delta = s + 7, s_unit = s + 8, s_joule = s + 9, s_acc = s + 10, s_power = s + 11, s_watt = s + 12, s_meter = s + 13;
+    const char* more[] = { "node", "thread", "GPU stream", "MPI_COMM_WORLD", "reversed", "PAPI_TOT_CYC", "energy", "delta", "#", "J", "GPU of rank 0", "node power", "W", "power meter" };
+    for ( int k = 0; k < 14; k++ )
     {
         check( OTF2_GlobalDefWriter_WriteString( g, s++, more[ k ] ), "string" );
     }
@@ -236,7 +252,8 @@ main( int argc, char** argv )
             check( OTF2_GlobalDefWriter_WriteLocation( g, loc_id( r, th ), s_thread, OTF2_LOCATION_TYPE_CPU_THREAD, events[ ( uint64_t )r * threads + th ], r ), "location" );
         }
     }
-    check( OTF2_GlobalDefWriter_WriteLocation( g, gpu, s_gpu, OTF2_LOCATION_TYPE_ACCELERATOR_STREAM, events[ nlocs - 1 ], ranks ), "location" );
+    check( OTF2_GlobalDefWriter_WriteLocation( g, gpu, s_gpu, OTF2_LOCATION_TYPE_ACCELERATOR_STREAM, events[ nlocs - 2 ], ranks ), "location" );
+    check( OTF2_GlobalDefWriter_WriteLocation( g, power, s_meter, OTF2_LOCATION_TYPE_METRIC, events[ nlocs - 1 ], 1 ), "location" );
     uint64_t* members = calloc( ranks, sizeof( uint64_t ) );
     for ( uint32_t r = 0; r < ranks; r++ )
     {
@@ -260,6 +277,10 @@ main( int argc, char** argv )
     check( OTF2_GlobalDefWriter_WriteMetricMember( g, 2, s_delta, s_delta, OTF2_METRIC_TYPE_USER, OTF2_METRIC_RELATIVE_POINT, OTF2_TYPE_INT64, OTF2_BASE_DECIMAL, 0, s_unit ), "metric member" );
     OTF2_MetricMemberRef mm[ 3 ] = { 0, 1, 2 };
     check( OTF2_GlobalDefWriter_WriteMetricClass( g, 0, 3, mm, OTF2_METRIC_SYNCHRONOUS, OTF2_RECORDER_KIND_CPU ), "metric class" );
+    check( OTF2_GlobalDefWriter_WriteMetricMember( g, 3, s_power, s_power, OTF2_METRIC_TYPE_OTHER, OTF2_METRIC_ABSOLUTE_POINT, OTF2_TYPE_DOUBLE, OTF2_BASE_DECIMAL, 0, s_watt ), "metric member" );
+    OTF2_MetricMemberRef pm[ 1 ] = { 3 };
+    check( OTF2_GlobalDefWriter_WriteMetricClass( g, 1, 1, pm, OTF2_METRIC_ASYNCHRONOUS, OTF2_RECORDER_KIND_ABSTRACT ), "metric class" );
+    check( OTF2_GlobalDefWriter_WriteMetricInstance( g, 2, 1, power, OTF2_SCOPE_LOCATION_GROUP, 1 ), "metric instance" );
     check( OTF2_Archive_CloseGlobalDefWriter( ar, g ), "close global definition writer" );
     check( OTF2_Archive_Close( ar ), "close archive" );
     free( members );
