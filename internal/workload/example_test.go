@@ -1,6 +1,7 @@
 package workload_test
 
 import (
+	"context"
 	"fmt"
 	"io"
 
@@ -58,4 +59,27 @@ func ExampleWorkload_Functions() {
 	fmt.Printf("slow_call functions: %d unimodal, %d multimodal\n", uni, multi)
 	// Output:
 	// slow_call functions: 24 unimodal, 9 multimodal
+}
+
+// A replay of the evaluation traces: ranks take the applications in turn.
+func ExampleFromTraces() {
+	cfg := workload.DefaultTraceConfig(workload.EvalApps("testdata/eval")...)
+	cfg.Ranks, cfg.Steps = 4, 2
+	w, err := workload.FromTraces(context.Background(), cfg)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(w.Profile(), w.Applications())
+	var f frame.Frame
+	g := w.Rank(1)
+	for {
+		if _, err := g.Next(&f); err != nil {
+			break
+		}
+	}
+	fmt.Println("rank 1 ran", w.Cycles(1), "cycles of", w.CallsPerCycle(1)["mat_mult"], "mat_mult kernel")
+	// Output:
+	// replay [kanika_phase1 opencl_course_L5 pytorch_simple_add kanika_phase1]
+	// rank 1 ran 220 cycles of 1 mat_mult kernel
 }
