@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -19,7 +20,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/spf13/pflag"
 
-	"github.com/kipimo-hpc/kipimo/internal/config"
+	"github.com/kipimo-hpc/kipimo/internal/daemon"
 	"github.com/kipimo-hpc/kipimo/internal/natsx"
 )
 
@@ -69,16 +70,106 @@ func ParseRanks(s string) ([]uint32, error) {
 	return out, nil
 }
 
-// Main is the ad command: it parses args (flags, KIPIMO_* environment, a
-// YAML --config file), connects to NATS and serves the given ranks until
-// their streams end or ctx is cancelled (SIGINT/SIGTERM in cmd/ad), flushing
-// everything pending. With --json it prints a Summary on stdout. It returns
-// pflag.ErrHelp after printing help.
-func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := pflag.NewFlagSet("ad", pflag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, `Usage: ad [flags]
+// DaemonConfig is the ad command's settings: where it connects, which
+// ranks it serves, how it publishes, and the detector options (Detector,
+// registered by AddFlags and shared with kipimo run). Each field names its
+// flag.
+type DaemonConfig struct {
+	NATS  string // --nats: NATS server URL(s), comma-separated
+	Run   string // --run: run id; required
+	PID   uint32 // --pid: program id of the ranks served
+	Ranks string // --ranks: a rank list ("0-7", "0,4,8") or "auto"
+	// Detector holds the detector options (AddFlags) and --shards,
+	// --sync-wait, --sync-timeout; Run adds the sink and the syncer.
+	Detector      Config
+	NoPServer     bool   // --no-pserver: local models only
+	Queue         int    // --queue: provenance batches queued before Overflow applies
+	Overflow      string // --overflow: "block" or "drop"
+	PendingFrames int    // --pending-frames: frames buffered per rank before NATS drops them
+	MetricsAddr   string // --metrics-addr: Prometheus /metrics listener; "" serves none
+	RankLabels    int    // --rank-labels: ranks with their own metric label
+}
+
+// DefaultDaemonConfig is the ad command's defaults (Run is left empty: it is
+// required; the detector options are AddFlags's).
+func DefaultDaemonConfig() DaemonConfig {
+	return DaemonConfig{
+		NATS:          "nats://127.0.0.1:4222",
+		Ranks:         "0",
+		Detector:      Config{Shards: 1, SyncWait: time.Second, SyncTimeout: 2 * time.Second},
+		Queue:         64,
+		Overflow:      "block",
+		PendingFrames: 256,
+		RankLabels:    64,
+	}
+}
+
+// Validate checks c, changing nothing; errors name the flag. The detector
+// options are checked by the detector's own Config.Validate, on a copy.
+func (c DaemonConfig) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if err := natsx.ValidRun(c.Run); err != nil {
+		bad("--run: %w", err)
+	}
+	if _, err := natsx.CheckURL(c.NATS); err != nil {
+		bad("--nats: %w", err)
+	}
+	if c.Ranks != "auto" {
+		if _, err := ParseRanks(c.Ranks); err != nil {
+			bad("--ranks: %w", err)
+		}
+	}
+	if _, err := parseOverflow(c.Overflow); err != nil {
+		bad("%w", err)
+	}
+	if c.Queue < 1 {
+		bad("--queue %d must be at least 1", c.Queue)
+	}
+	if c.PendingFrames < 1 {
+		bad("--pending-frames %d must be at least 1", c.PendingFrames)
+	}
+	if c.MetricsAddr != "" {
+		if _, _, err := net.SplitHostPort(c.MetricsAddr); err != nil {
+			bad("--metrics-addr %q: %w", c.MetricsAddr, err)
+		}
+	}
+	if c.RankLabels < 0 {
+		bad("--rank-labels %d must not be negative", c.RankLabels)
+	}
+	if c.Detector.Shards < 1 {
+		bad("--shards %d must be at least 1", c.Detector.Shards)
+	}
+	if c.Detector.SyncWait <= 0 {
+		bad("--sync-wait %v must be positive", c.Detector.SyncWait)
+	}
+	if c.Detector.SyncTimeout <= 0 {
+		bad("--sync-timeout %v must be positive", c.Detector.SyncTimeout)
+	}
+	check := c.Detector
+	check.Ignore = slices.Clone(check.Ignore)
+	if err := check.Validate(); err != nil {
+		bad("%w", err)
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("ad config: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
+func parseOverflow(s string) (Overflow, error) {
+	switch s {
+	case "block":
+		return Block, nil
+	case "drop":
+		return Drop, nil
+	default:
+		return Block, fmt.Errorf("--overflow %q: use block or drop", s)
+	}
+}
+
+// mainUsage is what ad --help prints above its flags.
+const mainUsage = `Usage: ad --run ID [flags]
 
 ad is Kipimo's on-node anomaly detector. It serves one rank or all ranks of a
 node (one goroutine each): it reads each rank's frames from
@@ -87,176 +178,149 @@ synced with the parameter server (kipimo.<run>.ps.sync.<shard>), labels
 executions and publishes provenance records to the run's JetStream stream. It
 answers live call-stack probes on kipimo.<run>.ad.<pid>.<rank>.callstack and
 kipimo.<run>.ad.callstack. A rank's stream ends with a message carrying the
-header %s (or an empty body), or for all ranks with {"kind":"end_of_run"} on
-kipimo.<run>.control; SIGINT/SIGTERM also end it, after a flush. With
---ranks auto, a detector starts for each rank whose frames appear (programs
-instrumented with Kipimo's event library publish to their node's server), and
-only end_of_run or a signal ends the process.
+header ` + EndOfStreamHeader + ` (or an empty body), or for all ranks with
+{"kind":"end_of_run"} on kipimo.<run>.control; SIGINT/SIGTERM also end it,
+after a flush. With --ranks auto, a detector starts for each rank whose
+frames appear (programs instrumented with Kipimo's event library publish to
+their node's server), and only end_of_run or a signal ends the process.`
 
-%s
-`, EndOfStreamHeader, config.FlagsHeading)
-		fs.PrintDefaults()
-	}
-	natsURL := fs.String("nats", "nats://127.0.0.1:4222", "NATS server URL(s), comma-separated")
-	run := fs.String("run", "", "run id (letters, digits, '-' and '_'); required")
-	pid := fs.Uint32("pid", 0, "program id of the ranks served")
-	ranksFlag := fs.String("ranks", "0", `ranks served by this process, e.g. "0-7" or "0,4,8"; "auto": every rank (of any --pid) that publishes frames on this NATS server`)
-	algo := fs.String("algorithm", HBOS, "outlier algorithm: sstd, hbos or copod")
-	sigma := fs.Float64("sigma", 6, "SSTD threshold in standard deviations")
-	thres := fs.Float64("threshold", 0.99, "HBOS/COPOD threshold, fraction of the score range")
-	bins := fs.Int("bins", 200, "HBOS/COPOD histogram bins")
-	statistic := fs.String("statistic", Exclusive, "runtime the models are built on: exclusive or inclusive")
-	slowOnly := fs.Bool("slow-only", false, "flag only executions slower than the model's mean")
-	byPath := fs.Bool("by-call-path", false, "key models by call path instead of by function")
-	depth := fs.Int("call-path-depth", 0, "frames kept in the profiles' call paths (0: full paths from the root, as Hatchet needs; a limit cuts frames on the root side, as TAU does)")
-	modelDepth := fs.Int("model-path-depth", 2, "frames of the call path that keys a model with --by-call-path")
-	profilePaths := fs.Int("profile-paths", 8192, "most call-path nodes kept per rank; executions on further paths count in their function's flat profile only")
-	minRuntime := fs.Float64("min-runtime", 0, "never flag executions whose runtime (µs) is below this")
-	ignore := fs.StringSlice("ignore", nil, "function names never flagged (repeat or comma-separate)")
-	isolation := fs.Int("isolation", 0, "HBOS/COPOD isolation window half-width in bins (0: Chimbuko's rule)")
-	maxMass := fs.Float64("max-mass", 0, "isolation window mass below which an execution may be flagged (default 0.001 with --isolation)")
-	window := fs.Int("window", 5, "executions before and after an anomaly kept in its exec_window")
-	normalRate := fs.Float64("normal-rate", 0, "fraction of normal executions sampled into normalexecs, besides Chimbuko's rule")
-	profileEvery := fs.Int("profile-every", 0, "publish per-thread profiles every K steps (0: at the end only)")
-	shards := fs.Int("shards", 1, "number of parameter-server shards")
-	syncWait := fs.Duration("sync-wait", time.Second, "how long a step waits for a responsive pserver's reply")
-	syncTimeout := fs.Duration("sync-timeout", 2*time.Second, "timeout of one sync attempt")
-	noPS := fs.Bool("no-pserver", false, "run on local models only")
-	queue := fs.Int("queue", 64, "provenance batches queued before --overflow applies")
-	overflow := fs.String("overflow", "block", "full provenance queue: block (back-pressure, counted as lag) or drop (counted)")
-	pending := fs.Int("pending-frames", 256, "frames buffered per rank before NATS drops them (counted)")
-	metricsAddr := fs.String("metrics-addr", "", "serve Prometheus /metrics on this address (e.g. 127.0.0.1:9464)")
-	rankLabels := fs.Int("rank-labels", 64, "ranks with their own metric label; the rest are summed as rank=\"other\"")
+// parseArgs reads the ad settings from args, then the environment (lookup,
+// normally os.LookupEnv) and a --config file, as internal/config describes,
+// into a DaemonConfig, the --log-level value and whether --json was given.
+// It returns pflag.ErrHelp after printing help on stderr.
+func parseArgs(args []string, lookup func(string) (string, bool), stderr io.Writer) (DaemonConfig, string, bool, error) {
+	fs := pflag.NewFlagSet("ad", pflag.ContinueOnError)
+	c := DefaultDaemonConfig()
+	fs.StringVar(&c.NATS, "nats", c.NATS, "NATS server URL(s), comma-separated")
+	fs.StringVar(&c.Run, "run", "", "run id (letters, digits, '-' and '_'); required")
+	fs.Uint32Var(&c.PID, "pid", c.PID, "program id of the ranks served")
+	fs.StringVar(&c.Ranks, "ranks", c.Ranks, `ranks served by this process, e.g. "0-7" or "0,4,8"; "auto": every rank (of any --pid) that publishes frames on this NATS server`)
+	AddFlags(fs, &c.Detector)
+	fs.IntVar(&c.Detector.Shards, "shards", c.Detector.Shards, "number of parameter-server shards")
+	fs.DurationVar(&c.Detector.SyncWait, "sync-wait", c.Detector.SyncWait, "how long a step waits for a responsive pserver's reply")
+	fs.DurationVar(&c.Detector.SyncTimeout, "sync-timeout", c.Detector.SyncTimeout, "timeout of one sync attempt")
+	fs.BoolVar(&c.NoPServer, "no-pserver", false, "run on local models only")
+	fs.IntVar(&c.Queue, "queue", c.Queue, "provenance batches queued before --overflow applies")
+	fs.StringVar(&c.Overflow, "overflow", c.Overflow, "full provenance queue: block (back-pressure, counted as lag) or drop (counted)")
+	fs.IntVar(&c.PendingFrames, "pending-frames", c.PendingFrames, "frames buffered per rank before NATS drops them (counted)")
+	fs.StringVar(&c.MetricsAddr, "metrics-addr", "", "serve Prometheus /metrics on this address (e.g. 127.0.0.1:9464)")
+	fs.IntVar(&c.RankLabels, "rank-labels", c.RankLabels, "ranks with their own metric label; the rest are summed as rank=\"other\"")
 	jsonOut := fs.Bool("json", false, "print a JSON summary on stdout at the end")
-	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
-	config.AddConfigFlag(fs)
-	if err := config.Parse(fs, args, os.LookupEnv); err != nil {
+	level := daemon.AddLogLevelFlag(fs)
+	if err := daemon.ParseFlags(fs, "ad", mainUsage, args, lookup, stderr); err != nil {
+		return c, "", false, err
+	}
+	return c, *level, *jsonOut, nil
+}
+
+// Main is the ad command: flags (and KIPIMO_* environment, a YAML --config
+// file) into a DaemonConfig, the logger on stderr, Validate, then Run until
+// the ranks' streams end or ctx is cancelled (SIGINT/SIGTERM in cmd/ad).
+// With --json it prints the Summary on stdout. It returns pflag.ErrHelp
+// after printing help.
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cfg, level, jsonOut, err := parseArgs(args, os.LookupEnv, stderr)
+	if err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected argument %q: ad takes only flags", fs.Arg(0))
-	}
-	lvl, err := zerolog.ParseLevel(*logLevel)
+	log, err := daemon.NewLogger(stderr, level)
 	if err != nil {
-		return fmt.Errorf("log level %q: use debug, info, warn or error", *logLevel)
+		return err
 	}
-	log := zerolog.New(stderr).Level(lvl).With().Timestamp().Str("component", "ad").Logger()
-	if err := natsx.ValidRun(*run); err != nil {
-		return fmt.Errorf("--run: %w", err)
+	if err := cfg.Validate(); err != nil {
+		return err
 	}
-	var ranks []uint32
-	discover := *ranksFlag == "auto"
-	if !discover {
-		if ranks, err = ParseRanks(*ranksFlag); err != nil {
-			return fmt.Errorf("--ranks: %w", err)
+	sum, err := Run(ctx, cfg, log)
+	if jsonOut && (err == nil || sum.Ranks != nil) {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if werr := enc.Encode(sum); werr != nil {
+			err = errors.Join(err, fmt.Errorf("write summary: %w", werr))
 		}
 	}
-	var ov Overflow
-	switch *overflow {
-	case "block":
-		ov = Block
-	case "drop":
-		ov = Drop
-	default:
-		return fmt.Errorf("--overflow %q: use block or drop", *overflow)
+	return err
+}
+
+// Run connects to NATS and serves cfg's ranks until their streams end or
+// ctx is cancelled, then flushes the provenance records pending, within
+// daemon.ShutdownTimeout. The Summary counts what was served, also when
+// serving failed.
+func Run(ctx context.Context, cfg DaemonConfig, log zerolog.Logger) (Summary, error) {
+	sum := Summary{Run: cfg.Run}
+	if err := cfg.Validate(); err != nil {
+		return sum, err
 	}
-	dc := Config{
-		Algorithm: *algo, Sigma: *sigma, Threshold: *thres, Bins: *bins, Statistic: *statistic,
-		SlowOnly: *slowOnly, ByCallPath: *byPath, CallPathDepth: *depth, MinRuntime: *minRuntime,
-		ModelPathDepth: *modelDepth, ProfilePaths: *profilePaths,
-		Ignore: *ignore, Isolation: *isolation, MaxMass: *maxMass, Window: *window,
-		NormalRate: *normalRate, ProfileEvery: *profileEvery, Shards: *shards,
-		SyncWait: *syncWait, SyncTimeout: *syncTimeout,
+	log = log.With().Str("component", "ad").Logger()
+	var ranks []uint32
+	discover := cfg.Ranks == "auto"
+	if !discover {
+		ranks, _ = ParseRanks(cfg.Ranks) // checked by Validate
 	}
-	if *window == 0 {
-		dc.Window = -1 // an explicit 0 means no window
-	}
-	check := dc
-	if err := check.Validate(); err != nil {
-		return err
-	}
+	ov, _ := parseOverflow(cfg.Overflow)
+	dc := cfg.Detector
 	start := time.Now()
-	nc, err := natsx.Connect(ctx, *natsURL, "kipimo-ad-"+*run)
+	nc, err := natsx.Connect(ctx, cfg.NATS, "kipimo-ad-"+cfg.Run)
 	if err != nil {
-		return err
+		return sum, err
 	}
 	defer nc.Close()
 	js, err := jetstream.New(nc)
 	if err != nil {
-		return fmt.Errorf("jetstream: %w", err)
+		return sum, fmt.Errorf("jetstream: %w", err)
 	}
-	sink, err := NewNATSSink(js, *run, *queue, ov, log)
+	sink, err := NewNATSSink(js, cfg.Run, cfg.Queue, ov, log)
 	if err != nil {
-		return err
+		return sum, err
 	}
 	if err := sink.Start(ctx); err != nil {
-		return err
+		return sum, err
 	}
 	dc.Sink = sink
-	if !*noPS {
-		dc.Syncer = &NATSSyncer{Conn: nc, Subjects: natsx.Subjects{Run: *run}}
+	if !cfg.NoPServer {
+		dc.Syncer = &NATSSyncer{Conn: nc, Subjects: natsx.Subjects{Run: cfg.Run}}
 	}
-	coll := NewCollector(*rankLabels, sink.Dropped)
-	stopMetrics, err := serveMetrics(*metricsAddr, coll, log)
+	coll := NewCollector(cfg.RankLabels, sink.Dropped)
+	metrics, err := serveMetrics(cfg.MetricsAddr, coll, log)
 	if err != nil {
-		return err
+		sctx, cancel := daemon.ShutdownContext(ctx)
+		defer cancel()
+		return sum, errors.Join(err, sink.Shutdown(sctx))
 	}
-	defer stopMetrics()
 	stats, serr := Serve(ctx, ServeConfig{
-		Conn: nc, Run: *run, PID: *pid, Ranks: ranks, Discover: discover, Detector: dc,
-		PendingFrames: *pending, Collector: coll, Logger: log,
+		Conn: nc, Run: cfg.Run, PID: cfg.PID, Ranks: ranks, Discover: discover, Detector: dc,
+		PendingFrames: cfg.PendingFrames, Collector: coll, Logger: log,
 	})
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	sctx, cancel := daemon.ShutdownContext(ctx)
 	defer cancel()
 	if err := sink.Shutdown(sctx); err != nil {
 		serr = errors.Join(serr, fmt.Errorf("flush provenance: %w", err))
 	}
-	sum := Summary{Run: *run, Ranks: stats, SinkPublished: sink.Published(), SinkDropped: sink.Dropped(),
-		SinkLagSeconds: sink.Lag().Seconds(), DurationSeconds: time.Since(start).Seconds()}
+	if metrics != nil {
+		if err := metrics.Shutdown(sctx); err != nil {
+			serr = errors.Join(serr, err)
+		}
+	}
+	sum.Ranks, sum.SinkPublished, sum.SinkDropped = stats, sink.Published(), sink.Dropped()
+	sum.SinkLagSeconds, sum.DurationSeconds = sink.Lag().Seconds(), time.Since(start).Seconds()
 	for _, s := range stats {
 		sum.Total.Add(s)
 	}
 	log.Info().Uint64("frames", sum.Total.Frames).Uint64("anomalies", sum.Total.Anomalies).
 		Uint64("records", sum.SinkPublished).Uint64("dropped", sum.SinkDropped).Msg("done")
-	if *jsonOut {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(sum); err != nil {
-			return fmt.Errorf("write summary: %w", err)
-		}
-	}
-	return serr
+	return sum, serr
 }
 
-// serveMetrics serves /metrics on addr (nothing when addr is empty) and
-// returns how to stop it.
-func serveMetrics(addr string, coll *Collector, log zerolog.Logger) (func(), error) {
+// serveMetrics serves /metrics on addr (nothing, and a nil server, when
+// addr is empty).
+func serveMetrics(addr string, coll *Collector, log zerolog.Logger) (*daemon.HTTPServer, error) {
 	if addr == "" {
-		return func() {}, nil
+		return nil, nil
 	}
 	reg := prometheus.NewRegistry()
 	if err := reg.Register(coll); err != nil {
 		return nil, fmt.Errorf("register metrics: %w", err)
 	}
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("metrics listener: %w", err)
-	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error().Err(err).Msg("metrics server stopped")
-		}
-	}()
-	log.Info().Str("addr", ln.Addr().String()).Msg("serving /metrics")
-	return func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-		<-done
-	}, nil
+	return daemon.Listen("metrics-addr", addr, mux, log)
 }
