@@ -96,7 +96,9 @@ func TestParseArgs(t *testing.T) {
 			return c.Run == "fromfile" && c.Ranks == "0-3" && c.Queue == 8 && c.Detector.SyncWait == 3*time.Second
 		}},
 		{name: "env beats config file", args: []string{"--config", cfgFile}, env: map[string]string{"KIPIMO_RANKS": "auto", "KIPIMO_NO_PSERVER": "true"},
-			check: func(c DaemonConfig, _ string, _ bool) bool { return c.Ranks == "auto" && c.NoPServer && c.Run == "fromfile" }},
+			check: func(c DaemonConfig, _ string, _ bool) bool {
+				return c.Ranks == "auto" && c.NoPServer && c.Run == "fromfile"
+			}},
 		{name: "flags", args: []string{"--run", "r", "--pid", "2", "--shards", "4", "--overflow", "drop", "--metrics-addr", "127.0.0.1:0", "--json", "--log-level", "warn"},
 			check: func(c DaemonConfig, level string, jsonOut bool) bool {
 				return c.Run == "r" && c.PID == 2 && c.Detector.Shards == 4 && c.Overflow == "drop" && c.MetricsAddr == "127.0.0.1:0" && jsonOut && level == "warn"
