@@ -63,8 +63,8 @@ type chunkReader struct {
 	small   [9]byte // a singleton record's compressed integer
 }
 
-func newChunkReader(name string, r io.Reader, chunkSize int64) *chunkReader {
-	return &chunkReader{name: name, r: bufio.NewReaderSize(r, 32<<10), chunk: chunkSize}
+func newChunkReader(name string, r io.Reader, chunkSize int64, buf int) *chunkReader {
+	return &chunkReader{name: name, r: bufio.NewReaderSize(r, buf), chunk: chunkSize}
 }
 
 func (c *chunkReader) fail(off int64, format string, args ...any) error {

@@ -173,7 +173,7 @@ func ParseDefs(r io.Reader, name string, chunkSize int64) (*Defs, error) {
 	}
 	classes := map[uint32]metricClass{}
 	instances := map[uint32]uint32{} // instance → class
-	c := newChunkReader(name, r, chunkSize)
+	c := newChunkReader(name, r, chunkSize, 32<<10)
 	for {
 		id, err := c.next(false, nil)
 		if err == io.EOF {
@@ -359,7 +359,7 @@ func ParseLocal(r io.Reader, name string, chunkSize int64) (*Local, error) {
 		offset int64
 	}
 	var offs []offset
-	c := newChunkReader(name, r, chunkSize)
+	c := newChunkReader(name, r, chunkSize, 4<<10)
 	for {
 		id, err := c.next(false, nil)
 		if err == io.EOF {

@@ -38,7 +38,6 @@
 package otf2
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -139,9 +138,9 @@ func FindAnchor(paths []string) (string, error) {
 			if err != nil {
 				return "", err
 			}
-			anchors = append(anchors, a)
+			anchors = append(anchors, filepath.Clean(a))
 		case strings.EqualFold(filepath.Ext(p), ".otf2") || len(paths) == 1:
-			anchors = append(anchors, p)
+			anchors = append(anchors, filepath.Clean(p))
 		default:
 			others = append(others, p)
 		}
@@ -219,7 +218,7 @@ func openWith(path string, open func(string) (io.ReadCloser, error)) (*Archive, 
 	return ar, nil
 }
 
-// EventsPath and LocalDefsPath are the files of location id.
+// EventsPath is the event file of location id.
 func (ar *Archive) EventsPath(id uint64) string {
 	return filepath.Join(ar.Dir, strconv.FormatUint(id, 10)+".evt")
 }
@@ -256,9 +255,7 @@ func NewEvents(r io.Reader, name string, chunkSize int64, local *Local) *Events 
 }
 
 func newEvents(r io.Reader, name string, chunkSize int64, local *Local, buf int) *Events {
-	c := newChunkReader(name, r, chunkSize)
-	c.r = bufio.NewReaderSize(r, buf)
-	return &Events{c: c, local: local}
+	return &Events{c: newChunkReader(name, r, chunkSize, buf), local: local}
 }
 
 // bufFor is the read buffer of each of n locations' event files: 32 KiB,
