@@ -424,3 +424,59 @@ func TestChart(t *testing.T) {
 		t.Error("an empty result drew a chart")
 	}
 }
+
+// Every file format reads through LoadPath and compares equal with itself;
+// a .ppk under another name reads with the ppk: prefix. The XML file
+// defines 79 events (grep '<event id=' on it), all flat.
+func TestFormats(t *testing.T) {
+	renamed := filepath.Join(t.TempDir(), "16.dat")
+	data, err := os.ReadFile("testdata/loadimbalance/16.ppk")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(renamed, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name, operand, kind string
+		count               int // 0: not checked
+	}{
+		{"merged XML", "testdata/formats/tauprofile-weighted.xml", "xml", 79},
+		{"Caliper region profile", "testdata/formats/lulesh-annotation-profile.cali", "caliper", 0},
+		{"ppk under another name", "ppk:" + renamed, "ppk", 645},
+		{"TAU directory", "tau:testdata/cpi-ranks01", "tau", 12},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			op, err := ParseOperand(tc.operand)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, err := LoadPath(context.Background(), op.Path, op.Format)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.Kind != tc.kind {
+				t.Errorf("kind %q, want %q", s.Kind, tc.kind)
+			}
+			r, err := Compare(s, s, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.count != 0 && r.Count != tc.count {
+				t.Errorf("%d functions, want %d", r.Count, tc.count)
+			}
+			if r.Count == 0 {
+				t.Fatal("no functions")
+			}
+			for _, row := range r.Functions {
+				if row.A != row.B || row.Impact != 0 || (row.Change != ChangeSame && row.Change != ChangeUntested) {
+					t.Errorf("%s: %+v, want no change against itself", row.Name, row)
+				}
+			}
+		})
+	}
+	if _, err := LoadPath(context.Background(), "testdata/cpi-ranks01/profile.0.0.0", ""); err == nil || !strings.Contains(err.Error(), "FORMAT:PATH") {
+		t.Errorf("a single profile file: error %v, want one naming FORMAT:PATH", err)
+	}
+}

@@ -82,34 +82,18 @@ func LoadPath(ctx context.Context, path, format string) (*Side, error) {
 	if format == KindRun || (format == "" && IsRunDir(path)) {
 		return LoadRun(ctx, path)
 	}
+	if format == "" {
+		f, err := taudb.DetectFormat(path)
+		if err != nil {
+			return nil, fmt.Errorf("%w (kipimo diff takes a format as FORMAT:PATH, e.g. %s:%s)", err, taudb.FormatPPK, path)
+		}
+		format = f
+	}
 	tr, err := taudb.LoadPathContext(ctx, path, format)
 	if err != nil {
 		return nil, err
 	}
-	kind := format
-	if kind == "" {
-		kind = detectKind(path)
-	}
-	return &Side{Label: path, Kind: kind, Trial: tr}, nil
-}
-
-// detectKind names the format a detected load was read as, for display.
-func detectKind(path string) string {
-	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
-		return taudb.FormatTAU
-	}
-	ext := strings.ToLower(filepath.Ext(path))
-	switch {
-	case ext == ".ppk":
-		return taudb.FormatPPK
-	case ext == ".xml" || strings.HasPrefix(filepath.Base(path), "snapshot."):
-		return taudb.FormatXML
-	case ext == ".cali":
-		return taudb.FormatCaliper
-	case ext == ".json":
-		return taudb.FormatCaliperJSON
-	}
-	return "file"
+	return &Side{Label: path, Kind: format, Trial: tr}, nil
 }
 
 // LoadRun reads a Kipimo run directory: the TAU profiles under profiles/
