@@ -497,11 +497,21 @@ func (w *Workload) Kinds() []Kind {
 }
 
 // StepWidth returns the io_step width W in µs; step s covers
-// [T0+s*W, T0+(s+1)*W).
+// [T0+s*W, T0+(s+1)*W). In a replay of several applications each has its
+// own width (RankStepWidth) and StepWidth is the widest.
 func (w *Workload) StepWidth() uint64 { return w.width }
 
+// RankStepWidth returns the io_step width of rank r's frames.
+func (w *Workload) RankStepWidth(r uint32) uint64 {
+	if w.tree != nil {
+		return w.tree.apps[w.tree.rankApp[r]].width
+	}
+	return w.width
+}
+
 // StepOf returns the io_step holding timestamp ts (the last step for times
-// after the nominal end of the run).
+// after the nominal end of the run) on the ranks whose steps are
+// StepWidth wide.
 func (w *Workload) StepOf(ts uint64) uint64 {
 	if ts < T0 {
 		return 0
