@@ -847,3 +847,104 @@ func TestSnapshotDirectory(t *testing.T) {
 	}
 	compareTrials(t, tr, loadFixture(t, "xml/tauprofile-weighted.xml", ""))
 }
+
+// TestSnapshotXMLTwoMetrics gives the real merged file a second metric,
+// PAPI_TOT_CYC, whose values are twice the TIME values on every interval
+// line (metrics="0 1"), and checks that both metrics are read on every
+// thread, that the TOTAL thread of the second is twice TAU's own total, and
+// that the trial round-trips through MULTI__ directories.
+func TestSnapshotXMLTwoMetrics(t *testing.T) {
+	good, err := os.ReadFile(formatPath("xml/tauprofile-weighted.xml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	section := ""
+	for _, l := range strings.Split(string(good), "\n") {
+		switch {
+		case strings.HasPrefix(strings.Trim(l, "\x00 "), `<interval_data metrics="0 ">`):
+			section = "interval"
+			l = strings.Replace(l, `metrics="0 "`, `metrics="0 1 "`, 1)
+		case strings.HasPrefix(l, "</interval_data>"):
+			section = ""
+		case l == "</definitions>" && len(out) < 400:
+			out = append(out, `<metric id="1"><name>PAPI_TOT_CYC</name>`, "<units>unknown</units>", "</metric>")
+		case section == "interval" && strings.TrimSpace(l) != "":
+			f := strings.Fields(l)
+			excl, _ := strconv.ParseFloat(f[3], 64)
+			incl, _ := strconv.ParseFloat(f[4], 64)
+			l += FormatG16(2*excl) + " " + FormatG16(2*incl) + " "
+		}
+		out = append(out, l)
+	}
+	tr, err := ReadSnapshotXML(strings.NewReader(strings.Join(out, "\n")), "two.xml", "two")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tr.Metrics) != 2 || tr.Metrics[1].Name != "PAPI_TOT_CYC" {
+		t.Fatalf("metrics %v, want TIME and PAPI_TOT_CYC", tr.Metrics)
+	}
+	time, cyc := tr.Metrics[0], tr.Metrics[1]
+	for _, th := range tr.Threads {
+		for _, d := range th.CallData {
+			a, b := d.Value(time), d.Value(cyc)
+			if a == nil || b == nil || !relClose(b.Exclusive, 2*a.Exclusive) || !relClose(b.Inclusive, 2*a.Inclusive) {
+				t.Fatalf("thread %s %q: TIME %+v, PAPI_TOT_CYC %+v; want twice", th, d.Callpath.Name, a, b)
+			}
+		}
+	}
+	app := tr.Thread(Total).CallDataFor(tr.Callpath(".TAU application")).Value(cyc)
+	if app.Exclusive != 2*13131 || app.Inclusive != 2*106642526 {
+		t.Errorf("TOTAL .TAU application PAPI_TOT_CYC = %v, %v; want twice TAU's total 13131, 106642526", app.Exclusive, app.Inclusive)
+	}
+	dir := t.TempDir()
+	if err := WriteDir(dir, tr); err != nil {
+		t.Fatal(err)
+	}
+	back, err := ReadDir(dir, "two")
+	if err != nil {
+		t.Fatal(err)
+	}
+	compareTrials(t, back, tr)
+}
+
+// TestCaliperJSONRanks writes the lulesh scan as json-split with two ranks,
+// rank 1 taking three times rank 0's time, and checks the threads and the
+// derived mean and total.
+func TestCaliperJSONRanks(t *testing.T) {
+	s := scanLulesh(t)
+	var doc map[string]any
+	if err := json.Unmarshal(luleshJSONSplit(t, s), &doc); err != nil {
+		t.Fatal(err)
+	}
+	rows := doc["data"].([]any)
+	for _, r := range append([]any(nil), rows...) {
+		row := append([]any(nil), r.([]any)...)
+		row[1] = 1
+		row[2] = 3 * row[2].(float64)
+		rows = append(rows, row)
+	}
+	doc["data"] = rows
+	data, err := json.Marshal(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := ReadCaliperJSON(bytes.NewReader(data), "ranks.json", "ranks")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tr.TotalThreads != 2 || tr.Thread(1) == nil || tr.Thread(1).NodeRank != 1 {
+		t.Fatalf("threads %d; want ranks 0 and 1 as nodes 0 and 1", tr.TotalThreads)
+	}
+	for key, sec := range s.sum {
+		c := tr.Callpath(key)
+		if c == nil || strings.Count(key, "=>") == 0 {
+			continue
+		}
+		mean := tr.Thread(MeanWithoutNulls).CallDataFor(c).Values[0].Exclusive
+		total := tr.Thread(Total).CallDataFor(c).Values[0].Exclusive
+		if !relClose(mean, 2*sec*1e6) || !relClose(total, 4*sec*1e6) {
+			t.Errorf("%q: mean %v total %v; want %v and %v", key, mean, total, 2*sec*1e6, 4*sec*1e6)
+		}
+	}
+}
