@@ -255,7 +255,7 @@ func TestCountersAndCommAttached(t *testing.T) {
 	sort.Slice(f.CounterEvents, func(i, j int) bool { return f.CounterEvents[i].TS < f.CounterEvents[j].TS })
 	f.Comms = []frame.CommEvent{{Tid: 0, Kind: frame.Send, Tag: 5, Partner: 4, Bytes: 64, TS: slowEntry + 105}}
 	sink := &MemorySink{}
-	d, err := New(Config{Rank: 3, Algorithm: SSTD, Sigma: 3, Window: 2, Sink: sink})
+	d, err := New(Config{Rank: 3, Algorithm: SSTD, Sigma: 3, Window: 2, SettleCount: -1, Sink: sink})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -61,10 +61,11 @@ var Algorithms = []string{Tail, SSTD, HBOS, COPOD}
 
 // Default tail rule (Config.TailRatio, TailRecur, Resolution).
 const (
-	DefaultTailRatio  = 1.4
-	DefaultTailRecur  = 5
-	DefaultRecurFrac  = 0.005
-	DefaultResolution = 1.0
+	DefaultTailRatio   = 1.4
+	DefaultTailRecur   = 5
+	DefaultRecurFrac   = 0.005
+	DefaultSettleCount = 1000
+	DefaultResolution  = 1.0
 )
 
 // Statistic names: which runtime the models are built on.
@@ -102,6 +103,12 @@ type Config struct {
 	// RecurFrac raises TailRecur to this fraction of the model's runtimes
 	// (default 0.005): a cluster of rare anomalies is not behaviour.
 	RecurFrac float64
+	// SettleCount is how many runtimes a model needs before an execution
+	// beyond its natural range is flagged (default 1000): earlier, the
+	// execution waits (at most MaxPendingSteps steps) for the model to
+	// show its tail, as executions wait for MinCount. 0 by default with
+	// Chimbuko's rules; negative means never wait.
+	SettleCount float64
 	// Resolution is the timer resolution in µs (default 1): a runtime one
 	// tick beyond the natural maximum is still natural.
 	Resolution float64
@@ -231,6 +238,9 @@ func (c *Config) Validate() error {
 	}
 	if c.TailRecur == 0 {
 		c.TailRecur = DefaultTailRecur
+	}
+	if c.SettleCount == 0 && !c.Chimbuko {
+		c.SettleCount = DefaultSettleCount
 	}
 	if c.RecurFrac == 0 {
 		c.RecurFrac = DefaultRecurFrac

@@ -15,6 +15,7 @@ func AddFlags(fs *pflag.FlagSet, c *Config) {
 	fs.Float64Var(&c.TailRatio, "tail-ratio", DefaultTailRatio, "how far beyond its function's natural maximum a runtime must lie to be flagged")
 	fs.Uint64Var(&c.TailRecur, "tail-recur", DefaultTailRecur, "runtimes in one bin (9% wide) that make it natural whatever the gap below it")
 	fs.Float64Var(&c.RecurFrac, "recur-frac", DefaultRecurFrac, "fraction of a function's runtimes one bin needs (at least --tail-recur) to be natural beyond a gap")
+	fs.Float64Var(&c.SettleCount, "settle-count", DefaultSettleCount, "runtimes a model needs before an execution beyond its natural range is flagged; earlier ones wait (at most 8 steps) for the model's tail to show (negative: never wait)")
 	fs.Float64Var(&c.Resolution, "resolution", DefaultResolution, "timer resolution in µs: one tick beyond the natural maximum is still natural")
 	fs.Float64Var(&c.Sigma, "sigma", 6, "SSTD threshold in standard deviations")
 	fs.Float64Var(&c.Threshold, "threshold", 0.99, "HBOS/COPOD threshold as a fraction of the score range")

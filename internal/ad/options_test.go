@@ -2,6 +2,7 @@ package ad
 
 import (
 	"context"
+	"reflect"
 	"testing"
 	"time"
 
@@ -81,7 +82,7 @@ func TestDetectionOptions(t *testing.T) {
 // finish, even in a later step.
 func TestWindowCompletedInLaterStep(t *testing.T) {
 	sink := &MemorySink{}
-	d, err := New(Config{Algorithm: SSTD, Sigma: 3, Window: 2, Sink: sink})
+	d, err := New(Config{Algorithm: SSTD, Sigma: 3, Window: 2, SettleCount: -1, Sink: sink})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,4 +180,59 @@ func TestSinkOverflow(t *testing.T) {
 			t.Fatalf("published %d, want 4", s.Published())
 		}
 	})
+}
+
+// A value beyond a young model's natural range waits for the model to
+// settle: a tail that shows itself later makes it natural, a real outlier
+// stays one.
+func TestSettle(t *testing.T) {
+	call := func(f *frame.Frame, ts *uint64, fid uint32, dur uint64) {
+		f.Events = append(f.Events, en(0, fid, *ts), ex(0, fid, *ts+dur))
+		*ts += dur + 5
+	}
+	frames := func() []*frame.Frame {
+		ts := uint64(1)
+		f0 := &frame.Frame{Step: 0, Funcs: []frame.Name{{ID: 1, Name: "f"}}}
+		for i := range 20 {
+			call(f0, &ts, 1, 100+uint64(i%5))
+		}
+		call(f0, &ts, 1, 300)  // the tail, seen early
+		call(f0, &ts, 1, 2000) // an outlier
+		f1 := &frame.Frame{Step: 1}
+		for i := range 200 {
+			call(f1, &ts, 1, 100+uint64(i)) // the tail fills in up to 299
+		}
+		return []*frame.Frame{f0, f1}
+	}
+	for _, tc := range []struct {
+		name   string
+		settle float64
+		want   map[uint64]uint64 // flagged runtime -> io_step of its record
+	}{
+		{"settling judges the early tail with the settled model", 100, map[uint64]uint64{2000: 1}},
+		{"without settling the early tail is flagged", -1, map[uint64]uint64{300: 0, 2000: 0}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sink := &MemorySink{}
+			d, err := New(Config{SettleCount: tc.settle, Sink: sink})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, f := range frames() {
+				if err := d.Process(context.Background(), f); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := d.Close(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			got := map[uint64]uint64{}
+			for _, a := range sink.All().Anomalies {
+				got[a.RuntimeExclusive] = a.IOStep
+			}
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("flagged (runtime: step) %v, want %v", got, tc.want)
+			}
+		})
+	}
 }

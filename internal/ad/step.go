@@ -166,6 +166,12 @@ func (d *Detector) label(t *thread, seq uint64, e *execRec, final bool, sum *psy
 		d.stats.unscored.Add(1)
 	default:
 		score, anom = d.judge(m, x)
+		if anom && d.gated && m.det.N < d.cfg.SettleCount && !final && d.step-uint64(e.step) < uint64(d.cfg.MaxPendingSteps) {
+			// Beyond a young model's natural range, whose tail has not
+			// shown itself yet: judge again when the model has settled.
+			sum.Executions--
+			return
+		}
 	}
 	e.score = float32(score)
 	if !anom {
