@@ -204,8 +204,8 @@ func (p *ppkReader) decode() ([][]*ProfileFile, error) {
 	if err != nil {
 		return nil, err
 	}
-	if version < 1 || version > 2 {
-		return nil, p.fail(at, "ppk version %d, want 1 or 2", version)
+	if version != 2 {
+		return nil, p.fail(at, "ppk version %d; this reader reads the version 2 layout", version)
 	}
 	at = p.off
 	compat, err := p.int32("compatibility level")
