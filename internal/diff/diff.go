@@ -122,6 +122,10 @@ type Row struct {
 	// Test is Welch's t-test of the per-thread values, nil when it cannot
 	// be made (a side with fewer than 2 threads).
 	Test *Welch `json:"test"`
+	// AnomaliesA and AnomaliesB count the function's anomalies over all
+	// threads when both sides are Kipimo runs (flat functions only).
+	AnomaliesA *int64 `json:"anomalies_a,omitempty"`
+	AnomaliesB *int64 `json:"anomalies_b,omitempty"`
 	// Change is "up", "down" or "same" for a test that found the change
 	// beyond the spread ("same" when it did not), "new" or "gone" for a
 	// function only B or only A ran, and "untested" when the test could
@@ -235,6 +239,10 @@ func Compare(a, b *Side, opt Options) (*Result, error) {
 			row.TotalA, row.TotalB = ta[n], tb[n]
 			row.Impact = math.Abs(row.TotalB - row.TotalA)
 		}
+		if a.Anomalies != nil && b.Anomalies != nil && !opt.CallPaths {
+			ca, cb := countAnomalies(a, n), countAnomalies(b, n)
+			row.AnomaliesA, row.AnomaliesB = &ca, &cb
+		}
 		res.Functions = append(res.Functions, row)
 	}
 	sort.Slice(res.Functions, func(i, j int) bool {
@@ -310,6 +318,15 @@ func pickMetric(a, b *taudb.Trial, want string) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("the two profiles share no metric: %s has %s, %s has %s", a.Name, names(a), b.Name, names(b))
+}
+
+// countAnomalies sums function fn's anomalies over s's threads.
+func countAnomalies(s *Side, fn string) int64 {
+	var n int64
+	for _, fs := range s.Anomalies {
+		n += fs[fn]
+	}
+	return n
 }
 
 // perThread returns, per function or call path, the values of its real

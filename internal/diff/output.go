@@ -63,7 +63,9 @@ func describeSide(s SideInfo) string {
 
 // WriteText prints r as a table: a header naming the sides, the quantity,
 // the test and the sort rule, then one line per function with A, B, B/A,
-// the change of the total, the test's p-value and verdict, and the name.
+// the change of the total, the test's p-value and verdict, and the name;
+// rows of two Kipimo runs compared by another quantity start with their
+// anomaly counts.
 func WriteText(w io.Writer, r *Result) error {
 	fmt.Fprintf(w, "A: %s\n", describeSide(r.A))
 	fmt.Fprintf(w, "B: %s\n", describeSide(r.B))
@@ -82,7 +84,13 @@ func WriteText(w io.Writer, r *Result) error {
 	if len(r.Functions) == 0 {
 		return nil
 	}
+	// Runs compared by anything but their anomalies also show the
+	// anomaly counts.
+	anom := r.Quantity != Anomalies && r.Functions[0].AnomaliesA != nil
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	if anom {
+		fmt.Fprint(tw, "anomalies A\tanomalies B\t")
+	}
 	fmt.Fprintln(tw, "A\tB\tB/A\tΔtotal\tp\tchange\t")
 	for _, row := range r.Functions {
 		ratio := "-"
@@ -97,6 +105,9 @@ func WriteText(w io.Writer, r *Result) error {
 		d := r.FormatValue(delta)
 		if delta > 0 {
 			d = "+" + d
+		}
+		if anom {
+			fmt.Fprintf(tw, "%d\t%d\t", *row.AnomaliesA, *row.AnomaliesB)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t  %s\n", r.FormatValue(row.A), r.FormatValue(row.B), ratio, d, p, row.Change, row.Name)
 	}

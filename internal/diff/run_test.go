@@ -102,6 +102,23 @@ func TestKipimoRuns(t *testing.T) {
 	if top.TotalB <= top.TotalA || top.B <= top.A {
 		t.Errorf("the function with the largest change, %s: %v -> %v anomalies, %.3f -> %.3f per 1,000 calls; want a rise", top.Name, top.TotalA, top.TotalB, top.A, top.B)
 	}
+	// Compared by time, each row carries its anomaly counts; they add up
+	// to the detectors' counts.
+	byTime, err := Compare(a, b, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nA, nB int64
+	for _, row := range byTime.Functions {
+		if row.AnomaliesA == nil || row.AnomaliesB == nil {
+			t.Fatalf("%s has no anomaly counts", row.Name)
+		}
+		nA += *row.AnomaliesA
+		nB += *row.AnomaliesB
+	}
+	if nA != int64(sumA.Anomalies) || nB != int64(sumB.Anomalies) {
+		t.Errorf("the rows' anomaly counts add up to %d and %d, the detectors flagged %d and %d", nA, nB, sumA.Anomalies, sumB.Anomalies)
+	}
 	if _, err := Compare(a, b, Options{Quantity: Anomalies, CallPaths: true}); err == nil {
 		t.Error("anomalies per call path compared; they are counted per function")
 	}
