@@ -216,7 +216,9 @@ func (s *Server) provdbProxy() http.Handler {
 			pr.SetURL(target)
 			pr.Out.URL.Path = strings.TrimSuffix(target.Path, "/") + strings.TrimPrefix(pr.In.URL.Path, "/provdb")
 			pr.Out.URL.RawPath = ""
-			pr.Out.URL.RawQuery = pr.In.URL.RawQuery // ?token= is removed by daemon.Bearer
+			q := pr.In.URL.Query()
+			q.Del(daemon.TokenParam) // a page opened with ?token= on a server without one
+			pr.Out.URL.RawQuery = q.Encode()
 			pr.Out.Header.Del("Authorization")
 		},
 		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {

@@ -194,23 +194,30 @@ func TestProvDBProxy(t *testing.T) {
 			t.Errorf("status %d body %s, want 503 naming --provdb-url", res.StatusCode, body)
 		}
 	})
-	t.Run("present", func(t *testing.T) {
-		var got *http.Request
-		prov := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			got = r
-			w.Write([]byte(`[]`))
-		}))
-		defer prov.Close()
-		_, ts, _ := fedServer(t, Config{ProvDBURL: prov.URL + "/base", Token: "tk"}, 2, 2, 0)
-		res, err := http.Get(ts.URL + "/provdb/api/anomalies?rank=1&token=tk")
-		if err != nil {
-			t.Fatal(err)
-		}
-		res.Body.Close()
-		if res.StatusCode != 200 || got == nil || got.URL.Path != "/base/api/anomalies" || got.URL.Query().Get("rank") != "1" || got.URL.Query().Has("token") {
-			t.Errorf("status %d, provdb saw %v", res.StatusCode, got.URL)
-		}
-	})
+	// The token the page was opened with never reaches provdb, whether
+	// the pserver checks one or not; nor does the Authorization header.
+	for _, tc := range []struct{ name, token string }{{"present", "tk"}, {"present, no token configured", ""}} {
+		t.Run(tc.name, func(t *testing.T) {
+			var got *http.Request
+			prov := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				got = r
+				w.Write([]byte(`[]`))
+			}))
+			defer prov.Close()
+			_, ts, _ := fedServer(t, Config{ProvDBURL: prov.URL + "/base", Token: tc.token}, 2, 2, 0)
+			res, err := http.Get(ts.URL + "/provdb/api/anomalies?rank=1&token=tk")
+			if err != nil {
+				t.Fatal(err)
+			}
+			res.Body.Close()
+			if res.StatusCode != 200 || got == nil {
+				t.Fatalf("status %d, provdb reached: %v", res.StatusCode, got != nil)
+			}
+			if got.URL.Path != "/base/api/anomalies" || got.URL.Query().Get("rank") != "1" || got.URL.Query().Has("token") || got.Header.Get("Authorization") != "" {
+				t.Errorf("provdb saw %v with Authorization %q", got.URL, got.Header.Get("Authorization"))
+			}
+		})
+	}
 }
 
 func TestSSEStreamAndSlowClients(t *testing.T) {
