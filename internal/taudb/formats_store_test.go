@@ -2,6 +2,8 @@ package taudb
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"testing"
 )
 
@@ -12,9 +14,22 @@ import (
 func TestStoreFormats(t *testing.T) {
 	s := openStore(t)
 	ctx := context.Background()
-	for _, fx := range formatFixtures {
+	// The lulesh profile in json-split form stands for caliper-json.
+	jsonPath := filepath.Join(t.TempDir(), "lulesh.json")
+	if err := os.WriteFile(jsonPath, luleshJSONSplit(t, scanLulesh(t)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cases := append(formatFixtures[:len(formatFixtures):len(formatFixtures)], struct{ name, path, format string }{"caliper-json-lulesh", jsonPath, FormatCaliperJSON})
+	for _, fx := range cases {
 		t.Run(fx.name, func(t *testing.T) {
-			tr := loadFixture(t, fx.path, fx.format)
+			path := formatPath(fx.path)
+			if filepath.IsAbs(fx.path) {
+				path = fx.path
+			}
+			tr, err := LoadPath(path, fx.format)
+			if err != nil {
+				t.Fatal(err)
+			}
 			st, err := s.SaveTrial(ctx, tr)
 			if err != nil {
 				t.Fatal(err)
