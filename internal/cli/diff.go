@@ -88,8 +88,9 @@ only). Times are microseconds, printed with a unit.`,
 					return err
 				}
 				sides[i] = s
-				fmt.Fprintf(cmd.ErrOrStderr(), "%c: read %s: %d threads, %d metrics, %d timers in %s\n", 'A'+i, arg,
-					len(s.Trial.RealThreads()), len(s.Trial.Metrics), len(s.Trial.Timers), time.Since(start).Round(time.Millisecond))
+				fmt.Fprintf(cmd.ErrOrStderr(), "%c: read %s: %s, %s, %s in %s\n", 'A'+i, arg,
+					diffCount(len(s.Trial.RealThreads()), "thread"), diffCount(len(s.Trial.Metrics), "metric"),
+					diffCount(len(s.Trial.Timers), "timer"), time.Since(start).Round(time.Millisecond))
 			}
 			res, err := diff.Compare(sides[0], sides[1], diff.Options{Quantity: q, Metric: metric, CallPaths: callPaths, Alpha: alpha})
 			if err != nil {
@@ -176,4 +177,12 @@ func writeDiffChart(file, format string, res *diff.Result) error {
 		return fmt.Errorf("--%s %s: %w", format, file, werr)
 	}
 	return nil
+}
+
+// diffCount is "1 thread", "16 threads".
+func diffCount(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }
