@@ -194,3 +194,52 @@ func TestSetUsage(t *testing.T) {
 		t.Errorf("help:\n%s\nwant it to start with:\n%s", out.String(), want)
 	}
 }
+
+// TestReadSecret: a secret file's contents without surrounding whitespace;
+// nothing for no file; an error naming the file, never its contents, for a
+// file that is missing or holds only whitespace.
+func TestReadSecret(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	tests := []struct {
+		name    string
+		path    string
+		want    string
+		wantErr string
+	}{
+		{name: "no path", path: "", want: ""},
+		{name: "trailing newline", path: write("a", "s3cret\n"), want: "s3cret"},
+		{name: "CRLF and spaces", path: write("b", "  s3cret \r\n"), want: "s3cret"},
+		{name: "missing", path: filepath.Join(dir, "none"), wantErr: "none"},
+		{name: "empty", path: write("empty", ""), wantErr: "empty is empty"},
+		{name: "whitespace only", path: write("blank", "\n \t\n"), wantErr: "blank is empty"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := ReadSecret(tc.path)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("got %q, %v; want an error containing %q", got, err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Fatalf("got %q, %v; want %q", got, err, tc.want)
+			}
+		})
+	}
+	// The error never carries the secret.
+	p := write("unreadable", "s3cret-value")
+	if err := os.Chmod(p, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadSecret(p); err != nil && strings.Contains(err.Error(), "s3cret-value") {
+		t.Errorf("error shows the secret: %v", err)
+	}
+}
