@@ -80,9 +80,10 @@ func BucketName(run string) string { return "KIPIMO_PS_" + run }
 // WALStreamName is the JetStream stream holding a run's sync write-ahead log.
 func WALStreamName(run string) string { return "KIPIMO_PSWAL_" + run }
 
-// Start loads the persisted state, replays the write-ahead log, subscribes to
-// the shard's sync subject and starts the HTTP listener (when configured). nc
-// stays owned by the caller and must outlive the Server.
+// Start starts the durability (the persisted state loaded and, in
+// DurabilityWAL, the log replayed), subscribes to the shard's sync subject
+// and starts the HTTP listener (when configured). nc stays owned by the
+// caller and must outlive the Server.
 func (s *Server) Start(ctx context.Context, nc *nats.Conn) error {
 	err := errors.New("pserver: already started")
 	s.startOnce.Do(func() { err = s.start(ctx, nc) })
