@@ -196,6 +196,9 @@ func TestRunFromTraces(t *testing.T) {
 	if err := json.Unmarshal(line, &sum); err != nil {
 		t.Fatalf("summary %q: %v", stdout.String(), err)
 	}
+	if !strings.Contains(stderr.String(), "replaying opencl_course_L5 on ranks 0; pytorch_simple_add on ranks 1") {
+		t.Errorf("stderr does not say which rank replays which trace:\n%s", stderr.String())
+	}
 	fh, err := os.Open(filepath.Join(out, "fromtest", "truth.jsonl"))
 	if err != nil {
 		t.Fatal(err)

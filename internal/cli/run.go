@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -109,6 +110,12 @@ the results are, and the commands to explore them.`,
 					return err
 				}
 				cfg.From = tc
+				// Rank r replays application r mod len(--from).
+				names := make([]string, tc.Ranks)
+				for r := range names {
+					names[r] = filepath.Base(ev.from[r%len(ev.from)])
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "replaying %s\n", describeApps(names))
 			} else if !execMode && len(cfg.Inputs) == 0 {
 				var err error
 				if wl, err = ev.synthetic(cmd.Flags(), wl, scale); err != nil {
