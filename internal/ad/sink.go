@@ -60,38 +60,6 @@ func (d *Detector) emit(ctx context.Context) {
 	}
 }
 
-// MemorySink keeps every batch in memory (tests and the whole-pipeline
-// command's in-process use). Safe for concurrent use.
-type MemorySink struct {
-	mu      sync.Mutex
-	Batches []*Batch
-}
-
-// Publish implements Sink.
-func (s *MemorySink) Publish(_ context.Context, b *Batch) error {
-	s.mu.Lock()
-	s.Batches = append(s.Batches, b)
-	s.mu.Unlock()
-	return nil
-}
-
-// Flush implements Sink.
-func (s *MemorySink) Flush(context.Context) error { return nil }
-
-// All returns the records received so far, merged.
-func (s *MemorySink) All() Batch {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var all Batch
-	for _, b := range s.Batches {
-		all.Anomalies = append(all.Anomalies, b.Anomalies...)
-		all.Normal = append(all.Normal, b.Normal...)
-		all.Metadata = append(all.Metadata, b.Metadata...)
-		all.Profiles = append(all.Profiles, b.Profiles...)
-	}
-	return all
-}
-
 // Overflow says what a full NATSSink queue does.
 type Overflow int
 

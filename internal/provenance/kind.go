@@ -1,7 +1,6 @@
 package provenance
 
 import (
-	"fmt"
 	"strings"
 )
 
@@ -38,14 +37,6 @@ func (k Kind) Valid() bool {
 
 // IsExec reports whether k holds executions (anomalies, normalexecs).
 func (k Kind) IsExec() bool { return k == KindAnomalies || k == KindNormalExecs }
-
-// ParseKind returns the kind named s, or an error listing the kinds.
-func ParseKind(s string) (Kind, error) {
-	if k := Kind(s); k.Valid() {
-		return k, nil
-	}
-	return "", fmt.Errorf("unknown kind %q (want one of %s)", s, KindNames())
-}
 
 // KindNames lists the kinds' names separated by commas, for messages.
 func KindNames() string {

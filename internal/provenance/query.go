@@ -372,37 +372,6 @@ func SortGroups(gs []Group, limit int) []Group {
 	return gs
 }
 
-// AggregateInGo groups execs (already filtered) as by says; stores use it
-// where the database cannot, and tests as the reference.
-func AggregateInGo(execs []Exec, by GroupBy, limit int) []Group {
-	type key struct {
-		rank uint32
-		fn   string
-		step uint64
-	}
-	counts := map[key]int64{}
-	for i := range execs {
-		e := &execs[i]
-		var k key
-		switch by {
-		case ByRank:
-			k.rank = e.RID
-		case ByFunc:
-			k.fn = e.Func
-		case ByStep:
-			k.step = e.IOStep
-		case ByRankFunc:
-			k.rank, k.fn = e.RID, e.Func
-		}
-		counts[k]++
-	}
-	gs := make([]Group, 0, len(counts))
-	for k, n := range counts {
-		gs = append(gs, MakeGroup(by, k.rank, k.fn, k.step, n))
-	}
-	return SortGroups(gs, limit)
-}
-
 // MakeGroup builds the group of by with the given key fields.
 func MakeGroup(by GroupBy, rank uint32, fn string, step uint64, n int64) Group {
 	g := Group{Count: n}

@@ -13,15 +13,28 @@ import (
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
 	"github.com/kipimo-hpc/kipimo/internal/provenance/sqlitestore"
 	"github.com/kipimo-hpc/kipimo/internal/provenance/storetest"
+	"github.com/kipimo-hpc/kipimo/schemas"
 )
 
+// compile compiles the JSON Schema of kind's records, as embedded by
+// package schemas.
 func compile(t *testing.T, kind provenance.Kind) *jsonschema.Schema {
 	t.Helper()
-	path, err := filepath.Abs(filepath.Join("..", "..", "schemas", "provenance", string(kind)+".schema.json"))
+	name := "provenance/" + string(kind) + ".schema.json"
+	data, err := schemas.Provenance.ReadFile(name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := jsonschema.NewCompiler().Compile(path)
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(data))
+	if err != nil {
+		t.Fatalf("schema of %s: %v", kind, err)
+	}
+	c := jsonschema.NewCompiler()
+	url := "file:///schemas/" + name
+	if err := c.AddResource(url, doc); err != nil {
+		t.Fatalf("schema of %s: %v", kind, err)
+	}
+	s, err := c.Compile(url)
 	if err != nil {
 		t.Fatalf("compile schema of %s: %v", kind, err)
 	}

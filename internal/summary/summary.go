@@ -50,8 +50,23 @@ type Source interface {
 
 // ReadTrial builds the trial named name from every thread profile and
 // metadata record in src. Only the latest profile of each thread is held
-// while reading (see BuildTrial), so memory grows with the threads and the
-// metadata, not with the snapshots taken.
+// while reading, so memory grows with the threads and the metadata, not with
+// the snapshots taken.
+//
+// A thread (pid, rank, tid) published several times is taken from its final
+// profile, or else its latest step; it becomes TAU thread rank.pid.tid
+// (node, context, thread; see the package doc). Timers named "a => b" become
+// call-graph children of "a" (flat timers are created for every node);
+// counters become TAU user events. Each thread's metadata is its profile's
+// map plus the run metadata of its program that applies to it: an entry for
+// its rank and thread, an entry for its rank and a thread with no profile
+// (applies to all the rank's threads), an entry for a rank with no profile
+// (applies to every thread of the program); plus "pid" for programs other
+// than 0. The root timer's values are rounded to whole microseconds, since
+// hatchet's TAU reader reads them as integers (Hatchet reads them with
+// int()). Derived threads, percents and the trial-level metadata are
+// computed as TAU's loader does. Each thread's lines come in the order
+// treeTimers gives: its root first, then its call paths from the root.
 func ReadTrial(ctx context.Context, src Source, name string) (*taudb.Trial, error) {
 	latest := latestProfiles{}
 	if err := src.Profiles(ctx, func(p provenance.ThreadProfile) error {
@@ -85,29 +100,6 @@ func (l latestProfiles) add(p provenance.ThreadProfile) {
 	if q, ok := l[k]; !ok || (p.Final && !q.Final) || (p.Final == q.Final && p.Step >= q.Step) {
 		l[k] = p
 	}
-}
-
-// BuildTrial builds a trial named name from the detectors' thread profiles
-// and the run's metadata. A thread (pid, rank, tid) published several times
-// is taken from its final profile, or else its latest step; it becomes TAU
-// thread rank.pid.tid (node, context, thread; see the package doc). Timers
-// named "a => b" become call-graph children of "a" (flat timers are created
-// for every node); counters become TAU user events. Each thread's metadata
-// is its profile's map plus the run metadata of its program that applies to
-// it: an entry for its rank and thread, an entry for its rank and a thread
-// with no profile (applies to all the rank's threads), an entry for a rank
-// with no profile (applies to every thread of the program); plus "pid" for
-// programs other than 0. The root timer's values are rounded to whole
-// microseconds, since hatchet's TAU reader reads them as integers (Hatchet
-// reads them with int()). Derived threads, percents and the trial-level
-// metadata are computed as TAU's loader does. Each thread's lines come in the
-// order treeTimers gives: its root first, then its call paths from the root.
-func BuildTrial(name string, profiles []provenance.ThreadProfile, meta []provenance.Metadata) (*taudb.Trial, error) {
-	latest := latestProfiles{}
-	for _, p := range profiles {
-		latest.add(p)
-	}
-	return buildTrial(name, latest, meta)
 }
 
 func buildTrial(name string, latest latestProfiles, meta []provenance.Metadata) (*taudb.Trial, error) {

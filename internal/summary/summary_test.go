@@ -17,6 +17,35 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
+// records is a Source holding its records in memory.
+type records struct {
+	profiles []provenance.ThreadProfile
+	meta     []provenance.Metadata
+}
+
+func (r records) Profiles(_ context.Context, fn func(provenance.ThreadProfile) error) error {
+	for _, p := range r.profiles {
+		if err := fn(p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (r records) Metadata(_ context.Context, fn func(provenance.Metadata) error) error {
+	for _, m := range r.meta {
+		if err := fn(m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// build is ReadTrial on records in memory.
+func build(name string, profiles []provenance.ThreadProfile, meta []provenance.Metadata) (*taudb.Trial, error) {
+	return ReadTrial(context.Background(), records{profiles, meta}, name)
+}
+
 // profiles gives 2 ranks x 2 threads; thread 1 of rank 1 never calls solve.
 func profiles() []provenance.ThreadProfile {
 	var out []provenance.ThreadProfile
@@ -53,8 +82,8 @@ func runMeta() []provenance.Metadata {
 	}
 }
 
-func TestBuildTrial(t *testing.T) {
-	tr, err := BuildTrial("run", profiles(), runMeta())
+func TestReadTrial(t *testing.T) {
+	tr, err := build("run", profiles(), runMeta())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +135,7 @@ func TestBuildTrial(t *testing.T) {
 }
 
 func TestWriteProfilesReadsBack(t *testing.T) {
-	tr, err := BuildTrial("run", profiles(), runMeta())
+	tr, err := build("run", profiles(), runMeta())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +199,7 @@ func TestBuildTrialErrors(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := BuildTrial("x", tc.profiles, nil)
+			_, err := build("x", tc.profiles, nil)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("err = %v, want one mentioning %q", err, tc.want)
 			}
@@ -184,7 +213,7 @@ func TestBuildTrialErrors(t *testing.T) {
 func TestWriteToTAUdb(t *testing.T) {
 	dsn := pgtest.NewDatabase(t)
 	ctx := context.Background()
-	tr, err := BuildTrial("kipimo run", profiles(), runMeta())
+	tr, err := build("kipimo run", profiles(), runMeta())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,7 +245,7 @@ func TestWriteToTAUdb(t *testing.T) {
 	}
 }
 
-// BenchmarkBuildTrialThreads builds trials of 256 and 4,096 threads, each
+// BenchmarkBuildTrialThreads builds (ReadTrial) trials of 256 and 4,096 threads, each
 // with its metadata: the cost per thread stays flat as threads grow.
 func BenchmarkBuildTrialThreads(b *testing.B) {
 	for _, n := range []int{256, 4096} {
@@ -235,7 +264,7 @@ func BenchmarkBuildTrialThreads(b *testing.B) {
 			}
 			b.ResetTimer()
 			for b.Loop() {
-				if _, err := BuildTrial("scale", profiles, meta); err != nil {
+				if _, err := build("scale", profiles, meta); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -2,7 +2,6 @@ package taudb
 
 import (
 	"fmt"
-	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -45,12 +44,6 @@ func WriteDir(dir string, tr *Trial) error {
 		}
 	}
 	return nil
-}
-
-// WriteProfile writes thread th's profile file for metric m to w.
-func WriteProfile(w io.Writer, tr *Trial, th *Thread, m *Metric) error {
-	_, err := w.Write(AppendProfile(nil, tr, th, m))
-	return err
 }
 
 // AppendProfile appends thread th's profile file for metric m, formatted as

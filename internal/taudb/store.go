@@ -2,7 +2,6 @@ package taudb
 
 import (
 	"context"
-	_ "embed"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -14,13 +13,13 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/kipimo-hpc/kipimo/schemas"
 )
 
-// SchemaSQL is the TAUdb schema (version 2) this package writes; the same
-// text as schemas/taudb.sql at the top of the repository.
-//
-//go:embed schema.sql
-var SchemaSQL string
+// SchemaSQL is the TAUdb schema (version 2) this package writes,
+// schemas/taudb.sql at the top of the repository.
+var SchemaSQL = schemas.TAUdbSQL
 
 // SchemaVersion is the schema_version this package reads and writes.
 const SchemaVersion = 2

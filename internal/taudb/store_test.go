@@ -31,16 +31,6 @@ func openStore(t testing.TB) *Store {
 	return s
 }
 
-func TestSchemaFileMatchesEmbedded(t *testing.T) {
-	want, err := os.ReadFile(filepath.Join("..", "..", "schemas", "taudb.sql"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if string(want) != SchemaSQL {
-		t.Fatal("internal/taudb/schema.sql differs from schemas/taudb.sql; copy schemas/taudb.sql over it")
-	}
-}
-
 func TestConfigure(t *testing.T) {
 	dsn := pgtest.NewDatabase(t)
 	ctx := context.Background()

@@ -260,26 +260,6 @@ func (tr *Trial) Counter(name string) *Counter { return tr.countersByName[name] 
 // threads), or nil.
 func (tr *Trial) Thread(idx int) *Thread { return tr.threadsByIndex[idx] }
 
-// MetricByID returns the metric with database id id, or nil.
-func (tr *Trial) MetricByID(id int) *Metric {
-	for _, m := range tr.Metrics {
-		if m.ID == id {
-			return m
-		}
-	}
-	return nil
-}
-
-// TimerByID returns the timer with database id id, or nil.
-func (tr *Trial) TimerByID(id int) *Timer {
-	for _, t := range tr.Timers {
-		if t.ID == id {
-			return t
-		}
-	}
-	return nil
-}
-
 // RealThreads returns the threads with Index >= 0, in index order.
 func (tr *Trial) RealThreads() []*Thread {
 	var out []*Thread

@@ -121,7 +121,7 @@ func TestHTTPAPI(t *testing.T) {
 		if code != 200 || json.Unmarshal(body, &a) != nil {
 			t.Fatalf("%d %s", code, body)
 		}
-		if w := provenance.AggregateInGo(execs, provenance.ByRankFunc, 3); !reflect.DeepEqual(a.Groups, w) {
+		if w := storetest.Aggregate(execs, provenance.ByRankFunc, 3); !reflect.DeepEqual(a.Groups, w) {
 			t.Fatalf("groups %+v, want %+v", a.Groups, w)
 		}
 	})

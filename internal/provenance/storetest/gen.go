@@ -154,3 +154,34 @@ func ExecBatch(kind provenance.Kind, execs []provenance.Exec) provenance.Batch {
 
 // Anomalies is provenance.KindAnomalies, for brevity in tests.
 const Anomalies = provenance.KindAnomalies
+
+// Aggregate groups execs (already filtered) as by says, limited to limit
+// groups: the reference Store.Aggregate is checked against.
+func Aggregate(execs []provenance.Exec, by provenance.GroupBy, limit int) []provenance.Group {
+	type key struct {
+		rank uint32
+		fn   string
+		step uint64
+	}
+	counts := map[key]int64{}
+	for i := range execs {
+		e := &execs[i]
+		var k key
+		switch by {
+		case provenance.ByRank:
+			k.rank = e.RID
+		case provenance.ByFunc:
+			k.fn = e.Func
+		case provenance.ByStep:
+			k.step = e.IOStep
+		case provenance.ByRankFunc:
+			k.rank, k.fn = e.RID, e.Func
+		}
+		counts[k]++
+	}
+	gs := make([]provenance.Group, 0, len(counts))
+	for k, n := range counts {
+		gs = append(gs, provenance.MakeGroup(by, k.rank, k.fn, k.step, n))
+	}
+	return provenance.SortGroups(gs, limit)
+}

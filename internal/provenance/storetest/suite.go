@@ -185,7 +185,7 @@ func Run(t *testing.T, open Opener, opt Options) {
 					}
 					all := q
 					all.Limit = provenance.MaxLimit
-					want := provenance.AggregateInGo(reference(all, execs), by, q.Limit)
+					want := Aggregate(reference(all, execs), by, q.Limit)
 					got, err := s.Aggregate(ctx, q, by)
 					if err != nil {
 						t.Fatal(err)

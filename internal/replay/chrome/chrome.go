@@ -821,13 +821,6 @@ func less(a, b string) bool {
 	return a < b
 }
 
-// Spans is the number of completed spans read (X events and matched
-// begin/end pairs, async ones included).
-func (f *File) Spans() int {
-	f.settle()
-	return len(f.spans)
-}
-
 // Read parses the given files and feeds them to b, one rank per file, then
 // finishes b. A damaged file stops the read after the steps before the damage
 // have been emitted; the error names the file and the offset.

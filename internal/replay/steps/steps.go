@@ -182,7 +182,6 @@ type Builder struct {
 	custom   bool   // some rank has its own origin
 	maxTS    uint64
 	stats    Stats
-	err      error
 }
 
 // New returns a Builder that calls emit with each complete frame. cfg must
