@@ -110,6 +110,7 @@ func tallyRun(t *testing.T, w *Workload, keep bool) (*execTally, []Truth, []byte
 	var f frame.Frame
 	for r := range w.Config().Ranks {
 		g := w.Rank(uint32(r))
+		last := map[[2]uint32]uint64{} // (section, tid) -> last timestamp
 		for {
 			tr, err := g.Next(&f)
 			if errors.Is(err, io.EOF) {
@@ -119,11 +120,56 @@ func tallyRun(t *testing.T, w *Workload, keep bool) (*execTally, []Truth, []byte
 				t.Fatal(err)
 			}
 			truth = append(truth, tr...)
+			checkFrame(t, &f, last)
 			x.add(&f)
 			enc = frame.AppendBinary(enc, &f)
 		}
 	}
 	return x, truth, enc
+}
+
+// checkFrame checks what the detector relies on: a valid frame whose
+// events lie in [TStart, TEnd), in timestamp order per thread and section
+// from frame to frame, with every function and counter named by the time
+// it is used.
+func checkFrame(t *testing.T, f *frame.Frame, last map[[2]uint32]uint64) {
+	t.Helper()
+	if err := f.Validate(); err != nil {
+		t.Fatalf("rank %d step %d: %v", f.Rank, f.Step, err)
+	}
+	// Sections 0-2 hold the last timestamps; 7 and 8 mark the functions
+	// and counters named so far.
+	for _, n := range f.Funcs {
+		last[[2]uint32{7, n.ID}] = 1
+	}
+	for _, n := range f.Counters {
+		last[[2]uint32{8, n.ID}] = 1
+	}
+	check := func(section, tid uint32, ts uint64) {
+		k := [2]uint32{section, tid}
+		if ts < f.TStart || ts >= f.TEnd {
+			t.Fatalf("rank %d step %d: section %d tid %d event at %d outside [%d, %d)", f.Rank, f.Step, section, tid, ts, f.TStart, f.TEnd)
+		}
+		if ts < last[k] {
+			t.Fatalf("rank %d step %d: section %d tid %d goes back from %d to %d", f.Rank, f.Step, section, tid, last[k], ts)
+		}
+		last[k] = ts
+	}
+	for _, e := range f.Events {
+		check(0, e.Tid, e.TS)
+		if last[[2]uint32{7, e.FID}] == 0 {
+			t.Fatalf("rank %d step %d: function %d used before it is named", f.Rank, f.Step, e.FID)
+		}
+	}
+	for _, e := range f.CounterEvents {
+		check(1, e.Tid, e.TS)
+		if last[[2]uint32{8, e.CID}] == 0 {
+			t.Fatalf("rank %d step %d: counter %d used before it is named", f.Rank, f.Step, e.CID)
+		}
+	}
+	for _, e := range f.Comms {
+		check(2, e.Tid, e.TS)
+	}
 }
 
 func quantile(sorted []uint64, q float64) uint64 {
