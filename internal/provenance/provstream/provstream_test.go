@@ -95,3 +95,56 @@ func TestEnsureStreamAndPublisherDedupe(t *testing.T) {
 		t.Fatal("PublishBatch accepted a non-slice")
 	}
 }
+
+// TestWaitConsumed checks that WaitConsumed waits while the durable consumer
+// has messages not acknowledged, and returns once every one is.
+func TestWaitConsumed(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	js := startJS(t)
+	st, err := EnsureStream(ctx, js, "w")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := NewPublisher(js, "w", provenance.KindMetadata, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.MaxBytes = 100
+	for i := range 5 {
+		if err := p.Add(ctx, provenance.Metadata{Descr: "k", RID: uint32(i), Value: "v"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cons, err := st.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "reader", AckPolicy: jetstream.AckExplicitPolicy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Nothing acknowledged yet: it must still be waiting when its context ends.
+	wctx, wcancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	err = WaitConsumed(wctx, js, "w", "reader")
+	wcancel()
+	if err == nil {
+		t.Fatal("WaitConsumed returned with every message unacknowledged")
+	}
+	batch, err := cons.Fetch(int(p.Published()), jetstream.FetchMaxWait(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for m := range batch.Messages() {
+		if err := m.DoubleAck(ctx); err != nil {
+			t.Fatal(err)
+		}
+		n++
+	}
+	if n != int(p.Published()) || n < 2 {
+		t.Fatalf("fetched %d of %d batches", n, p.Published())
+	}
+	if err := WaitConsumed(ctx, js, "w", "reader"); err != nil {
+		t.Fatalf("WaitConsumed after every message was acknowledged: %v", err)
+	}
+}
