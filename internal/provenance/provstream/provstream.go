@@ -62,7 +62,9 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, run string) (jets
 // re-published batch once. msgID must be deterministic for the batch's
 // content, e.g. "<kind>:<pid>:<rank>:<io_step>:<seq>". It waits for the
 // stream's acknowledgement. Batches larger than MaxBatchBytes are refused:
-// split them.
+// split them. Producers batch their records with a Publisher; PublishBatch
+// publishes one batch prepared as it is (tests and tools that feed provdb
+// given batches).
 func PublishBatch(ctx context.Context, js jetstream.JetStream, subject, msgID string, records any) error {
 	data, err := json.Marshal(records)
 	if err != nil {
