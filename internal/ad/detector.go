@@ -136,7 +136,8 @@ type model struct {
 
 	// the natural range (every algorithm but with Chimbuko's rules)
 	tAccum, tInflight, tGlobal stats.TailHist
-	natMax, natThr             float64
+	natMin, natMax             float64 // the natural range
+	natLowThr, natThr          float64 // flagged below and above these
 	p99, logMean, logStd       float64 // for explanations
 
 	det       stats.Moments

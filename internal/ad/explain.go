@@ -11,8 +11,8 @@ import (
 // explain says how far out value x is against model m, as labelled.
 func explain(m *model, x float64) *provenance.Explanation {
 	e := &provenance.Explanation{
-		Key: m.name, Value: x, NaturalMax: m.natMax, Threshold: m.natThr,
-		P99: m.p99, Excess: x - m.natMax,
+		Key: m.name, Value: x, NaturalMin: m.natMin, NaturalMax: m.natMax,
+		LowThreshold: m.natLowThr, Threshold: m.natThr, P99: m.p99, Excess: x - m.natMax,
 	}
 	if m.natMax > 0 {
 		e.Ratio = x / m.natMax
@@ -22,6 +22,10 @@ func explain(m *model, x float64) *provenance.Explanation {
 	}
 	var b strings.Builder
 	switch {
+	case x < m.natLowThr:
+		fmt.Fprintf(&b, "%s, below the natural range of %s (smallest natural runtime %s): unusually fast", fmtMicros(x), m.name, fmtMicros(m.natMin))
+		e.Text = b.String() + fmt.Sprintf("; flagged below %s", fmtMicros(m.natLowThr))
+		return e
 	case x <= m.natThr:
 		fmt.Fprintf(&b, "within the natural range of %s (largest natural runtime %s)", m.name, fmtMicros(m.natMax))
 	case m.natMax > 0:

@@ -20,6 +20,8 @@ func TestExplain(t *testing.T) {
 			[]string{"within the natural range of f (largest natural runtime 700 µs)"}},
 		{"a function that takes no time", model{name: "g", natMax: 0, natThr: 1}, 12, 0,
 			[]string{"12 µs where g naturally takes no measurable time", "flagged beyond 1 µs"}},
+		{"unusually fast", model{name: "k", natMin: 80, natMax: 120, natLowThr: 40.8, natThr: 168}, 6, 0.05,
+			[]string{"6 µs, below the natural range of k (smallest natural runtime 80 µs): unusually fast; flagged below 41 µs"}},
 		{"seconds", model{name: "h", natMax: 2e6, natThr: 2.8e6}, 6e7, 30,
 			[]string{"30× the largest natural runtime of h (2.00 s), 58.00 s longer than it"}},
 	} {

@@ -124,8 +124,8 @@ func (d *Detector) prepare(m *model) {
 				d.stats.modelErrors.Add(1)
 			}
 		}
-		m.natMax = d.tmp.NaturalMax(d.rule)
-		m.natThr = d.rule.Threshold(m.natMax)
+		m.natMin, m.natMax = d.tmp.NaturalRange(d.rule)
+		m.natLowThr, m.natThr = d.rule.LowThreshold(m.natMin), d.rule.Threshold(m.natMax)
 		m.p99 = d.tmp.Quantile(0.99)
 		m.logMean, m.logStd = d.tmp.LogMoments()
 	}
@@ -208,6 +208,9 @@ func (d *Detector) label(t *thread, seq uint64, e *execRec, final bool, sum *psy
 func (d *Detector) judge(m *model, x float64) (score float64, anom bool) {
 	switch {
 	case d.cfg.Algorithm == Tail:
+		if x < m.natLowThr && !d.cfg.SlowOnly {
+			return m.natMin / max(x, d.cfg.Resolution), true
+		}
 		return x / max(m.natMax, d.cfg.Resolution), x > m.natThr
 	case d.cfg.Algorithm == SSTD:
 		std := m.std
@@ -230,7 +233,7 @@ func (d *Detector) judge(m *model, x float64) (score float64, anom bool) {
 			anom = m.copod.WindowMass(x, d.cfg.Isolation) < d.cfg.MaxMass
 		}
 	}
-	if d.gated && x <= m.natThr {
+	if d.gated && x <= m.natThr && (x >= m.natLowThr || d.cfg.SlowOnly) {
 		anom = false // inside the natural range, whatever the algorithm says
 	}
 	return score, anom

@@ -190,8 +190,12 @@ func AppendExecJSON(dst []byte, e *Exec) ([]byte, error) {
 		w.str(x.Key)
 		w.raw(`,"value":`)
 		w.float(x.Value)
+		w.raw(`,"natural_min":`)
+		w.float(x.NaturalMin)
 		w.raw(`,"natural_max":`)
 		w.float(x.NaturalMax)
+		w.raw(`,"low_threshold":`)
+		w.float(x.LowThreshold)
 		w.raw(`,"threshold":`)
 		w.float(x.Threshold)
 		w.raw(`,"ratio":`)
@@ -892,7 +896,7 @@ var (
 		"runtime_total", "io_step", "io_step_tstart", "io_step_tend", "event_window",
 		"outlier_score", "outlier_severity", "hostname", "algorithm", "explanation",
 	}
-	explanationKeys = []string{"key", "value", "natural_max", "threshold", "ratio", "p99", "log_sigmas", "excess", "text"}
+	explanationKeys = []string{"key", "value", "natural_min", "natural_max", "low_threshold", "threshold", "ratio", "p99", "log_sigmas", "excess", "text"}
 )
 
 // slice decodes an array into *dst: elem decodes one element, which starts
@@ -1161,18 +1165,22 @@ func (d *jr) explanation(dst **Explanation) {
 		case 1:
 			d.float(&x.Value)
 		case 2:
-			d.float(&x.NaturalMax)
+			d.float(&x.NaturalMin)
 		case 3:
-			d.float(&x.Threshold)
+			d.float(&x.NaturalMax)
 		case 4:
-			d.float(&x.Ratio)
+			d.float(&x.LowThreshold)
 		case 5:
-			d.float(&x.P99)
+			d.float(&x.Threshold)
 		case 6:
-			d.float(&x.LogSigmas)
+			d.float(&x.Ratio)
 		case 7:
-			d.float(&x.Excess)
+			d.float(&x.P99)
 		case 8:
+			d.float(&x.LogSigmas)
+		case 9:
+			d.float(&x.Excess)
+		case 10:
 			d.str(&x.Text)
 		}
 	}

@@ -36,7 +36,7 @@ func TestAppendExecJSONIsMarshal(t *testing.T) {
 		Maximum: 999999999999999999999, Mean: 123456.789, Minimum: -1e-6, Skewness: 1e-6, Stddev: 0.1}
 	cases["special values"] = e
 	x := generated(1)[0]
-	x.Explanation = &provenance.Explanation{Key: "a => b", Value: 2100.5, NaturalMax: 700, Threshold: 980,
+	x.Explanation = &provenance.Explanation{Key: "a => b", Value: 2100.5, NaturalMin: 12, NaturalMax: 700, LowThreshold: 8.5, Threshold: 980,
 		Ratio: 3.0007, P99: 310, LogSigmas: 41.2, Excess: 1400.5, Text: "3.0× the natural maximum <700 µs>"}
 	cases["explained"] = x
 	for name, e := range cases {
@@ -96,7 +96,7 @@ func TestDecodeExecAgreesWithUnmarshal(t *testing.T) {
 		{"null array elements", `{"call_stack":[null,{"fid":2}]}`, true},
 		{"floats", `{"outlier_score":-0,"outlier_severity":1.5E+300,"func_stats":{"mean":0.000001,"count":12e-2}}`, true},
 		{"largest uint64", `{"entry":18446744073709551615,"fid":4294967295}`, true},
-		{"explanation", `{"explanation":{"key":"f","value":30,"natural_max":10,"threshold":14,"ratio":3,"p99":8,"log_sigmas":9.5,"excess":20,"text":"3.0× the natural maximum"}}`, true},
+		{"explanation", `{"explanation":{"key":"f","value":30,"natural_min":2,"natural_max":10,"low_threshold":1,"threshold":14,"ratio":3,"p99":8,"log_sigmas":9.5,"excess":20,"text":"3.0× the natural maximum"}}`, true},
 		{"null explanation", `{"explanation":null}`, true},
 		{"case-folded key", `{"Entry":5}`, false},
 		{"kelvin-folded key", "{\"\u212aurtosis\":1}", true}, // unknown at the top level: no field folds to it

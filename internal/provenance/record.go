@@ -155,15 +155,17 @@ type Exec struct {
 // Explanation is how far out an execution is against its model, at the
 // time it was labelled. Times are µs.
 type Explanation struct {
-	Key        string  `json:"key"`         // the model key
-	Value      float64 `json:"value"`       // the runtime the model is built on
-	NaturalMax float64 `json:"natural_max"` // largest runtime of the natural range
-	Threshold  float64 `json:"threshold"`   // runtimes beyond it are flagged
-	Ratio      float64 `json:"ratio"`       // Value / NaturalMax
-	P99        float64 `json:"p99"`         // the model's 99th percentile
-	LogSigmas  float64 `json:"log_sigmas"`  // distance from the mean in σ of log runtime
-	Excess     float64 `json:"excess"`      // Value - NaturalMax
-	Text       string  `json:"text"`        // all of it in words
+	Key          string  `json:"key"`           // the model key
+	Value        float64 `json:"value"`         // the runtime the model is built on
+	NaturalMin   float64 `json:"natural_min"`   // smallest runtime of the natural range
+	NaturalMax   float64 `json:"natural_max"`   // largest runtime of the natural range
+	LowThreshold float64 `json:"low_threshold"` // runtimes below it are flagged (unless slow-only)
+	Threshold    float64 `json:"threshold"`     // runtimes beyond it are flagged
+	Ratio        float64 `json:"ratio"`         // Value / NaturalMax
+	P99          float64 `json:"p99"`           // the model's 99th percentile
+	LogSigmas    float64 `json:"log_sigmas"`    // distance from the mean in σ of log runtime
+	Excess       float64 `json:"excess"`        // Value - NaturalMax
+	Text         string  `json:"text"`          // all of it in words
 }
 
 // Metadata is one metadata entry of a rank and thread (collection metadata).
@@ -229,14 +231,18 @@ type CounterProfile struct {
 	SumSqr float64 `json:"sumsqr"`
 }
 
+// Range is a model's natural range as thresholds: runtimes below Low or
+// above High are outside it.
+type Range struct{ Low, High float64 }
+
 // FinalAnomaly reports whether anomaly e is still one against the final
-// models' natural-range thresholds by model key (see Explanation): its value
-// must lie beyond its key's threshold. Records without an explanation, or
-// of a key thresholds lacks, stay anomalies.
-func FinalAnomaly(e *Exec, thresholds map[string]float64) bool {
+// models' natural ranges by model key (see Explanation): its value must lie
+// outside its key's range. Records without an explanation, or of a key
+// ranges lacks, stay anomalies.
+func FinalAnomaly(e *Exec, ranges map[string]Range) bool {
 	if e.Explanation == nil {
 		return true
 	}
-	thr, ok := thresholds[e.Explanation.Key]
-	return !ok || e.Explanation.Value > thr
+	r, ok := ranges[e.Explanation.Key]
+	return !ok || e.Explanation.Value > r.High || e.Explanation.Value < r.Low
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sort"
 
+	"github.com/kipimo-hpc/kipimo/internal/provenance"
 	"github.com/kipimo-hpc/kipimo/internal/psync"
 	"github.com/kipimo-hpc/kipimo/internal/stats"
 )
@@ -153,18 +154,19 @@ func (s *State) ModelKeys() []string {
 	return keys
 }
 
-// NaturalThresholds returns, for every model key with a natural-range
-// histogram, the runtime beyond which the final model flags an execution
-// (the last TailRule a detector sent). It is empty when detectors send no
-// natural ranges (Chimbuko's rules).
-func (s *State) NaturalThresholds() map[string]float64 {
-	out := map[string]float64{}
+// NaturalRanges returns, for every model key with a natural-range
+// histogram, the runtimes below and above which the final model flags an
+// execution (read with the last TailRule a detector sent). It is empty when
+// detectors send no natural ranges (Chimbuko's rules).
+func (s *State) NaturalRanges() map[string]provenance.Range {
+	out := map[string]provenance.Range{}
 	if s.TailRule == nil {
 		return out
 	}
 	for k, m := range s.Models {
 		if m.Tail != nil {
-			out[k] = s.TailRule.Threshold(m.Tail.NaturalMax(*s.TailRule))
+			lo, hi := m.Tail.NaturalRange(*s.TailRule)
+			out[k] = provenance.Range{Low: s.TailRule.LowThreshold(lo), High: s.TailRule.Threshold(hi)}
 		}
 	}
 	return out

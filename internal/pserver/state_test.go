@@ -6,6 +6,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/kipimo-hpc/kipimo/internal/provenance"
 	"github.com/kipimo-hpc/kipimo/internal/psync"
 	"github.com/kipimo-hpc/kipimo/internal/stats"
 )
@@ -189,7 +190,7 @@ func TestBadHistogramRejectsWholeRequest(t *testing.T) {
 	}
 }
 
-func TestNaturalThresholds(t *testing.T) {
+func TestNaturalRanges(t *testing.T) {
 	var body, withOutliers stats.TailHist
 	for i := range 1000 {
 		v := float64(100 + i%50)
@@ -201,10 +202,10 @@ func TestNaturalThresholds(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		rule *stats.TailRule
-		want map[string]float64
+		want map[string]provenance.Range
 	}{
-		{"without a rule (Chimbuko's)", nil, map[string]float64{}},
-		{"with the detectors' rule", &rule, map[string]float64{"f": 1.4 * 149, "g": 1.4 * 149}},
+		{"without a rule (Chimbuko's)", nil, map[string]provenance.Range{}},
+		{"with the detectors' rule", &rule, map[string]provenance.Range{"f": {Low: 100 / (1.4 * 1.4), High: 1.4 * 149}, "g": {Low: 100 / (1.4 * 1.4), High: 1.4 * 149}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			st := NewState(4)
@@ -214,13 +215,13 @@ func TestNaturalThresholds(t *testing.T) {
 			if _, err := st.Apply(req); err != nil {
 				t.Fatal(err)
 			}
-			got := st.NaturalThresholds()
+			got := st.NaturalRanges()
 			if len(got) != len(tc.want) {
 				t.Fatalf("thresholds %v, want %v", got, tc.want)
 			}
 			for k, w := range tc.want {
-				if math.Abs(got[k]-w) > 1e-9 {
-					t.Errorf("threshold of %s = %v, want %v", k, got[k], w)
+				if math.Abs(got[k].High-w.High) > 1e-9 || math.Abs(got[k].Low-w.Low) > 1e-9 {
+					t.Errorf("range of %s = %+v, want %+v", k, got[k], w)
 				}
 			}
 		})

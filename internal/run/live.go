@@ -245,7 +245,19 @@ wait:
 		if err != nil {
 			return nil, err
 		}
+		live := ScoreInjected(p.truth, lc.Inject, anomalies)
+		if final := p.finalLabel(); final != nil {
+			kept := anomalies[:0:0]
+			for i := range anomalies {
+				if final(&anomalies[i]) {
+					kept = append(kept, anomalies[i])
+				}
+			}
+			anomalies = kept
+		}
 		sc := ScoreInjected(p.truth, lc.Inject, anomalies)
+		sc.Live = &LiveScore{Flagged: live.Flagged, TruePositives: live.TruePositives, Precision: live.Precision,
+			Recall: live.Recall, Unflagged: live.Flagged - sc.Flagged}
 		sum.Score = &sc
 	}
 	sum.Live = liveReport(lc, lib, exitCode, status, s.stats)

@@ -15,10 +15,10 @@ func (p *Pipeline) finalLabel() func(*provenance.Exec) bool {
 	if p.ps == nil {
 		return nil
 	}
-	var thr map[string]float64
-	p.ps.View(func(st *pserver.State) { thr = st.NaturalThresholds() })
-	if len(thr) == 0 {
+	var ranges map[string]provenance.Range
+	p.ps.View(func(st *pserver.State) { ranges = st.NaturalRanges() })
+	if len(ranges) == 0 {
 		return nil
 	}
-	return func(e *provenance.Exec) bool { return provenance.FinalAnomaly(e, thr) }
+	return func(e *provenance.Exec) bool { return provenance.FinalAnomaly(e, ranges) }
 }

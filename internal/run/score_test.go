@@ -66,7 +66,7 @@ func TestScoreFinal(t *testing.T) {
 		{Func: "f", Entry: 90, IOStep: 12, Explanation: x(400)}, // true, warm
 		{Func: "f", Entry: 95, IOStep: 13},                      // false, warm, no explanation: kept
 	}
-	thr := map[string]float64{"f": 140}
+	thr := map[string]provenance.Range{"f": {Low: 50, High: 140}}
 	for _, tc := range []struct {
 		name             string
 		final            func(*provenance.Exec) bool

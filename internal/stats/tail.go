@@ -212,16 +212,25 @@ type TailRule struct {
 	Resolution float64 `json:"resolution"`
 }
 
-// NaturalMax returns the largest value of h's natural range: starting from
-// the median, a bin is taken when its smallest value is not beyond the
-// Threshold of the largest value taken so far, or when it holds at least
-// Recur values (and RecurFrac of all values). Bins above a gap that hold fewer values stay outside; the
-// scan goes on above them, so a recurring mode beyond isolated values is
-// still found. It returns 0 for an empty histogram.
+// NaturalMax returns the largest value of h's natural range (see
+// NaturalRange).
 func (h *TailHist) NaturalMax(r TailRule) float64 {
+	_, hi := h.NaturalRange(r)
+	return hi
+}
+
+// NaturalRange returns the smallest and largest values of h's natural range:
+// starting from the median, a bin above is taken when its smallest value is
+// not beyond the Threshold of the largest value taken so far, a bin below
+// when its largest value is not beyond the LowThreshold of the smallest value
+// taken so far, and either when it holds at least Recur values (and RecurFrac
+// of all values). Bins beyond a gap that hold fewer values stay outside; the
+// scan goes on past them, so a recurring mode beyond isolated values is still
+// found. It returns 0, 0 for an empty histogram.
+func (h *TailHist) NaturalRange(r TailRule) (lo, hi float64) {
 	n := h.N()
 	if n == 0 {
-		return 0
+		return 0, 0
 	}
 	// the median's bin
 	half := (n + 1) / 2
@@ -235,17 +244,26 @@ func (h *TailHist) NaturalMax(r TailRule) float64 {
 		}
 	}
 	recur := max(r.Recur, uint64(math.Ceil(r.RecurFrac*float64(n))))
-	top := h.Maxs[start]
+	lo, hi = h.Mins[start], h.Maxs[start]
 	for i := start + 1; i < len(h.Counts); i++ {
-		c := h.Counts[i]
-		if c == 0 {
-			continue
-		}
-		if h.Mins[i] <= r.Threshold(top) || c >= recur {
-			top = max(top, h.Maxs[i])
+		if c := h.Counts[i]; c > 0 && (h.Mins[i] <= r.Threshold(hi) || c >= recur) {
+			hi = max(hi, h.Maxs[i])
 		}
 	}
-	return top
+	for i := start - 1; i >= 0; i-- {
+		if c := h.Counts[i]; c > 0 && (h.Maxs[i] >= r.LowThreshold(lo) || c >= recur) {
+			lo = min(lo, h.Mins[i])
+		}
+	}
+	return lo, hi
+}
+
+// LowThreshold is the smallest value inside the natural range whose minimum
+// is m: m / Ratio², and at least ten Resolutions below m. Values below it are
+// outside (unusually fast). The lower side is stricter than the upper: a
+// call a few ticks faster than usual is not worth a record.
+func (r TailRule) LowThreshold(m float64) float64 {
+	return min(m/(r.Ratio*r.Ratio), m-10*r.Resolution)
 }
 
 // Threshold is the largest value inside the natural range whose maximum is

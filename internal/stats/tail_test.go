@@ -243,3 +243,25 @@ func BenchmarkTailAdd(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "records/s")
 }
+
+func TestTailNaturalRangeLow(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		values []float64
+		lo, hi float64
+	}{
+		{"a fast outlier stays out", cat(repeat(100, 500), repeat(110, 500), []float64{8}), 100, 110},
+		{"a continuous lower tail belongs", cat(repeat(100, 500), []float64{60, 35, 20}), 20, 100},
+		{"a recurring fast mode belongs", cat(repeat(100, 500), repeat(5, 20)), 5, 100},
+		{"a few ticks faster is natural", cat(repeat(12, 500), repeat(3, 3)), 3, 12},
+		{"a moderately faster call is natural", cat(repeat(100, 500), []float64{60}), 60, 100},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := histOf(tc.values...)
+			lo, hi := h.NaturalRange(testRule)
+			if lo != tc.lo || hi != tc.hi {
+				t.Errorf("NaturalRange = [%v, %v], want [%v, %v]", lo, hi, tc.lo, tc.hi)
+			}
+		})
+	}
+}
