@@ -23,17 +23,19 @@ import (
 // fetched, and a message is acknowledged only once its records are
 // committed.
 //
-// At most 4*Fetch messages (the consumer's MaxAckPending) are between fetch
-// and acknowledgement: the fetcher takes a slot for each and the writer
-// frees it. Stopping (the service's context cancelled) ends the fetch loop,
+// At most 2*Fetch messages are between fetch and acknowledgement (the
+// fetcher takes a slot for each and the writer frees it): enough for the
+// decoders to work on one fetch while the writer writes the one before,
+// few enough that a message does not wait in the queue for a good part of
+// AckWait, after which JetStream would send it again. Stopping (the service's context cancelled) ends the fetch loop,
 // which hands the messages still arriving back for redelivery; the
 // decoders finish what they hold; the writer finishes the write under way
 // and hands back the messages it had not started to write.
 
 // maxTxRecords bounds the records of one write: enough to share a
-// transaction's commit (its fsync) among many messages, few enough that a
-// write stays well under AckWait.
-const maxTxRecords = 16384
+// transaction's commit (its fsync, and the index pages it writes) among
+// many messages, few enough that a write stays well under AckWait.
+const maxTxRecords = 8192
 
 // preparer is a store whose write can be split: Prepare, the CPU work of a
 // batch, runs on the decoders; WritePrepared writes several prepared
@@ -72,7 +74,7 @@ func newPipeline(depth int) *pipeline {
 // run starts the decoders and the writer and runs the fetch loop until ctx
 // ends, then waits for the others to finish.
 func (s *Service) run(ctx context.Context, cons jetstream.Consumer) {
-	p := newPipeline(4 * s.cfg.Fetch)
+	p := newPipeline(2 * s.cfg.Fetch)
 	for range max(1, runtime.GOMAXPROCS(0)) {
 		p.wg.Go(func() { s.decodeLoop(p) })
 	}
