@@ -89,7 +89,8 @@ func bands(a *Aggregates) ([]Band, map[blockKey]int) {
 // parseBand reads a band's ID.
 func parseBand(id string) (Band, error) {
 	var b Band
-	if _, err := fmt.Sscanf(id, "%d:%d-%d", &b.PID, &b.First, &b.Last); err != nil || b.First > b.Last {
+	_, err := fmt.Sscanf(id, "%d:%d-%d", &b.PID, &b.First, &b.Last)
+	if err != nil || b.First > b.Last || fmt.Sprintf("%d:%d-%d", b.PID, b.First, b.Last) != id {
 		return b, fmt.Errorf("band %q is not pid:first-last", id)
 	}
 	b.ID = id

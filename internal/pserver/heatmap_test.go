@@ -222,6 +222,9 @@ func TestBandParameter(t *testing.T) {
 		{name: "reversed", band: "0:31-16", bad: true},
 		{name: "no program", band: "16-31", bad: true},
 		{name: "words", band: "all", bad: true},
+		{name: "trailing text", band: "0:16-31x", bad: true},
+		{name: "leading zero", band: "0:016-31", bad: true},
+		{name: "past 32 bits", band: "0:16-4294967296", bad: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h, err := heatMapView(st, 0, tc.band)
@@ -313,4 +316,37 @@ func TestFuncRanksCounted(t *testing.T) {
 			t.Errorf("%s: %d ranks, want %d", r.Func, r.Ranks, want[r.Func])
 		}
 	}
+}
+
+// FuzzParseBand checks that a band parameter is accepted only as the
+// canonical pid:first-last with first <= last, and that opening any band
+// of a small run returns only ranks inside it.
+func FuzzParseBand(f *testing.F) {
+	for _, s := range []string{"0:0-15", "0:1024-1087", "3:0-4095", "0:31-16", "1:2", "", "0:-1-5", "0: 1-2"} {
+		f.Add(s)
+	}
+	st := NewState(4)
+	g := newScaleRun(200, 2, [2]uint32{10, 12}, 2)
+	g.apply(st.Agg, 0, 2, rand.New(rand.NewPCG(2, 2)).Perm(200))
+	f.Fuzz(func(t *testing.T, id string) {
+		b, err := parseBand(id)
+		if err != nil {
+			return
+		}
+		if b.First > b.Last || fmt.Sprintf("%d:%d-%d", b.PID, b.First, b.Last) != id {
+			t.Fatalf("accepted %q as %+v", id, b)
+		}
+		h, err := heatMapView(st, 0, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range h.Ranks {
+			if r.PID != b.PID || r.Rank < b.First || r.Rank > b.Last {
+				t.Fatalf("band %q shows rank %+v", id, r)
+			}
+		}
+		if b.PID == 0 && b.First < 200 && len(h.Ranks) != int(min(b.Last, 199)-b.First+1) {
+			t.Fatalf("band %q shows %d ranks", id, len(h.Ranks))
+		}
+	})
 }
