@@ -183,6 +183,10 @@ type Config struct {
 
 	// Syncer reaches the parameter server; nil runs on the local model only.
 	Syncer Syncer
+	// Barrier, shared by the detectors of a process, makes detection
+	// reproducible on files (see Barrier); the detector has joined it
+	// already and leaves it on Close. nil for live runs.
+	Barrier *Barrier
 	// Shards is the number of pserver shards (default 1).
 	Shards int
 	// SyncWait is how long the end of a step waits for the pserver's reply

@@ -678,6 +678,9 @@ func (d *Detector) Close(ctx context.Context) error {
 	d.stats.openAtEnd.Add(open)
 	d.stepEvents = 0
 	d.endStep(ctx, true)
+	if d.cfg.Barrier != nil {
+		d.cfg.Barrier.Leave(d.cfg.Rank)
+	}
 	d.closed = true
 	err := d.sync.close(ctx)
 	if d.cfg.Sink != nil {

@@ -65,6 +65,10 @@ type ServeConfig struct {
 	CloseTimeout time.Duration
 	// Collector, when set, gets every detector.
 	Collector *Collector
+	// Lockstep lines the detectors up at every step boundary (see
+	// Barrier), so that detection on files is reproducible. Not with
+	// Discover.
+	Lockstep bool
 	// Ready, when set, is called once every subscription is in place.
 	Ready  func()
 	Logger zerolog.Logger
@@ -89,6 +93,9 @@ func Serve(ctx context.Context, cfg ServeConfig) ([]Stats, error) {
 	if len(cfg.Ranks) > 0 && cfg.Discover {
 		return nil, errors.New("serve detectors: ranks given and discovery asked for")
 	}
+	if cfg.Lockstep && cfg.Discover {
+		return nil, errors.New("serve detectors: lockstep needs the ranks known from the start (not discovery)")
+	}
 	if cfg.PendingFrames <= 0 {
 		cfg.PendingFrames = 256
 	}
@@ -105,6 +112,10 @@ func Serve(ctx context.Context, cfg ServeConfig) ([]Stats, error) {
 	}
 	ranks := make([]*rankState, 0, len(cfg.Ranks))
 	seen := map[uint32]bool{}
+	var barrier *Barrier
+	if cfg.Lockstep {
+		barrier = NewBarrier()
+	}
 	for _, r := range cfg.Ranks {
 		if seen[r] {
 			return nil, fmt.Errorf("serve detectors: rank %d given twice", r)
@@ -113,9 +124,13 @@ func Serve(ctx context.Context, cfg ServeConfig) ([]Stats, error) {
 		dc := cfg.Detector
 		dc.PID, dc.Rank = cfg.PID, r
 		dc.Logger = cfg.Logger.With().Uint32("rank", r).Logger()
+		dc.Barrier = barrier
 		d, err := New(dc)
 		if err != nil {
 			return nil, fmt.Errorf("serve detectors: rank %d: %w", r, err)
+		}
+		if barrier != nil {
+			barrier.Join(r)
 		}
 		if cfg.Collector != nil {
 			cfg.Collector.Add(d)

@@ -39,8 +39,13 @@ func (d *Detector) endStep(ctx context.Context, final bool) {
 			}
 		}
 	}
-	// 2. sync (bounded wait) and detection models
-	d.sync.step(ctx, final)
+	// 2. sync (bounded wait, or in lockstep with the other detectors) and
+	// detection models
+	if d.cfg.Barrier != nil && d.cfg.Syncer != nil {
+		d.sync.lockstep(ctx)
+	} else {
+		d.sync.step(ctx, final)
+	}
 	for _, m := range d.models {
 		if m.touched || !m.detReady || m.inFlight {
 			d.prepare(m)

@@ -170,6 +170,87 @@ func (s *syncState) step(ctx context.Context, final bool) {
 	}
 }
 
+// lockstep sends every accumulated delta in its turn and waits for the
+// answers, waits at the barrier for the other detectors to have done the
+// same, then reads
+// the global models of all its keys back (pull): the detection models of
+// this step hold every rank's data up to it.
+func (s *syncState) lockstep(ctx context.Context) {
+	defer s.updateLag()
+	b := s.d.cfg.Barrier
+	s.collect(true, ctx)
+	if err := b.Turn(ctx, s.d.cfg.Rank); err != nil {
+		return
+	}
+	for i, sh := range s.shards {
+		if sh.inflight == nil {
+			s.send(i)
+		}
+	}
+	s.collect(true, ctx)
+	b.Next()
+	if err := b.Wait(ctx); err != nil {
+		return
+	}
+	s.pull(ctx)
+}
+
+// pull reads the global model of every key of the detector, each shard's
+// keys in one request with no deltas (Seq 0: the pserver answers without
+// applying anything). Nothing is in flight when it is called.
+func (s *syncState) pull(ctx context.Context) {
+	d := s.d
+	reps := make([]*psync.SyncReply, len(s.shards))
+	var wg sync.WaitGroup
+	for i := range s.shards {
+		req := &psync.SyncRequest{PID: d.cfg.PID, Rank: d.cfg.Rank, Step: d.step, Algorithm: d.cfg.Algorithm, Hostname: d.cfg.Hostname}
+		for _, m := range d.models {
+			if m.shard == i {
+				req.Models = append(req.Models, psync.ModelDelta{Key: m.name})
+			}
+		}
+		if len(req.Models) == 0 {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			actx, cancel := context.WithTimeout(ctx, d.cfg.SyncTimeout)
+			defer cancel()
+			rep, err := d.cfg.Syncer.Sync(actx, i, req)
+			if err != nil || rep.Error != "" {
+				d.stats.syncFailures.Add(1)
+				return
+			}
+			reps[i] = rep
+		}()
+	}
+	wg.Wait()
+	for _, rep := range reps {
+		if rep == nil {
+			continue
+		}
+		for j := range rep.Models {
+			g := &rep.Models[j]
+			k, ok := d.keyByName[g.Key]
+			if !ok {
+				continue
+			}
+			m := d.models[k]
+			if m.inFlight {
+				continue
+			}
+			m.global = g.Moments
+			if g.Histogram != nil {
+				m.hGlobal = *g.Histogram
+			}
+			if g.Tail != nil {
+				m.tGlobal = *g.Tail
+			}
+		}
+	}
+}
+
 func (s *syncState) updateLag() {
 	var lag uint64
 	for _, sh := range s.shards {

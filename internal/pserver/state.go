@@ -58,10 +58,14 @@ func NewState(window int) *State {
 
 // Apply merges req into the state unless its Seq is not greater than the last
 // Seq applied for its detector; it reports whether it did. Seq 0 is never
-// applied (detectors number their requests from 1).
+// applied (detectors number their requests from 1): a request with Seq 0
+// reads the global models of its keys (a detector in lockstep pulls them so).
 func (s *State) Apply(req *psync.SyncRequest) (bool, error) {
 	id := DetectorID{req.PID, req.Rank}
-	if req.Seq == 0 || req.Seq <= s.LastSeq[id] {
+	if req.Seq == 0 {
+		return false, nil // a read: the reply carries the global models
+	}
+	if req.Seq <= s.LastSeq[id] {
 		s.Duplicates++
 		return false, nil
 	}

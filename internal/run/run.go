@@ -251,7 +251,7 @@ func (p *Pipeline) Execute(ctx context.Context, progress func(Progress)) (*Summa
 
 	sctx, cancelServe := context.WithCancel(ctx)
 	defer cancelServe()
-	serveDone, err := p.startDetectors(sctx, ad.ServeConfig{PID: p.pid(), Ranks: ranks, Detector: dc, Collector: collector})
+	serveDone, err := p.startDetectors(sctx, ad.ServeConfig{PID: p.pid(), Ranks: ranks, Detector: dc, Collector: collector, Lockstep: true})
 	if err != nil {
 		return nil, err
 	}
