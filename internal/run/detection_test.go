@@ -117,4 +117,3 @@ func TestDetectionOnRealRuntimes(t *testing.T) {
 		})
 	}
 }
-
