@@ -454,6 +454,9 @@ func execTree(w io.Writer, kind provenance.Kind, e *provenance.Exec) error {
 	if e.Algorithm != "" {
 		fmt.Fprintf(&b, ", algorithm %s", e.Algorithm)
 	}
+	if x := e.Explanation; x != nil {
+		fmt.Fprintf(&b, "\n├─ why: %s\n│  natural range of %s: %.4g to %.4g µs; flagged below %.4g or above %.4g µs", x.Text, x.Key, x.NaturalMin, x.NaturalMax, x.LowThreshold, x.Threshold)
+	}
 	s := e.FuncStats
 	fmt.Fprintf(&b, "\n├─ function statistics: count %g, mean %g, stddev %g, min %g, max %g, skewness %g, kurtosis %g\n",
 		s.Count, s.Mean, s.Stddev, s.Minimum, s.Maximum, s.Skewness, s.Kurtosis)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -206,5 +207,34 @@ func TestQueryListPaged(t *testing.T) {
 				t.Fatalf("%d records printed, want %d", n, tc.lines)
 			}
 		})
+	}
+}
+
+// query show prints why an execution was flagged.
+func TestQueryShowExplanation(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "prov.db")
+	s, err := sqlitestore.Open(ctx, path, sqlitestore.Options{Synchronous: "OFF"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := storetest.Generate(storetest.GenConfig{Seed: 9, N: 1, Ranks: 1, Steps: 1, Anomaly: true})[0]
+	e.Explanation = &provenance.Explanation{Key: e.Func, Value: 2100, NaturalMin: 12, NaturalMax: 700, LowThreshold: 2,
+		Threshold: 980, Ratio: 3, P99: 310, LogSigmas: 6.1, Excess: 1400, Text: "3.0× the largest natural runtime of " + e.Func}
+	if err := s.Write(ctx, provenance.Batch{Kind: provenance.KindAnomalies, Execs: []provenance.Exec{e}}); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	out, err := runQuery(t, "query", "show", e.EventID, "--pid", strconv.FormatUint(uint64(e.PID), 10), "--store", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"├─ why: 3.0× the largest natural runtime of " + e.Func,
+		"natural range of " + e.Func + ": 12 to 700 µs; flagged below 2 or above 980 µs",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("query show lacks %q:\n%s", want, out)
+		}
 	}
 }
