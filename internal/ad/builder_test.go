@@ -36,7 +36,7 @@ type gotExec struct {
 // entry order.
 func executions(d *Detector) []gotExec {
 	var out []gotExec
-	ths := append([]*thread(nil), d.threads...)
+	ths := append([]*thread(nil), d.stacks.threads...)
 	sort.Slice(ths, func(i, j int) bool { return ths[i].tid < ths[j].tid })
 	for _, t := range ths {
 		var seqs []uint64
@@ -50,12 +50,12 @@ func executions(d *Detector) []gotExec {
 		for _, s := range seqs {
 			e := t.rec(s)
 			g := gotExec{TID: t.tid, FID: e.fid, Entry: e.entry, Children: e.nchild,
-				EventID: d.eventID(e.step, e.idx), Parent: "root", Repaired: e.flags&flagRepaired != 0}
+				EventID: d.stacks.eventID(e.step, e.idx), Parent: "root", Repaired: e.flags&flagRepaired != 0}
 			if e.flags&flagDone != 0 {
 				g.Exit, g.Incl, g.Excl = e.exit, e.incl(), e.excl()
 			}
 			if e.parent != 0 {
-				g.Parent = d.eventID(e.pstep, e.pidx)
+				g.Parent = d.stacks.eventID(e.pstep, e.pidx)
 			}
 			out = append(out, g)
 		}

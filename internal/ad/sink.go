@@ -46,7 +46,7 @@ type Sink interface {
 func (d *Detector) emit(ctx context.Context) {
 	b := d.batch
 	d.batch = Batch{}
-	b.PID, b.Rank, b.Step = d.cfg.PID, d.cfg.Rank, d.step
+	b.PID, b.Rank, b.Step = d.cfg.PID, d.cfg.Rank, d.cur.step
 	n := b.Len()
 	if n == 0 {
 		return

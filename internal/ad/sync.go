@@ -125,7 +125,7 @@ func (s *syncState) addCounters(step map[string]*stats.Moments) {
 func (s *syncState) step(ctx context.Context, final bool) {
 	d := s.d
 	if d.cfg.Syncer == nil {
-		for _, m := range d.models {
+		for _, m := range d.models.list {
 			if m.accum.N == 0 {
 				continue
 			}
@@ -203,8 +203,8 @@ func (s *syncState) pull(ctx context.Context) {
 	reps := make([]*psync.SyncReply, len(s.shards))
 	var wg sync.WaitGroup
 	for i := range s.shards {
-		req := &psync.SyncRequest{PID: d.cfg.PID, Rank: d.cfg.Rank, Step: d.step, Algorithm: d.cfg.Algorithm, Hostname: d.cfg.Hostname}
-		for _, m := range d.models {
+		req := &psync.SyncRequest{PID: d.cfg.PID, Rank: d.cfg.Rank, Step: d.cur.step, Algorithm: d.cfg.Algorithm, Hostname: d.cfg.Hostname}
+		for _, m := range d.models.list {
 			if m.shard == i {
 				req.Models = append(req.Models, psync.ModelDelta{Key: m.name})
 			}
@@ -232,11 +232,11 @@ func (s *syncState) pull(ctx context.Context) {
 		}
 		for j := range rep.Models {
 			g := &rep.Models[j]
-			k, ok := d.keyByName[g.Key]
+			k, ok := d.models.keyByName[g.Key]
 			if !ok {
 				continue
 			}
-			m := d.models[k]
+			m := d.models.list[k]
 			if m.inFlight {
 				continue
 			}
@@ -254,8 +254,8 @@ func (s *syncState) pull(ctx context.Context) {
 func (s *syncState) updateLag() {
 	var lag uint64
 	for _, sh := range s.shards {
-		if sh.inflight != nil && s.d.step >= sh.inflight.Step {
-			lag = max(lag, s.d.step-sh.inflight.Step+1)
+		if sh.inflight != nil && s.d.cur.step >= sh.inflight.Step {
+			lag = max(lag, s.d.cur.step-sh.inflight.Step+1)
 		}
 	}
 	s.lag.Store(lag)
@@ -289,13 +289,13 @@ func (s *syncState) collect(wait bool, ctx context.Context) {
 func (s *syncState) send(i int) bool {
 	d := s.d
 	sh := s.shards[i]
-	req := &psync.SyncRequest{PID: d.cfg.PID, Rank: d.cfg.Rank, Step: d.step, Algorithm: d.cfg.Algorithm, Hostname: d.cfg.Hostname}
-	if d.gated {
-		rule := d.rule
+	req := &psync.SyncRequest{PID: d.cfg.PID, Rank: d.cfg.Rank, Step: d.cur.step, Algorithm: d.cfg.Algorithm, Hostname: d.cfg.Hostname}
+	if d.models.gated {
+		rule := d.models.rule
 		req.TailRule = &rule
 	}
 	sh.keys = sh.keys[:0]
-	for k, m := range d.models {
+	for k, m := range d.models.list {
 		if m.shard != i || (m.accum.N == 0 && m.accumAnoms == 0) {
 			continue
 		}
@@ -376,7 +376,7 @@ func (s *syncState) apply(i int, r syncResult) {
 	if r.err != nil || r.rep == nil {
 		// Never answered (closing): keep the deltas locally.
 		for _, k := range sh.keys {
-			m := d.models[k]
+			m := d.models.list[k]
 			m.accum.Merge(m.inflight)
 			if err := m.hAccum.Merge(m.hInflight); err != nil {
 				d.stats.modelErrors.Add(1)
@@ -399,7 +399,7 @@ func (s *syncState) apply(i int, r syncResult) {
 		got[r.rep.Models[j].Key] = &r.rep.Models[j]
 	}
 	for _, k := range sh.keys {
-		m := d.models[k]
+		m := d.models.list[k]
 		if g, ok := got[m.name]; ok {
 			m.global = g.Moments
 			if g.Histogram != nil {
@@ -423,11 +423,11 @@ func (s *syncState) apply(i int, r syncResult) {
 	// Models of keys this request did not carry may come too: take them when
 	// nothing of ours is in flight for them.
 	for name, g := range got {
-		k, ok := d.keyByName[name]
+		k, ok := d.models.keyByName[name]
 		if !ok {
 			continue
 		}
-		m := d.models[k]
+		m := d.models.list[k]
 		if m.inFlight || m.shard != i {
 			continue
 		}
