@@ -1,9 +1,14 @@
 // Package ad is Kipimo's on-node anomaly detector: it turns one rank's frames
 // into executions (call stacks per thread that persist across io_steps),
-// keeps running statistics per function or call path, labels executions with
-// an outlier algorithm (SSTD, HBOS or COPOD) against the model it shares with
-// the parameter server, and produces provenance records (anomalies, sampled
-// normal executions, metadata, per-thread profiles).
+// keeps running statistics per function or call path, labels executions
+// against the model it shares with the parameter server, and produces
+// provenance records (anomalies, sampled normal executions, metadata,
+// per-thread profiles).
+//
+// A Detector is a pipeline of stages, each a small type with one job:
+// callStacks (events to executions), modelSet (keys, statistics and, at a
+// step's end, detection state; the algorithms sit behind the scorer
+// interface), labelling, and the recorder (records and event windows).
 //
 // The core (New, Process per io_step, Close) does no network I/O of its own:
 // the parameter server is reached through a Syncer and records leave through
@@ -11,21 +16,27 @@
 // both live here too (NATSSyncer, NATSSink), Serve runs the detectors of a
 // node on their frame subjects, and Main is the ad command.
 //
-// Semantics, after Chimbuko's AD module (shared/CHIMBUKO.md):
+// Semantics (docs/detection.md):
+//   - An execution is flagged when its runtime lies outside its model's
+//     natural range (stats.TailHist): the body of runtimes, continuous within
+//     TailRatio, plus modes that recur (TailRecur, RecurFrac). Tail, the
+//     default algorithm, uses the range alone; SSTD, HBOS and COPOD flag only
+//     what they flag outside it. Chimbuko's rules (Config.Chimbuko) drop the
+//     range, for comparison.
 //   - Executions are labelled at the end of the step in which they exit,
 //     against a model that includes that step's data: the last global model
 //     from the pserver merged with every local delta it does not include yet.
-//     Executions of a model with fewer than MinCount values wait (for at most
-//     MaxPendingSteps steps) as Chimbuko's unlabelled carry-over does; their
-//     statistics are counted once.
+//     Executions of a model with fewer than MinCount values, and executions
+//     beyond the range of a model with fewer than SettleCount, wait (for at
+//     most MaxPendingSteps steps) as Chimbuko's unlabelled carry-over does;
+//     their statistics are counted once.
+//   - With a Barrier (kipimo run on files) the detectors of a process move in
+//     lockstep, so detection is reproducible.
 //   - Event ids are "<rank>:<io_step>:<idx>" with the io_step and index of the
 //     entry event; io_step of a record is the step it was labelled in.
-//   - outlier_severity is the exclusive runtime in µs; outlier_score is |z|
-//     (SSTD), -log2(p + α) (HBOS) or the COPOD tail score.
-//   - HBOS and COPOD default to Chimbuko's threshold, a fraction of the score
-//     range. Config.Isolation replaces it with a calibrated rule (flag only
-//     values whose neighbourhood in the histogram holds less than MaxMass of
-//     the data), which is what makes them precise on multimodal functions.
+//   - outlier_severity is the exclusive runtime in µs; outlier_score is the
+//     ratio to the natural maximum (tail), |z| (SSTD), -log2(p + α) (HBOS) or
+//     the COPOD tail score; every record explains itself (Explanation).
 //
 // Memory is bounded: per thread the ring of executions keeps the last Window
 // executions, those not yet labelled, open ones and those pinned by records
