@@ -16,6 +16,7 @@ type modelSet struct {
 	stats  *counters
 	stacks *callStacks // the names keys are made of
 	scorer scorer
+	hist   bool // scorer.histogram(), read on the hot path
 	gated  bool // cfg.gated(), read on the hot path
 	rule   stats.TailRule
 	tmp    stats.TailHist // scratch for prepare
@@ -30,6 +31,7 @@ type modelSet struct {
 func newModelSet(cfg *Config, st *counters, stacks *callStacks) *modelSet {
 	ms := &modelSet{cfg: cfg, stats: st, stacks: stacks, scorer: newScorer(cfg), gated: cfg.gated(), rule: cfg.TailRule(),
 		ignored: map[string]bool{}, keyByName: map[string]int32{}}
+	ms.hist = ms.scorer.histogram()
 	for _, n := range cfg.Ignore {
 		ms.ignored[n] = true
 	}
@@ -42,7 +44,7 @@ func (ms *modelSet) observe(t *thread, e *execRec) {
 	m := ms.list[ms.keyOf(t, e)]
 	x := ms.value(e)
 	m.step.Push(x)
-	if ms.scorer.histogram() {
+	if ms.hist {
 		m.values = append(m.values, x)
 	}
 	if ms.gated {

@@ -128,11 +128,13 @@ func (h *TailHist) Add(x float64) {
 		h.grow(b, b)
 		i = b - h.Lo
 	}
-	if h.Counts[i] == 0 {
+	switch {
+	case h.Counts[i] == 0:
 		h.Mins[i], h.Maxs[i] = x, x
-	} else {
-		h.Mins[i] = min(h.Mins[i], x)
-		h.Maxs[i] = max(h.Maxs[i], x)
+	case x < h.Mins[i]:
+		h.Mins[i] = x
+	case x > h.Maxs[i]:
+		h.Maxs[i] = x
 	}
 	h.Counts[i]++
 }
