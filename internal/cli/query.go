@@ -32,7 +32,40 @@ type queryBackend interface {
 	Get(ctx context.Context, kind provenance.Kind, pid uint32, eventID string) (provenance.Exec, error)
 	Count(ctx context.Context, q provenance.Query) (int64, error)
 	Aggregate(ctx context.Context, q provenance.Query, by provenance.GroupBy) ([]provenance.Group, error)
+	// FuncStats streams the run's final func_stats records.
+	FuncStats(ctx context.Context, fn func(provenance.GlobalFuncStats) error) error
 	Close() error
+}
+
+// Labels of kipimo query list --labels.
+const (
+	labelsFinal     = "final"
+	labelsUnflagged = "unflagged"
+	labelsAll       = "all"
+)
+
+// finalRanges reads the final models' natural ranges from b (empty when
+// the run has none: Chimbuko's rules, or a run still going).
+func finalRanges(ctx context.Context, b queryBackend) (map[string]provenance.Range, error) {
+	var fs []provenance.GlobalFuncStats
+	if err := b.FuncStats(ctx, func(f provenance.GlobalFuncStats) error {
+		fs = append(fs, f)
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("read the final models: %w", err)
+	}
+	return provenance.FinalRanges(fs), nil
+}
+
+// relabel sets e's final label against ranges (anomalies only).
+func relabel(e *provenance.Exec, kind provenance.Kind, ranges map[string]provenance.Range) {
+	if kind != provenance.KindAnomalies || len(ranges) == 0 {
+		return
+	}
+	e.FinalLabel = provenance.FinalUnflagged
+	if provenance.FinalAnomaly(e, ranges) {
+		e.FinalLabel = provenance.FinalAnomalyLabel
+	}
 }
 
 type queryOpts struct {
@@ -140,12 +173,19 @@ func (o *queryOpts) open(ctx context.Context) (queryBackend, error) {
 }
 
 func newQueryListCmd(o *queryOpts) *cobra.Command {
+	var labels string
 	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "List executions matching filters, sorted",
 		Long: `List executions matching filters, sorted. --limit 0 lists every one: records
 are streamed as they are read (from the store, or page after page from
-provdb), so a listing of any length takes little memory.`,
+provdb), so a listing of any length takes little memory.
+
+Once a run has ended, its anomalies are relabelled with the final models
+(docs/detection.md): those the final model no longer flags are "unflagged",
+not deleted. --labels final (the default) lists the anomalies that stand,
+--labels unflagged the others, --labels all both; each record then says
+which it is (the LABEL column, final_label in JSON).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			q, err := queryFromFlags(cmd)
@@ -160,10 +200,22 @@ provdb), so a listing of any length takes little memory.`,
 				return err
 			}
 			defer b.Close()
-			return listExecs(cmd.Context(), cmd.OutOrStdout(), b, q, o.json)
+			switch labels {
+			case labelsFinal, labelsUnflagged, labelsAll:
+			default:
+				return fmt.Errorf("--labels %q: use final, unflagged or all", labels)
+			}
+			var ranges map[string]provenance.Range
+			if q.Kind == provenance.KindAnomalies {
+				if ranges, err = finalRanges(cmd.Context(), b); err != nil {
+					return err
+				}
+			}
+			return listExecs(cmd.Context(), cmd.OutOrStdout(), b, q, o.json, ranges, labels)
 		},
 	}
 	filterFlags(cmd.Flags(), true)
+	cmd.Flags().StringVar(&labels, "labels", labelsFinal, "anomalies after the end-of-run relabelling: final (those that stand), unflagged or all")
 	return cmd
 }
 
@@ -193,6 +245,13 @@ EVENT_ID is "<rank>:<io_step>:<idx>".`,
 			e, err := b.Get(cmd.Context(), kind, pid, args[0])
 			if err != nil {
 				return err
+			}
+			if kind == provenance.KindAnomalies {
+				ranges, err := finalRanges(cmd.Context(), b)
+				if err != nil {
+					return err
+				}
+				relabel(&e, kind, ranges)
 			}
 			if o.json {
 				return jsonLines(cmd.OutOrStdout(), []provenance.Exec{e})
@@ -286,11 +345,12 @@ func jsonLines[T any](w io.Writer, items []T) error {
 
 // listExecs prints the executions q selects as JSON lines or a table, one
 // at a time as b streams them.
-func listExecs(ctx context.Context, w io.Writer, b queryBackend, q provenance.Query, asJSON bool) error {
+func listExecs(ctx context.Context, w io.Writer, b queryBackend, q provenance.Query, asJSON bool, ranges map[string]provenance.Range, labels string) error {
 	bw := bufio.NewWriterSize(w, 64<<10)
 	var fn func(provenance.Exec) error
 	var t *streamTable
 	n := 0
+	labelled := q.Kind == provenance.KindAnomalies && len(ranges) > 0
 	if asJSON {
 		enc := json.NewEncoder(bw)
 		enc.SetEscapeHTML(false)
@@ -299,7 +359,11 @@ func listExecs(ctx context.Context, w io.Writer, b queryBackend, q provenance.Qu
 		}
 	} else {
 		t = &streamTable{w: bw, hold: tableHold}
-		if err := t.row("PID", "EVENT_ID", "RANK", "TID", "STEP", "ENTRY", "RUNTIME", "EXCLUSIVE", "SCORE", "GPU", "FUNC"); err != nil {
+		head := []string{"PID", "EVENT_ID", "RANK", "TID", "STEP", "ENTRY", "RUNTIME", "EXCLUSIVE", "SCORE", "GPU", "FUNC"}
+		if labelled {
+			head = append(head[:10], "LABEL", "FUNC")
+		}
+		if err := t.row(head...); err != nil {
 			return err
 		}
 		u := func(x uint64) string { return strconv.FormatUint(x, 10) }
@@ -309,11 +373,39 @@ func listExecs(ctx context.Context, w io.Writer, b queryBackend, q provenance.Qu
 			if e.IsGPUEvent {
 				gpu = "gpu"
 			}
-			return t.row(u(uint64(e.PID)), e.EventID, u(uint64(e.RID)), u(uint64(e.TID)), u(e.IOStep), u(e.Entry),
-				u(e.RuntimeTotal), u(e.RuntimeExclusive), strconv.FormatFloat(e.OutlierScore, 'f', 3, 64), gpu, e.Func)
+			row := []string{u(uint64(e.PID)), e.EventID, u(uint64(e.RID)), u(uint64(e.TID)), u(e.IOStep), u(e.Entry),
+				u(e.RuntimeTotal), u(e.RuntimeExclusive), strconv.FormatFloat(e.OutlierScore, 'f', 3, 64), gpu, e.Func}
+			if labelled {
+				row = append(row[:10], e.FinalLabel, e.Func)
+			}
+			return t.row(row...)
 		}
 	}
-	if err := b.Each(ctx, q, fn); err != nil {
+	if labelled {
+		// Relabel as records stream by; with a filter on the label, read
+		// past the limit until it is reached among the records kept.
+		inner, limit, kept := fn, q.Limit, 0
+		stop := errors.New("limit reached")
+		fn = func(e provenance.Exec) error {
+			relabel(&e, q.Kind, ranges)
+			if labels == labelsFinal && e.FinalLabel != provenance.FinalAnomalyLabel ||
+				labels == labelsUnflagged && e.FinalLabel != provenance.FinalUnflagged {
+				return nil
+			}
+			if limit != provenance.NoLimit && kept >= limit {
+				return stop
+			}
+			kept++
+			return inner(e)
+		}
+		if labels != labelsAll {
+			q.Limit = provenance.NoLimit
+		}
+		if err := b.Each(ctx, q, fn); err != nil && !errors.Is(err, stop) {
+			_ = bw.Flush()
+			return err
+		}
+	} else if err := b.Each(ctx, q, fn); err != nil {
 		_ = bw.Flush()
 		return err
 	}
@@ -453,6 +545,9 @@ func execTree(w io.Writer, kind provenance.Kind, e *provenance.Exec) error {
 	fmt.Fprintf(&b, "├─ outlier: score %.3f, severity %g", e.OutlierScore, e.OutlierSeverity)
 	if e.Algorithm != "" {
 		fmt.Fprintf(&b, ", algorithm %s", e.Algorithm)
+	}
+	if e.FinalLabel != "" {
+		fmt.Fprintf(&b, "\n├─ final label: %s (after the end-of-run relabelling with the final models)", e.FinalLabel)
 	}
 	if x := e.Explanation; x != nil {
 		fmt.Fprintf(&b, "\n├─ why: %s\n│  natural range of %s: %.4g to %.4g µs; flagged below %.4g or above %.4g µs", x.Text, x.Key, x.NaturalMin, x.NaturalMax, x.LowThreshold, x.Threshold)
@@ -700,6 +795,22 @@ func (h *httpBackend) Count(ctx context.Context, q provenance.Query) (int64, err
 	v.Del("sort")
 	err := h.get(ctx, "/api/v1/count", v, &r)
 	return r.Count, err
+}
+
+// FuncStats asks /api/v1/func_stats.
+func (h *httpBackend) FuncStats(ctx context.Context, fn func(provenance.GlobalFuncStats) error) error {
+	var out struct {
+		FuncStats []provenance.GlobalFuncStats `json:"func_stats"`
+	}
+	if err := h.get(ctx, "/api/v1/func_stats", nil, &out); err != nil {
+		return err
+	}
+	for _, f := range out.FuncStats {
+		if err := fn(f); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (h *httpBackend) Aggregate(ctx context.Context, q provenance.Query, by provenance.GroupBy) ([]provenance.Group, error) {

@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"flag"
 	"net/http/httptest"
 	"os"
@@ -236,5 +237,79 @@ func TestQueryShowExplanation(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("query show lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+// query list relabels anomalies with the final models' natural ranges (the
+// func_stats records): final ones by default, unflagged ones on request,
+// from the store and through provdb alike.
+func TestQueryListFinalLabels(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "prov.db")
+	s, err := sqlitestore.Open(ctx, path, sqlitestore.Options{Synchronous: "OFF"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	es := storetest.Generate(storetest.GenConfig{Seed: 11, N: 3, Ranks: 1, Steps: 1, Anomaly: true})
+	for i, v := range []float64{500, 120, 10} { // beyond, inside, below the final range
+		es[i].Explanation = &provenance.Explanation{Key: "k", Value: v, Text: "t"}
+	}
+	fs := []provenance.GlobalFuncStats{{Func: "k", Stats: provenance.FuncStats{Count: 1}, NaturalRange: &provenance.Range{Low: 50, High: 200}}}
+	for _, b := range []provenance.Batch{{Kind: provenance.KindAnomalies, Execs: es}, {Kind: provenance.KindFuncStats, FuncStats: fs}} {
+		if err := s.Write(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.Close()
+	st, err := sqlitestore.Open(ctx, path, sqlitestore.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	srv := httptest.NewServer(service.NewHTTPHandler(st, ""))
+	defer srv.Close()
+	want := map[string][]string{ // event ids by label
+		provenance.FinalAnomalyLabel: {es[0].EventID, es[2].EventID},
+		provenance.FinalUnflagged:    {es[1].EventID},
+	}
+	for _, src := range [][]string{{"--store", path}, {"--url", srv.URL}} {
+		for _, tc := range []struct {
+			labels string
+			want   []string
+		}{
+			{"final", want[provenance.FinalAnomalyLabel]},
+			{"unflagged", want[provenance.FinalUnflagged]},
+			{"all", append(slices.Clone(want[provenance.FinalAnomalyLabel]), want[provenance.FinalUnflagged]...)},
+		} {
+			t.Run(src[0]+"/"+tc.labels, func(t *testing.T) {
+				out, err := runQuery(t, append([]string{"query", "list", "--labels", tc.labels, "--limit", "0", "--json"}, src...)...)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var got []string
+				for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+					if l == "" {
+						continue
+					}
+					var e provenance.Exec
+					if err := json.Unmarshal([]byte(l), &e); err != nil {
+						t.Fatal(err)
+					}
+					if !slices.Contains(want[e.FinalLabel], e.EventID) {
+						t.Errorf("%s labelled %q", e.EventID, e.FinalLabel)
+					}
+					got = append(got, e.EventID)
+				}
+				slices.Sort(got)
+				w := slices.Clone(tc.want)
+				slices.Sort(w)
+				if !slices.Equal(got, w) {
+					t.Errorf("--labels %s listed %v, want %v", tc.labels, got, w)
+				}
+			})
+		}
+	}
+	if _, err := runQuery(t, "query", "list", "--labels", "some", "--store", path); err == nil || !strings.Contains(err.Error(), "--labels") {
+		t.Errorf("bad --labels: %v", err)
 	}
 }

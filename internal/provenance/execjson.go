@@ -210,6 +210,10 @@ func AppendExecJSON(dst []byte, e *Exec) ([]byte, error) {
 		w.str(x.Text)
 		w.b = append(w.b, '}')
 	}
+	if e.FinalLabel != "" {
+		w.raw(`,"final_label":`)
+		w.str(e.FinalLabel)
+	}
 	w.b = append(w.b, '}')
 	if w.err != nil {
 		return dst, fmt.Errorf("encode execution %s: %w", e.EventID, w.err)
@@ -894,7 +898,7 @@ var (
 		"call_stack", "counter_events", "entry", "exit", "event_id", "fid", "func", "func_stats",
 		"is_gpu_event", "gpu_location", "gpu_parent", "pid", "rid", "tid", "runtime_exclusive",
 		"runtime_total", "io_step", "io_step_tstart", "io_step_tend", "event_window",
-		"outlier_score", "outlier_severity", "hostname", "algorithm", "explanation",
+		"outlier_score", "outlier_severity", "hostname", "algorithm", "explanation", "final_label",
 	}
 	explanationKeys = []string{"key", "value", "natural_min", "natural_max", "low_threshold", "threshold", "ratio", "p99", "log_sigmas", "excess", "text"}
 )
@@ -1146,6 +1150,8 @@ func (d *jr) exec(e *Exec) {
 			d.name(&e.Algorithm)
 		case 24:
 			d.explanation(&e.Explanation)
+		case 25:
+			d.name(&e.FinalLabel)
 		}
 	}
 }

@@ -150,6 +150,10 @@ type Exec struct {
 	// Explanation says how far out the execution is (nil with Chimbuko's
 	// rules, and in records of other tools).
 	Explanation *Explanation `json:"explanation,omitempty"`
+	// FinalLabel is set by readers that relabel anomalies with the run's
+	// final models (FinalAnomaly): FinalAnomalyLabel or FinalUnflagged. It
+	// is not stored.
+	FinalLabel string `json:"final_label,omitempty"`
 }
 
 // Explanation is how far out an execution is against its model, at the
@@ -185,6 +189,10 @@ type GlobalFuncStats struct {
 	Func      string    `json:"func"`
 	Stats     FuncStats `json:"stats"`
 	Anomalies uint64    `json:"anomalies"`
+	// NaturalRange is the final model's natural range of the key, as the
+	// thresholds below and above which runtimes are anomalies (absent with
+	// Chimbuko's rules): the end-of-run relabelling reads it.
+	NaturalRange *Range `json:"natural_range,omitempty"`
 }
 
 // GlobalCounterStats is the run's final statistics of one counter (collection
@@ -231,9 +239,30 @@ type CounterProfile struct {
 	SumSqr float64 `json:"sumsqr"`
 }
 
+// Final labels of an anomaly after the end-of-run relabelling.
+const (
+	FinalAnomalyLabel = "anomaly"
+	FinalUnflagged    = "unflagged"
+)
+
+// FinalRanges collects the natural ranges of func_stats records by model
+// key (Func), for FinalAnomaly; records without one are left out.
+func FinalRanges(fs []GlobalFuncStats) map[string]Range {
+	out := map[string]Range{}
+	for _, f := range fs {
+		if f.NaturalRange != nil {
+			out[f.Func] = *f.NaturalRange
+		}
+	}
+	return out
+}
+
 // Range is a model's natural range as thresholds: runtimes below Low or
 // above High are outside it.
-type Range struct{ Low, High float64 }
+type Range struct {
+	Low  float64 `json:"low"`
+	High float64 `json:"high"`
+}
 
 // FinalAnomaly reports whether anomaly e is still one against the final
 // models' natural ranges by model key (see Explanation): its value must lie

@@ -57,6 +57,9 @@ type Store interface {
 	// Metadata streams every stored metadata record to fn, ordered by
 	// (pid, rid, tid, descr); fn and stopping are as for Each.
 	Metadata(ctx context.Context, fn func(Metadata) error) error
+	// FuncStats streams every stored func_stats record to fn, ordered by
+	// (pid, func); fn and stopping are as for Each.
+	FuncStats(ctx context.Context, fn func(GlobalFuncStats) error) error
 	// Close releases the store's resources.
 	Close() error
 }

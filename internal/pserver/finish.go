@@ -13,16 +13,22 @@ import (
 )
 
 // FuncStatsRecords returns the final func_stats records of this shard's model
-// keys, in key order. FID is the FNV-1a 32 hash of the key, the same on every
+// keys, in key order, with each key's final natural range when detectors
+// send them (the end-of-run relabelling reads it). FID is the FNV-1a 32 hash of the key, the same on every
 // shard, since keys are names (or call paths) rather than per-rank ids.
 func (s *Server) FuncStatsRecords() []provenance.GlobalFuncStats {
 	var out []provenance.GlobalFuncStats
 	s.View(func(st *State) {
+		ranges := st.NaturalRanges()
 		for _, k := range st.ModelKeys() {
 			m := st.Models[k]
-			out = append(out, provenance.GlobalFuncStats{
+			f := provenance.GlobalFuncStats{
 				PID: m.PID, FID: keyID(k), Func: k, Stats: provenance.FuncStatsOf(m.Moments), Anomalies: m.Anomalies,
-			})
+			}
+			if r, ok := ranges[k]; ok {
+				f.NaturalRange = &r
+			}
+			out = append(out, f)
 		}
 	})
 	return out

@@ -369,6 +369,18 @@ func (s *Store) Metadata(ctx context.Context, fn func(provenance.Metadata) error
 	})
 }
 
+// FuncStats streams the func_stats records in (pid, func) order.
+func (s *Store) FuncStats(ctx context.Context, fn func(provenance.GlobalFuncStats) error) error {
+	sort := bson.D{{Key: "pid", Value: 1}, {Key: "func", Value: 1}}
+	return eachDoc(ctx, s.coll(provenance.KindFuncStats), sort, func(cur *mongo.Cursor) error {
+		var d funcDoc
+		if err := cur.Decode(&d); err != nil {
+			return fmt.Errorf("list func_stats: %w", err)
+		}
+		return fn(d.GlobalFuncStats)
+	})
+}
+
 // eachDoc calls fn at each document of c in sort's order, eachBatch
 // documents a round trip; fn's errors are returned unwrapped.
 func eachDoc(ctx context.Context, c *mongo.Collection, sort bson.D, fn func(*mongo.Cursor) error) error {

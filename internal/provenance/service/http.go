@@ -77,6 +77,7 @@ func NewHTTPHandler(store provenance.Store, token string, opts ...HTTPOption) ht
 	mux.HandleFunc("GET /api/v1/records/{kind}/{pid}/{event_id}", h.record)
 	mux.HandleFunc("GET /api/v1/count", h.count)
 	mux.HandleFunc("GET /api/v1/aggregate", h.aggregate)
+	mux.HandleFunc("GET /api/v1/func_stats", h.funcStats)
 	return h.wrap(mux)
 }
 
@@ -261,6 +262,24 @@ func (h *httpAPI) count(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, map[string]any{"kind": q.Kind, "count": n})
+}
+
+// funcStats answers {"func_stats":[...]}: every func_stats record, in
+// (pid, func) order; the run's final statistics and natural ranges.
+func (h *httpAPI) funcStats(w http.ResponseWriter, r *http.Request) {
+	if len(r.URL.Query()) > 0 {
+		writeError(w, http.StatusBadRequest, errors.New("func_stats takes no parameters"))
+		return
+	}
+	out := []provenance.GlobalFuncStats{}
+	if err := h.store.FuncStats(r.Context(), func(f provenance.GlobalFuncStats) error {
+		out = append(out, f)
+		return nil
+	}); err != nil {
+		writeError(w, http.StatusInternalServerError, err)
+		return
+	}
+	writeJSON(w, map[string]any{"func_stats": out})
 }
 
 func (h *httpAPI) aggregate(w http.ResponseWriter, r *http.Request) {

@@ -908,6 +908,17 @@ func (s *Store) Metadata(ctx context.Context, fn func(provenance.Metadata) error
 	})
 }
 
+// FuncStats streams the func_stats records in (pid, func) order.
+func (s *Store) FuncStats(ctx context.Context, fn func(provenance.GlobalFuncStats) error) error {
+	return eachDoc(ctx, s, "SELECT doc FROM func_stats ORDER BY pid, func", provenance.KindFuncStats, func(doc []byte) error {
+		var f provenance.GlobalFuncStats
+		if err := json.Unmarshal(doc, &f); err != nil {
+			return fmt.Errorf("list func_stats: stored document: %w", err)
+		}
+		return fn(f)
+	})
+}
+
 // eachDoc runs query, which selects one doc column, on a stream connection
 // of its own (fn may call the store) and passes each row's document to fn.
 // fn's errors are returned unwrapped.

@@ -363,6 +363,41 @@ func Run(t *testing.T, open Opener, opt Options) {
 		mustCount(ctx, t, s, provenance.Query{}, 0)
 	})
 
+	t.Run("FuncStatsReadBack", func(t *testing.T) {
+		s := open(t)
+		defer s.Close()
+		var fs []provenance.GlobalFuncStats
+		for _, pid := range []uint32{1, 0} {
+			_, f, _, _ := GenerateOthers(pid, 1)
+			slices.Reverse(f)
+			fs = append(fs, f...)
+		}
+		fs[0].NaturalRange = &provenance.Range{Low: 2.5, High: 140}
+		if err := s.Write(ctx, provenance.Batch{Kind: provenance.KindFuncStats, FuncStats: append(fs, fs[1])}); err != nil {
+			t.Fatal(err)
+		}
+		var got []provenance.GlobalFuncStats
+		if err := s.FuncStats(ctx, func(f provenance.GlobalFuncStats) error {
+			got = append(got, f)
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		want := slices.Clone(fs)
+		slices.SortFunc(want, func(a, b provenance.GlobalFuncStats) int {
+			if a.PID != b.PID {
+				return int(a.PID) - int(b.PID)
+			}
+			return strings.Compare(a.Func, b.Func)
+		})
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("func_stats read back\n got %+v\nwant %+v", got, want)
+		}
+		if r := provenance.FinalRanges(got); len(r) != 1 || r[fs[0].Func] != (provenance.Range{Low: 2.5, High: 140}) {
+			t.Errorf("final ranges %v, want the one record's", r)
+		}
+	})
+
 	t.Run("ProfilesAndMetadataReadBack", func(t *testing.T) {
 		s := open(t)
 		defer s.Close()
