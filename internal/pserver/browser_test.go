@@ -71,6 +71,8 @@ func provStore(t *testing.T, slow uint32, steps int) *httptest.Server {
 				{Func: funcName(0), EventID: id(3), Entry: base + 100, Exit: base + 700, ParentEventID: id(1), IsAnomaly: true},
 			}},
 		}
+		e.Explanation = &provenance.Explanation{Key: funcName(0), Value: 550, NaturalMax: 100, Threshold: 140, Ratio: 5.5,
+			Text: fmt.Sprintf("5.5× the largest natural runtime of %s (100 µs) at io_step %d", funcName(0), step)}
 		if step%2 == 1 {
 			e.IsGPUEvent = true
 			e.TID = 7
@@ -179,6 +181,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	stack := run(t, ctx, chromedp.Evaluate[string](textJS(`#callstack`)))
 	records := run(t, ctx, chromedp.Evaluate[string](textJS(`#records tbody`)))
 	gpu := run(t, ctx, chromedp.Evaluate[string](textJS(`#gpu`)))
+	why := run(t, ctx, chromedp.Evaluate[string](textJS(`#record-why`)))
 	if out := os.Getenv("KIPIMO_DASHBOARD_SCREENSHOT"); out != "" {
 		if err := os.WriteFile(out, run(t, ctx, chromedp.FullScreenshot(100)), 0o644); err != nil {
 			t.Fatal(err)
@@ -195,6 +198,10 @@ func TestDashboardInBrowser(t *testing.T) {
 	}
 	if !strings.Contains(gpu, "device 1") || !strings.Contains(gpu, "stream 14") {
 		t.Errorf("GPU context shown as %q", gpu)
+	}
+	// Why the shown record (the highest-scored: the last step's) was flagged.
+	if want := fmt.Sprintf("5.5× the largest natural runtime of %s (100 µs) at io_step %d", funcName(0), steps-1); !strings.Contains(why, want) {
+		t.Errorf("explanation shown as %q, want %q", why, want)
 	}
 }
 

@@ -339,6 +339,8 @@
     for (const tr of $("records").querySelectorAll("tbody tr")) tr.classList.toggle("sel", tr.firstChild && tr.firstChild.textContent === rec.event_id);
     $("record").hidden = false;
     $("record-id").textContent = `event ${rec.event_id}, rank ${rec.rid}, thread ${rec.tid}, io_step ${rec.io_step}`;
+    const x = rec.explanation;
+    $("record-why").textContent = x && x.text ? x.text + "." : `outlier score ${fmt(rec.outlier_score)} (${rec.algorithm || "algorithm not recorded"}; no explanation in this record).`;
     const ol = $("callstack"); ol.textContent = "";
     const stack = (rec.call_stack || []).slice().reverse(); // root first
     for (const f of stack) {
