@@ -67,7 +67,8 @@ func TestFramesConvertErrors(t *testing.T) {
 	}{
 		{"no format", []string{"frames", "convert", "--out", "x", in}, "format"},
 		{"no out", []string{"frames", "convert", "--format", "chrome", in}, "--out DIR is required"},
-		{"bad format", []string{"frames", "convert", "--format", "otf2", "--out", "x", in}, `unknown format "otf2"`},
+		{"bad format", []string{"frames", "convert", "--format", "paraver", "--out", "x", in}, `unknown format "paraver"`},
+		{"wrong format", []string{"frames", "convert", "--format", "otf2", "--out", "x", in}, "not an OTF2 anchor file"},
 		{"missing file", []string{"frames", "convert", "--format", "chrome", "--out", "x", "nope.json"}, "nope.json"},
 		{"bad step", []string{"frames", "convert", "--format", "chrome", "--out", "x", "--step", "-1s", in}, "--step must be positive"},
 		{"not a trace", []string{"frames", "convert", "--format", "chrome", "--out", "x", "frames_convert_test.go"}, "not a JSON trace"},
