@@ -123,7 +123,9 @@ type Config struct {
 	// Resolution is the timer resolution in µs (default 1): a runtime one
 	// tick beyond the natural maximum is still natural.
 	Resolution float64
-	// Sigma is SSTD's threshold in standard deviations (default 6).
+	// Sigma is SSTD's threshold in standard deviations (default 3; 6, as
+	// Chimbuko, with its rules: with the natural range deciding what is
+	// natural, SSTD's own threshold only has to leave the far tail to it).
 	Sigma float64
 	// Threshold is HBOS's and COPOD's fraction of the score range (default 0.99).
 	Threshold float64
@@ -163,12 +165,14 @@ type Config struct {
 	// next steps, as Chimbuko does, for at most MaxPendingSteps steps; then
 	// they are labelled normal and counted in Stats.Unscored.
 	MinCount float64
-	// Isolation (HBOS and COPOD; 0, Chimbuko's behaviour, by default) is the
-	// half-width in bins of an isolation window: an execution is flagged only
-	// if the model's probability mass within Isolation bins of its value is
-	// below MaxMass. HBOS then scores -log2 of that mass instead of its bin's
-	// probability. This removes the flaw of the fraction-of-range threshold,
-	// which flags the sparsest bins of every histogram, outliers or not.
+	// Isolation (HBOS and COPOD) is the half-width in bins of an isolation
+	// window: an execution is flagged only if the model's probability mass
+	// within Isolation bins of its value is below MaxMass. HBOS then scores
+	// -log2 of that mass instead of its bin's probability; COPOD keeps its
+	// score. This removes the flaw of the fraction-of-range threshold, which
+	// flags the sparsest bins of every histogram, outliers or not. 0 means
+	// the default: 3, or with Chimbuko's rules none (their fraction-of-range
+	// threshold); negative means none.
 	Isolation int
 	// MaxMass is the isolation window's mass below which an execution may be
 	// flagged (default 0.001 when Isolation is set).
@@ -270,7 +274,10 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("resolution %v must be positive", c.Resolution)
 	}
 	if c.Sigma == 0 {
-		c.Sigma = 6
+		c.Sigma = 3
+		if c.Chimbuko {
+			c.Sigma = 6
+		}
 	}
 	if !(c.Sigma > 0) {
 		return fmt.Errorf("sigma %v must be positive", c.Sigma)
@@ -317,8 +324,14 @@ func (c *Config) Validate() error {
 	if c.MinCount == 0 {
 		c.MinCount = 2
 	}
-	if c.Isolation < 0 || c.Isolation > 1<<16 {
-		return fmt.Errorf("isolation %d must be in [0, 65536]", c.Isolation)
+	if c.Isolation == 0 && !c.Chimbuko && (c.Algorithm == HBOS || c.Algorithm == COPOD) {
+		c.Isolation = 3
+	}
+	if c.Isolation < 0 {
+		c.Isolation = 0
+	}
+	if c.Isolation > 1<<16 {
+		return fmt.Errorf("isolation %d must be at most 65536", c.Isolation)
 	}
 	if c.Isolation > 0 && c.MaxMass == 0 {
 		c.MaxMass = 0.001

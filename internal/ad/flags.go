@@ -17,7 +17,7 @@ func AddFlags(fs *pflag.FlagSet, c *Config) {
 	fs.Float64Var(&c.RecurFrac, "recur-frac", DefaultRecurFrac, "fraction of a function's runtimes one bin needs (at least --tail-recur) to be natural beyond a gap")
 	fs.Float64Var(&c.SettleCount, "settle-count", DefaultSettleCount, "runtimes a model needs before an execution beyond its natural range is flagged; earlier ones wait (at most 8 steps) for the model's tail to show (negative: never wait)")
 	fs.Float64Var(&c.Resolution, "resolution", DefaultResolution, "timer resolution in µs: one tick beyond the natural maximum is still natural")
-	fs.Float64Var(&c.Sigma, "sigma", 6, "SSTD threshold in standard deviations")
+	fs.Float64Var(&c.Sigma, "sigma", 0, "SSTD threshold in standard deviations (default 3; 6 with --chimbuko)")
 	fs.Float64Var(&c.Threshold, "threshold", 0.99, "HBOS/COPOD threshold as a fraction of the score range")
 	fs.IntVar(&c.Bins, "bins", 200, "HBOS/COPOD histogram bins")
 	fs.StringVar(&c.Statistic, "statistic", Exclusive, "runtime the models are built on: exclusive or inclusive")
@@ -28,7 +28,7 @@ func AddFlags(fs *pflag.FlagSet, c *Config) {
 	fs.IntVar(&c.ProfilePaths, "profile-paths", 8192, "most call-path nodes kept per rank; executions on further paths count in their function's flat profile only")
 	fs.Float64Var(&c.MinRuntime, "min-runtime", 0, "never flag executions whose runtime (µs) is below this")
 	fs.StringSliceVar(&c.Ignore, "ignore", nil, "function names never flagged (repeat or comma-separate)")
-	fs.IntVar(&c.Isolation, "isolation", 0, "HBOS/COPOD isolation window half-width in bins (0: Chimbuko's rule)")
+	fs.IntVar(&c.Isolation, "isolation", 0, "HBOS/COPOD isolation window half-width in bins (default 3; none with --chimbuko; negative: none, Chimbuko's fraction-of-range threshold)")
 	fs.Float64Var(&c.MaxMass, "max-mass", 0, "isolation window mass below which an execution may be flagged (default 0.001 with --isolation)")
 	c.Window = 5
 	fs.Var((*windowFlag)(&c.Window), "window", "executions before and after an anomaly kept in its exec_window (0: none)")

@@ -194,11 +194,11 @@ func (ms *modelSet) prepare(m *model) {
 // it is an anomaly: with the natural range (every algorithm but under
 // Chimbuko's rules), only outside it.
 func (ms *modelSet) judge(m *model, x float64) (score float64, anom bool) {
-	score, anom = ms.scorer.judge(m, x)
 	if ms.gated && x <= m.natThr && (x >= m.natLowThr || ms.cfg.SlowOnly) {
-		anom = false // inside the natural range, whatever the algorithm says
+		// inside the natural range: normal whatever the algorithm says
+		return ms.scorer.score(m, x), false
 	}
-	return score, anom
+	return ms.scorer.judge(m, x)
 }
 
 // exactScore is e's outlier score (recomputed where labelling used a

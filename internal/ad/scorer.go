@@ -9,13 +9,16 @@ import (
 // scorer is one outlier algorithm. reset builds a model's detection state
 // from its merged statistics (m.det, the natural range, and h, the merged
 // histogram, when histogram says the algorithm needs one); judge scores a
-// runtime against that state and says whether the algorithm flags it; exact
-// recomputes a score judge took a shortcut for. A scorer holds only its
-// configuration: the state is the model's.
+// runtime against that state and says whether the algorithm flags it; score
+// is judge's score alone, as cheaply as the algorithm allows (for runtimes
+// inside the natural range, which no algorithm may flag); exact recomputes a
+// score judge took a shortcut for. A scorer holds only its configuration:
+// the state is the model's.
 type scorer interface {
 	histogram() bool
 	reset(m *model, h stats.Histogram)
 	judge(m *model, x float64) (score float64, flagged bool)
+	score(m *model, x float64) float64
 	exact(m *model, x, score float64) float64
 }
 
@@ -29,7 +32,7 @@ func newScorer(cfg *Config) scorer {
 	case HBOS:
 		return hbosScorer{threshold: cfg.Threshold, isolation: cfg.Isolation, maxMass: cfg.MaxMass, slowOnly: cfg.SlowOnly}
 	default:
-		return copodScorer{threshold: cfg.Threshold, isolation: cfg.Isolation, maxMass: cfg.MaxMass, slowOnly: cfg.SlowOnly}
+		return copodScorer{threshold: cfg.Threshold, isolation: cfg.Isolation, maxMass: cfg.MaxMass, slowOnly: cfg.SlowOnly, massOnly: !cfg.Chimbuko}
 	}
 }
 
@@ -49,6 +52,7 @@ func (s tailScorer) judge(m *model, x float64) (float64, bool) {
 	}
 	return x / max(m.natMax, s.resolution), x > m.natThr
 }
+func (s tailScorer) score(m *model, x float64) float64      { v, _ := s.judge(m, x); return v }
 func (tailScorer) exact(_ *model, _, score float64) float64 { return score }
 
 // sstdScorer is Chimbuko's SSTD: |x - mean| / σ, flagged beyond sigma σ.
@@ -69,6 +73,7 @@ func (s sstdScorer) judge(m *model, x float64) (float64, bool) {
 	}
 	return math.Abs(x-m.det.Mean) / std, x > m.hi || (!s.slowOnly && x < m.lo)
 }
+func (s sstdScorer) score(m *model, x float64) float64      { v, _ := s.judge(m, x); return v }
 func (sstdScorer) exact(_ *model, _, score float64) float64 { return score }
 
 // hbosScorer is Chimbuko's HBOS: -log2 of the value's bin probability,
@@ -93,14 +98,24 @@ func (s hbosScorer) judge(m *model, x float64) (float64, bool) {
 	score := m.hbos.Score(x)
 	return score, score >= m.hbos.Threshold && slow
 }
+func (s hbosScorer) score(m *model, x float64) float64 {
+	if s.isolation > 0 {
+		// the window's mass is at least the value's bin's: the bin's score
+		// ranks runtimes inside the range as well, at a bin lookup
+		return m.hbos.Score(x)
+	}
+	v, _ := s.judge(m, x)
+	return v
+}
 func (hbosScorer) exact(_ *model, _, score float64) float64 { return score }
 
 // copodScorer is Chimbuko's COPOD tail score, flagged beyond a fraction of
-// the score range; with isolation, also only below maxMass in the window.
+// the score range; with isolation, also only below maxMass in the window
+// (massOnly, outside Chimbuko's rules: by that window alone).
 type copodScorer struct {
 	threshold, maxMass float64
 	isolation          int
-	slowOnly           bool
+	slowOnly, massOnly bool
 }
 
 func (copodScorer) histogram() bool { return true }
@@ -109,11 +124,18 @@ func (s copodScorer) reset(m *model, h stats.Histogram) {
 }
 func (s copodScorer) judge(m *model, x float64) (float64, bool) {
 	score, _ := m.copod.ScoreFast(x)
+	if s.massOnly && s.isolation > 0 {
+		return score, m.copod.WindowMass(x, s.isolation) < s.maxMass && (!s.slowOnly || x > m.det.Mean)
+	}
 	anom := score >= m.copod.Threshold && (!s.slowOnly || x > m.det.Mean)
 	if anom && s.isolation > 0 {
 		anom = m.copod.WindowMass(x, s.isolation) < s.maxMass
 	}
 	return score, anom
+}
+func (copodScorer) score(m *model, x float64) float64 {
+	v, _ := m.copod.ScoreFast(x)
+	return v
 }
 func (s copodScorer) exact(m *model, x, score float64) float64 {
 	if s.isolation == 0 {

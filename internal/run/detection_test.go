@@ -90,9 +90,13 @@ func TestDetectionOnRealRuntimes(t *testing.T) {
 		minF1     float64
 	}{
 		{"replay, default", replay, "", 0.95},
+		{"replay, sstd", replay, ad.SSTD, 0.9},
 		{"replay, hbos", replay, ad.HBOS, 0.9},
+		{"replay, copod", replay, ad.COPOD, 0.9},
 		{"realistic, default", realistic, "", 0.95},
 		{"realistic, sstd", realistic, ad.SSTD, 0.9},
+		{"realistic, hbos", realistic, ad.HBOS, 0.9},
+		{"realistic, copod", realistic, ad.COPOD, 0.9},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := tc.cfg(t)
