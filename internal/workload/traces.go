@@ -647,16 +647,6 @@ func FromTraces(ctx context.Context, cfg TraceConfig) (*Workload, error) {
 	return w, err
 }
 
-// ReadTraceStats reads the traces of cfg.Apps as FromTraces does and says
-// what the pairing kept and dropped.
-func ReadTraceStats(ctx context.Context, cfg TraceConfig) (TraceStats, error) {
-	if err := cfg.Validate(); err != nil {
-		return TraceStats{}, fmt.Errorf("trace replay config: %w", err)
-	}
-	_, st, err := fromTraces(ctx, cfg)
-	return st, err
-}
-
 func fromTraces(ctx context.Context, cfg TraceConfig) (*Workload, TraceStats, error) {
 	rd := newTraceReader()
 	var apps []*tapp

@@ -248,12 +248,6 @@ type Events struct {
 	Records int64
 }
 
-// NewEvents reads events from r (the location's .evt file, name for
-// messages), correcting times with local (may be nil).
-func NewEvents(r io.Reader, name string, chunkSize int64, local *Local) *Events {
-	return newEvents(r, name, chunkSize, local, 32<<10)
-}
-
 func newEvents(r io.Reader, name string, chunkSize int64, local *Local, buf int) *Events {
 	return &Events{c: newChunkReader(name, r, chunkSize, buf), local: local}
 }
