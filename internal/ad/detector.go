@@ -51,8 +51,12 @@ type Detector struct {
 
 	metaSeen map[metaKey]struct{}
 
-	// the current step
+	// the current step, and the last one processed (lastSeen false before
+	// the first)
 	cur        stepInfo
+	lastStep   uint64
+	lastSeen   bool
+	missing    uint64 // steps missing before the current one
 	stepEvents uint64
 	stepBad    uint64
 	processed  uint64 // frames processed
@@ -111,6 +115,12 @@ func (d *Detector) Process(ctx context.Context, f *frame.Frame) error {
 		d.stepBad++
 		return err
 	}
+	d.missing = 0
+	if d.lastSeen && f.Step > d.lastStep+1 {
+		d.missing = f.Step - d.lastStep - 1
+		d.stats.missingSteps.Add(d.missing)
+	}
+	d.lastStep, d.lastSeen = max(d.lastStep, f.Step), true
 	d.cur = stepInfo{step: f.Step, tstart: f.TStart, tend: f.TEnd}
 	d.stepEvents = uint64(f.NumEvents())
 	d.stacks.names(f)

@@ -20,6 +20,8 @@ type counters struct {
 	// sourceDropped is the latest count the rank's event source reported
 	// of frames it dropped before they reached NATS (SourceDroppedHeader).
 	sourceDropped atomic.Uint64
+	// missingSteps are io_steps skipped in the rank's sequence of frames
+	missingSteps atomic.Uint64
 	// pathOverflows are executions whose call path found no room in the
 	// call-path table (Config.ProfilePaths).
 	pathOverflows atomic.Uint64
@@ -71,6 +73,10 @@ type Stats struct {
 	// event library) dropped before they reached NATS: its queue was full
 	// or the server was gone.
 	SourceDroppedFrames uint64 `json:"source_dropped_frames"`
+	// MissingSteps are io_steps that never reached the detector: gaps in the
+	// rank's sequence of frames (lost on the way, or dropped by a source
+	// that does not say so).
+	MissingSteps uint64 `json:"missing_steps"`
 	// PathOverflows are executions whose call path found no room in the
 	// call-path table (Config.ProfilePaths): they count in their function's
 	// flat profile only.
@@ -95,6 +101,7 @@ func (d *Detector) Stats() Stats {
 		ModelErrors: c.modelErrors.Load(), EvictedLaunches: c.evictedLaunches.Load(),
 		UnmatchedCorrelations: c.unmatchedCorrelations.Load(),
 		SourceDroppedFrames:   c.sourceDropped.Load(),
+		MissingSteps:          c.missingSteps.Load(),
 		Ended:                 c.ended.Load(),
 		PathOverflows:         c.pathOverflows.Load(),
 	}
@@ -122,6 +129,7 @@ func (s *Stats) Add(o Stats) {
 	s.EvictedLaunches += o.EvictedLaunches
 	s.UnmatchedCorrelations += o.UnmatchedCorrelations
 	s.SourceDroppedFrames += o.SourceDroppedFrames
+	s.MissingSteps += o.MissingSteps
 	s.PathOverflows += o.PathOverflows
 }
 
@@ -184,6 +192,7 @@ var metricDefs = []metricDef{
 	{"kipimo_ad_frames_total", "Frames processed.", false, func(s *Stats) uint64 { return s.Frames }},
 	{"kipimo_ad_bad_frames_total", "Frames rejected as malformed or misrouted.", false, func(s *Stats) uint64 { return s.BadFrames }},
 	{"kipimo_ad_source_dropped_frames_total", "Frames the rank's event source dropped before they reached NATS.", false, func(s *Stats) uint64 { return s.SourceDroppedFrames }},
+	{"kipimo_ad_missing_steps_total", "io_steps that never reached the detector (gaps in the rank's sequence of frames).", false, func(s *Stats) uint64 { return s.MissingSteps }},
 	{"kipimo_ad_events_total", "Events (function, counter, comm) processed.", false, func(s *Stats) uint64 { return s.Events }},
 	{"kipimo_ad_executions_total", "Executions completed.", false, func(s *Stats) uint64 { return s.Executions }},
 	{"kipimo_ad_anomalies_total", "Executions labelled anomalous.", false, func(s *Stats) uint64 { return s.Anomalies }},

@@ -237,3 +237,47 @@ func TestSettle(t *testing.T) {
 		})
 	}
 }
+
+// Frames that never reach the detector show as gaps in the rank's io_step
+// sequence: counted, and carried in the step summary that follows them.
+func TestMissingSteps(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		steps   []uint64
+		missing uint64
+	}{
+		{"every step", []uint64{0, 1, 2, 3}, 0},
+		{"one gap of two", []uint64{0, 1, 4}, 2},
+		{"two gaps", []uint64{0, 2, 3, 7}, 4},
+		{"a repeated step is no gap", []uint64{0, 1, 1, 2}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sy := &recordingSyncer{ps: newFakePServer()}
+			d, err := New(Config{Syncer: sy})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, s := range tc.steps {
+				f := &frame.Frame{Step: s, Funcs: []frame.Name{{ID: 1, Name: "f"}}, Events: []frame.FuncEvent{en(0, 1, s*100), ex(0, 1, s*100+10)}}
+				if err := d.Process(context.Background(), f); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := d.Close(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if got := d.Stats().MissingSteps; got != tc.missing {
+				t.Errorf("MissingSteps = %d, want %d", got, tc.missing)
+			}
+			var inSummaries uint64
+			for _, req := range sy.reqs {
+				for _, st := range req.Steps {
+					inSummaries += st.MissingSteps
+				}
+			}
+			if inSummaries != tc.missing {
+				t.Errorf("step summaries carry %d missing steps, want %d", inSummaries, tc.missing)
+			}
+		})
+	}
+}

@@ -38,7 +38,8 @@ func (d *Detector) endStep(ctx context.Context, final bool) {
 		}
 	}
 	// 3. label
-	sum := psync.StepSummary{Step: d.cur.step, Events: d.stepEvents, BadFrames: d.stepBad, MinTS: math.MaxUint64}
+	sum := psync.StepSummary{Step: d.cur.step, Events: d.stepEvents, BadFrames: d.stepBad, MissingSteps: d.missing, MinTS: math.MaxUint64}
+	d.missing = 0
 	d.stepBad = 0
 	funcs := map[int32]*psync.FuncAnomalyMetrics{}
 	for _, t := range d.stacks.threads {

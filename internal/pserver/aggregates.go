@@ -22,7 +22,8 @@ type StepAgg struct {
 	Executions uint64              `json:"executions"`
 	Events     uint64              `json:"events"`
 	BadFrames  uint64              `json:"bad_frames"`
-	Frames     uint64              `json:"frames"` // step summaries received
+	Missing    uint64              `json:"missing_steps"` // steps of ranks missing just before this one
+	Frames     uint64              `json:"frames"`        // step summaries received
 	MinTS      uint64              `json:"min_ts"`
 	MaxTS      uint64              `json:"max_ts"`
 	Ranks      map[DetectorID]Cell `json:"-"`
@@ -85,8 +86,11 @@ type Totals struct {
 	Executions uint64 `json:"executions"`
 	Events     uint64 `json:"events"`
 	BadFrames  uint64 `json:"bad_frames"`
-	Frames     uint64 `json:"frames"`
-	Steps      uint64 `json:"steps"`
+	// Missing are io_steps that never reached a detector (gaps in a rank's
+	// sequence of frames).
+	Missing uint64 `json:"missing_steps"`
+	Frames  uint64 `json:"frames"`
+	Steps   uint64 `json:"steps"`
 }
 
 // RankTotals is everything one rank reported, over the whole run.
@@ -212,6 +216,7 @@ func (a *Aggregates) AddStep(id DetectorID, s *psync.StepSummary) {
 	r.Executions += s.Executions
 	r.Events += s.Events
 	r.BadFrames += s.BadFrames
+	r.Missing += s.MissingSteps
 	r.Frames += frames
 	r.Steps += frames
 	r.FirstStep = min(r.FirstStep, s.Step)
@@ -257,6 +262,7 @@ func (a *Aggregates) AddStep(id DetectorID, s *psync.StepSummary) {
 		a.Folded.Executions += s.Executions
 		a.Folded.Events += s.Events
 		a.Folded.BadFrames += s.BadFrames
+		a.Folded.Missing += s.MissingSteps
 		a.Folded.Frames += frames
 		return
 	}
@@ -269,6 +275,7 @@ func (a *Aggregates) AddStep(id DetectorID, s *psync.StepSummary) {
 	st.Executions += s.Executions
 	st.Events += s.Events
 	st.BadFrames += s.BadFrames
+	st.Missing += s.MissingSteps
 	st.Frames += frames
 	if s.MinTS != 0 && (st.MinTS == 0 || s.MinTS < st.MinTS) {
 		st.MinTS = s.MinTS
@@ -296,6 +303,7 @@ func (a *Aggregates) evict() {
 		a.Folded.Executions += st.Executions
 		a.Folded.Events += st.Events
 		a.Folded.BadFrames += st.BadFrames
+		a.Folded.Missing += st.Missing
 		a.Folded.Frames += st.Frames
 		a.Folded.Steps++
 		delete(a.Steps, step)
@@ -310,6 +318,7 @@ func (a *Aggregates) Total() Totals {
 		t.Executions += st.Executions
 		t.Events += st.Events
 		t.BadFrames += st.BadFrames
+		t.Missing += st.Missing
 		t.Frames += st.Frames
 		t.Steps++
 	}

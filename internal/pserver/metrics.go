@@ -23,6 +23,7 @@ type metrics struct {
 	executions   prometheus.Counter
 	anomalies    prometheus.Counter
 	badFrames    prometheus.Counter
+	missingSteps prometheus.Counter
 	rankAnom     *prometheus.CounterVec
 	rankExec     *prometheus.CounterVec
 
@@ -76,6 +77,7 @@ func newMetrics(s *Server) *metrics {
 	m.executions = f("kipimo_executions_total", "Executions the detectors labelled, as reported in step summaries.")
 	m.anomalies = f("kipimo_anomalies_total", "Anomalies the detectors found, as reported in step summaries.")
 	m.badFrames = f("kipimo_bad_frames_total", "Frames the detectors rejected as malformed, as reported in step summaries.")
+	m.missingSteps = f("kipimo_missing_steps_total", "io_steps that never reached a detector (gaps in a rank's sequence of frames), as reported in step summaries.")
 	m.walErrors = f("kipimo_ps_wal_errors_total", "Failed appends to, or unreadable entries of, the sync log.")
 	m.replyErrors = f("kipimo_ps_reply_errors_total", "Sync replies that could not be published.")
 	m.snapshots = f("kipimo_ps_snapshots_total", "State snapshots written to the key-value bucket.")
@@ -134,6 +136,7 @@ func (m *metrics) observeRequest(req *psync.SyncRequest, merges uint64) {
 		m.events.Add(float64(st.Events))
 		m.executions.Add(float64(st.Executions))
 		m.badFrames.Add(float64(st.BadFrames))
+		m.missingSteps.Add(float64(st.MissingSteps))
 		anom += st.Anomalies
 		exec += st.Executions
 	}

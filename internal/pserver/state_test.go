@@ -227,3 +227,39 @@ func TestNaturalRanges(t *testing.T) {
 		})
 	}
 }
+
+// Steps that never reached a detector, reported in step summaries, count
+// per rank and in the run's totals, whether their step is in the window or
+// folded out of it.
+func TestMissingStepsAggregated(t *testing.T) {
+	st := NewState(2)
+	r0, r1 := DetectorID{Rank: 0}, DetectorID{Rank: 1}
+	seq := map[DetectorID]uint64{}
+	add := func(id DetectorID, step, missing uint64) {
+		seq[id]++
+		req := &psync.SyncRequest{PID: id.PID, Rank: id.Rank, Seq: seq[id], Algorithm: "tail",
+			Steps: []psync.StepSummary{{Step: step, Executions: 1, MissingSteps: missing}}}
+		if _, err := st.Apply(req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	add(r0, 0, 0)
+	add(r1, 0, 0)
+	add(r0, 3, 2) // steps 1 and 2 of rank 0 never arrived
+	add(r1, 1, 0)
+	add(r1, 5, 3) // steps 2, 3, 4 of rank 1 never arrived
+	add(r0, 6, 2)
+	for _, tc := range []struct {
+		name string
+		got  uint64
+		want uint64
+	}{
+		{"rank 0", st.Agg.Ranks[r0].Missing, 4},
+		{"rank 1", st.Agg.Ranks[r1].Missing, 3},
+		{"run total (window and folded)", st.Agg.Total().Missing, 7},
+	} {
+		if tc.got != tc.want {
+			t.Errorf("%s: %d missing steps, want %d", tc.name, tc.got, tc.want)
+		}
+	}
+}

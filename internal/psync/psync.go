@@ -56,6 +56,9 @@ type StepSummary struct {
 	Events uint64 `json:"events,omitempty"`
 	// BadFrames counts frames of this rank rejected since the previous summary.
 	BadFrames uint64 `json:"bad_frames,omitempty"`
+	// MissingSteps counts io_steps missing from the rank's sequence of
+	// frames just before this one: frames that never reached the detector.
+	MissingSteps uint64 `json:"missing_steps,omitempty"`
 	// Funcs carries per-function anomaly metrics of the step (score and
 	// severity statistics); when absent only FuncAnomalies counts are known.
 	Funcs []FuncAnomalyMetrics `json:"funcs,omitempty"`

@@ -71,7 +71,10 @@ type Summary struct {
 	TraceInput *TraceInput `json:"trace_input,omitempty"`
 
 	// Faults: everything the pipeline rejected, dropped or repaired.
-	BadFrames      uint64 `json:"bad_frames"`
+	BadFrames uint64 `json:"bad_frames"`
+	// MissingSteps are io_steps that never reached a detector: gaps in a
+	// rank's sequence of frames (per rank: kipimo_ad_missing_steps_total).
+	MissingSteps   uint64 `json:"missing_steps"`
 	UnmatchedExits uint64 `json:"unmatched_exits"`
 	OpenAtEnd      uint64 `json:"open_at_end"`
 	DroppedRecords uint64 `json:"dropped_records"`
@@ -143,6 +146,7 @@ func (p *Pipeline) summarize(ctx context.Context, st []ad.Stats, truthFn func() 
 		WallSeconds:     wall.Seconds(),
 		RawBytes:        in.Bytes,
 		BadFrames:       total.BadFrames,
+		MissingSteps:    total.MissingSteps,
 		UnmatchedExits:  total.UnmatchedExits,
 		OpenAtEnd:       total.OpenAtEnd,
 		DroppedRecords:  total.DroppedRecords,
@@ -334,9 +338,9 @@ func (s *Summary) WriteText(w io.Writer) error {
 		fmt.Fprintf(tw, "back-pressure\tinput waited %.1fs for detectors (%d frames held); at most %d steps behind (bound %d); waited longest for rank %d (%.1fs)\n",
 			b.HeldSeconds, b.HeldFrames, b.MaxBehind, b.Bound, b.SlowestRank, b.SlowestRankHeldSeconds)
 	}
-	if s.BadFrames+s.UnmatchedExits+s.DroppedRecords+s.SyncFailures+uint64(s.BadProvenance) > 0 {
-		fmt.Fprintf(tw, "faults\t%d bad frames, %d unmatched exits, %d dropped records, %d failed syncs, %d bad provenance messages\n",
-			s.BadFrames, s.UnmatchedExits, s.DroppedRecords, s.SyncFailures, s.BadProvenance)
+	if s.BadFrames+s.MissingSteps+s.UnmatchedExits+s.DroppedRecords+s.SyncFailures+uint64(s.BadProvenance) > 0 {
+		fmt.Fprintf(tw, "faults\t%d bad frames, %d io_steps missing (frames that never reached a detector), %d unmatched exits, %d dropped records, %d failed syncs, %d bad provenance messages\n",
+			s.BadFrames, s.MissingSteps, s.UnmatchedExits, s.DroppedRecords, s.SyncFailures, s.BadProvenance)
 	}
 	fmt.Fprintf(tw, "provenance\t%s\n", s.Store)
 	fmt.Fprintf(tw, "TAU profiles\t%s\n", s.ProfilesDir)

@@ -206,6 +206,7 @@
     $("t-step").textContent = fmt(s.io_step); $("t-ranks").textContent = fmt(s.ranks);
     $("t-anom").textContent = fmt(s.totals.anomalies); $("t-exec").textContent = fmt(s.totals.executions);
     $("t-bad").textContent = fmt(s.totals.bad_frames);
+    $("t-missing").textContent = fmt(s.totals.missing_steps || 0);
     if (s.status) setStatus(s.status);
   }
   async function refreshTables() {
