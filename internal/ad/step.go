@@ -2,7 +2,9 @@ package ad
 
 import (
 	"context"
+	"maps"
 	"math"
+	"slices"
 
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
 	"github.com/kipimo-hpc/kipimo/internal/psync"
@@ -50,11 +52,12 @@ func (d *Detector) endStep(ctx context.Context, final bool) {
 			}
 			d.label(t, t.base+uint64(i), e, final, &sum, funcs)
 		}
-		for seq, e := range t.detached {
-			if e.flags&flagDone == 0 || e.label != labelNone {
-				continue
+		// in seq order, so that labelling (and the records and the normal
+		// execution kept per key) does not depend on map order
+		for _, seq := range slices.Sorted(maps.Keys(t.detached)) {
+			if e := t.detached[seq]; e.flags&flagDone != 0 && e.label == labelNone {
+				d.label(t, seq, e, final, &sum, funcs)
 			}
-			d.label(t, seq, e, final, &sum, funcs)
 		}
 	}
 	if sum.MinTS == math.MaxUint64 {
