@@ -346,7 +346,7 @@ func (s *Store) Each(ctx context.Context, q provenance.Query, fn func(provenance
 // Profiles streams the profiles collection in key order through one server
 // cursor.
 func (s *Store) Profiles(ctx context.Context, fn func(provenance.ThreadProfile) error) error {
-	sort := bson.D{{Key: "pid", Value: 1}, {Key: "rank", Value: 1}, {Key: "tid", Value: 1}, {Key: "step", Value: 1}}
+	sort := bson.D{{Key: "pid", Value: 1}, {Key: "rank", Value: 1}, {Key: "tid", Value: 1}, {Key: "io_step", Value: 1}}
 	return eachDoc(ctx, s.coll(provenance.KindProfiles), sort, func(cur *mongo.Cursor) error {
 		var d profileDoc
 		if err := cur.Decode(&d); err != nil {
