@@ -213,3 +213,49 @@ func readSolveCalls(t *testing.T, path string) (uint64, string) {
 	}
 	return calls, meta
 }
+
+// BenchmarkReadTrialFromStore builds the trial of 1,024 threads, each with
+// a snapshot and a final profile and 10 metadata records, read through a
+// SQLite provenance store: the summary path of kipimo run. It reports the
+// records read per second.
+func BenchmarkReadTrialFromStore(b *testing.B) {
+	ctx := context.Background()
+	st, err := sqlitestore.Open(ctx, filepath.Join(b.TempDir(), "provenance.db"), sqlitestore.Options{Synchronous: "OFF"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	const threads = 1024
+	var prof []provenance.ThreadProfile
+	var meta []provenance.Metadata
+	for r := uint32(0); r < threads; r++ {
+		final := provenance.ThreadProfile{Rank: r, Step: 20, Final: true, Timers: []provenance.TimerProfile{
+			{Name: "main", Calls: 1, Subrs: 4, Inclusive: 100, Exclusive: 10},
+			{Name: "solve", Calls: 4, Inclusive: 90, Exclusive: 90},
+			{Name: "main => solve", Calls: 4, Inclusive: 90, Exclusive: 90},
+		}}
+		snap := final
+		snap.Step, snap.Final = 10, false
+		prof = append(prof, snap, final)
+		for k := 0; k < 10; k++ {
+			meta = append(meta, provenance.Metadata{RID: r, Descr: "key " + strconv.Itoa(k), Value: "v"})
+		}
+	}
+	if err := st.Write(ctx, provenance.Batch{Kind: provenance.KindProfiles, Profiles: prof}); err != nil {
+		b.Fatal(err)
+	}
+	if err := st.Write(ctx, provenance.Batch{Kind: provenance.KindMetadata, Metadata: meta}); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for b.Loop() {
+		tr, err := ReadTrial(ctx, st, "bench")
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(tr.RealThreads()) != threads {
+			b.Fatalf("%d threads, want %d", len(tr.RealThreads()), threads)
+		}
+	}
+	b.ReportMetric(float64(len(prof)+len(meta))*float64(b.N)/b.Elapsed().Seconds(), "records/s")
+}
