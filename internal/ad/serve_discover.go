@@ -112,7 +112,7 @@ func parseFrameSubject(subject, prefix string) (rankKey, error) {
 // message.
 func serveDiscovered(ctx context.Context, cfg ServeConfig) ([]Stats, error) {
 	subj := natsx.Subjects{Run: cfg.Run}
-	prefix := "kipimo." + cfg.Run + ".frames."
+	prefix := subj.FramesPrefix()
 	// The control subscription comes first: a detector started by the
 	// first frame already ends on end_of_run.
 	ctl, err := subscribeControl(cfg)

@@ -17,6 +17,10 @@ func (s Subjects) Frames(pid, rank uint32) string {
 	return fmt.Sprintf("kipimo.%s.frames.%d.%d", s.Run, pid, rank)
 }
 
+// FramesPrefix is what every rank's frame subject starts with, before
+// "<pid>.<rank>".
+func (s Subjects) FramesPrefix() string { return "kipimo." + s.Run + ".frames." }
+
 // AllFrames matches every rank's frame subject.
 func (s Subjects) AllFrames() string { return "kipimo." + s.Run + ".frames.>" }
 
