@@ -172,9 +172,8 @@ func (s *syncState) step(ctx context.Context, final bool) {
 
 // lockstep sends every accumulated delta in its turn and waits for the
 // answers, waits at the barrier for the other detectors to have done the
-// same, then reads
-// the global models of all its keys back (pull): the detection models of
-// this step hold every rank's data up to it.
+// same, then reads the global models of all its keys back (pull): the
+// detection models of this step hold every rank's data up to it.
 func (s *syncState) lockstep(ctx context.Context) {
 	defer s.updateLag()
 	b := s.d.cfg.Barrier
@@ -218,7 +217,7 @@ func (s *syncState) pull(ctx context.Context) {
 			actx, cancel := context.WithTimeout(ctx, d.cfg.SyncTimeout)
 			defer cancel()
 			rep, err := d.cfg.Syncer.Sync(actx, i, req)
-			if err != nil || rep.Error != "" {
+			if err != nil || rep == nil || rep.Error != "" {
 				d.stats.syncFailures.Add(1)
 				return
 			}
