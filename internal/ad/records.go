@@ -49,8 +49,8 @@ func sample(tid uint32, seq uint64) float64 {
 	return float64(z>>11) / (1 << 53)
 }
 
-// addRecord creates the provenance record of an execution labelled in this
-// step; its "after" window is filled in by finishPending.
+// add creates the provenance record of an execution labelled in this
+// step; its "after" window is filled in by finish.
 func (rc *recorder) add(t *thread, seq uint64, e *execRec, anomaly bool) {
 	m := rc.models.list[rc.models.keyOf(t, e)]
 	r := &provenance.Exec{
@@ -124,7 +124,7 @@ func (rc *recorder) callStack(t *thread, seq uint64) []provenance.CallFrame {
 	return cs
 }
 
-// finishPending completes the windows of pending records whose "after" side
+// finish completes the windows of pending records whose "after" side
 // has finished (or that waited MaxPendingSteps, or at the end of the stream)
 // and moves them to the batch.
 func (rc *recorder) finish(final bool) {
