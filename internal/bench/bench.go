@@ -29,8 +29,8 @@ import (
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
 	"github.com/kipimo-hpc/kipimo/internal/provenance/sqlitestore"
 	"github.com/kipimo-hpc/kipimo/internal/pserver"
-	"github.com/kipimo-hpc/kipimo/internal/run"
 	"github.com/kipimo-hpc/kipimo/internal/psync"
+	"github.com/kipimo-hpc/kipimo/internal/run"
 	"github.com/kipimo-hpc/kipimo/internal/stats"
 	"github.com/kipimo-hpc/kipimo/internal/workload"
 )

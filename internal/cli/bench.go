@@ -19,6 +19,10 @@ func newBenchCmd() *cobra.Command {
 		jsonOut   bool
 		detectors int
 		funcs     int
+		scale     bool
+		ranks     []int
+		steps     int
+		events    int
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -33,7 +37,20 @@ latency p50/p99 with many detectors; and peak RSS per component: the default
 run once more with the NATS server, the parameter server, the provenance
 service and the detectors each in a child process of its own (on 127.0.0.1),
 each reporting its peak resident memory when it exits.
-Each figure is printed next to its target.`,
+Each figure is printed next to its target.
+
+With --scale, bench instead runs the whole pipeline of kipimo run (in this
+process, a synthetic workload with few events per rank) at 256, 1,024 and
+4,096 ranks (--scale-ranks changes the sizes; 16,384 only when asked) and
+prints per size: wall time, time per rank-step, events/s, peak RSS of the
+process, the pserver's sync latency p50/p99 (bucket bounds of its histogram),
+provdb's lag (time from the detectors' end to everything stored) and where
+the time went: detection, draining provenance, writing the TAU profiles.
+Progress goes to stderr.`,
+		Example: `  kipimo bench
+  kipimo bench --json
+  kipimo bench --scale
+  kipimo bench --scale --scale-ranks 128,1024 --json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			dir := out
@@ -49,6 +66,21 @@ Each figure is printed next to its target.`,
 			if zerolog.GlobalLevel() == zerolog.InfoLevel {
 				zerolog.SetGlobalLevel(zerolog.WarnLevel)
 				defer zerolog.SetGlobalLevel(zerolog.InfoLevel)
+			}
+			if scale {
+				pts, err := bench.Scale(cmd.Context(), bench.ScaleConfig{Out: dir, Ranks: ranks, Steps: steps, EventsPerStep: events, Log: log})
+				if err != nil {
+					return err
+				}
+				if jsonOut {
+					return json.NewEncoder(cmd.OutOrStdout()).Encode(pts)
+				}
+				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
+				fmt.Fprintln(tw, "ranks\twall s\tµs/rank-step\tevents/s\tpeak RSS MiB\tsync p50 ms\tsync p99 ms\tprovdb lag s\tdetect s\tdrain s\tprofiles s\tother s\tprecision\trecall")
+				for _, p := range pts {
+					fmt.Fprintf(tw, "%d\t%.1f\t%.0f\t%.3g\t%.0f\t%.3g\t%.3g\t%.2f\t%.1f\t%.1f\t%.1f\t%.1f\t%.3f\t%.3f\n", p.Ranks, p.WallSeconds, p.MicrosPerRankStep, p.EventsPerSecond, p.PeakRSSMiB, p.SyncP50Ms, p.SyncP99Ms, p.ProvLagSeconds, p.DetectSeconds, p.DrainSeconds, p.ProfileSeconds, p.OtherSeconds, p.Precision, p.Recall)
+				}
+				return tw.Flush()
 			}
 			bc := bench.Config{Out: dir, Detectors: detectors, Funcs: funcs, Log: log}
 			// The components run in child processes of this executable, so
@@ -92,5 +124,9 @@ Each figure is printed next to its target.`,
 	f.BoolVar(&jsonOut, "json", false, "print the figures as JSON")
 	f.IntVar(&detectors, "detectors", 1024, "detectors simulated in the sync benchmark")
 	f.IntVar(&funcs, "funcs", 200, "functions per detector in the sync benchmark")
+	f.BoolVar(&scale, "scale", false, "run the whole pipeline at several rank counts instead (see --scale-ranks)")
+	f.IntSliceVar(&ranks, "scale-ranks", bench.DefaultScaleRanks, "--scale: rank counts to run, in increasing order")
+	f.IntVar(&steps, "scale-steps", 5, "--scale: io_steps per run")
+	f.IntVar(&events, "scale-events-per-step", 1000, "--scale: events per rank per io_step")
 	return cmd
 }

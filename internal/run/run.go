@@ -314,9 +314,11 @@ func (p *Pipeline) Execute(ctx context.Context, progress func(Progress)) (*Summa
 		return nil, fmt.Errorf("detectors: %w", s.err)
 	}
 	detectTime := time.Since(start)
+	drainStart := time.Now()
 	if err := p.finishDetection(ctx); err != nil {
 		return nil, err
 	}
+	drainTime := time.Since(drainStart)
 	if truth != nil {
 		p.truth = truth()
 	}
@@ -325,6 +327,7 @@ func (p *Pipeline) Execute(ctx context.Context, progress func(Progress)) (*Summa
 		return nil, err
 	}
 	sum.Backpressure = flow.report()
+	sum.DrainSeconds = drainTime.Seconds()
 	return sum, nil
 }
 

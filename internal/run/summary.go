@@ -46,6 +46,12 @@ type Summary struct {
 	EventsPerSecond float64 `json:"events_per_s"`
 	DetectSeconds   float64 `json:"detect_seconds"`
 	WallSeconds     float64 `json:"wall_seconds"`
+	// DrainSeconds is the time from the detectors' end to everything being
+	// in the provenance store (records flushed, final statistics, the
+	// provenance stream consumed); ProfileSeconds the time spent building
+	// and writing the TAU profiles (and TAUdb trial).
+	DrainSeconds   float64 `json:"drain_seconds,omitempty"`
+	ProfileSeconds float64 `json:"profile_seconds,omitempty"`
 
 	// RawBytes is the size of every frame published (binary encoding);
 	// StoredBytes the bytes the provenance store takes on disk, its log
@@ -217,10 +223,12 @@ func (p *Pipeline) summarize(ctx context.Context, st []ad.Stats, truthFn func() 
 		sc := ScoreFinal(truth, anomalies, p.finalLabel())
 		sum.Score = &sc
 	}
+	profStart := time.Now()
 	id, err := p.writeProfiles(ctx)
 	if err != nil {
 		return nil, err
 	}
+	sum.ProfileSeconds = time.Since(profStart).Seconds()
 	sum.TaudbTrial = int64(id)
 	sum.Explore = []string{
 		fmt.Sprintf("kipimo query list --store %s --sort outlier_score --desc --limit 20", sum.Store),
