@@ -83,7 +83,16 @@ func (p *Pipeline) start(ctx context.Context) error {
 		p.ns = ns
 		url = ns.ClientURL()
 	}
-	nc, err := natsx.Connect(ctx, url, "kipimo-run")
+	// Each rank's detector subscribes synchronously to its frames. When
+	// the input is published here, flow control keeps at most MaxLag of
+	// them pending, so the default queue of 64k messages per subscription
+	// (512 KiB each, 2 GiB at 4,096 ranks) is not needed; a live run's
+	// processes publish without it and keep the default.
+	var opts []nats.Option
+	if len(cfg.Live.Command) == 0 {
+		opts = append(opts, nats.SyncQueueLen(max(256, 4*cfg.MaxLag)))
+	}
+	nc, err := natsx.Connect(ctx, url, "kipimo-run", opts...)
 	if err != nil {
 		return err
 	}

@@ -223,6 +223,7 @@ type flowControl struct {
 
 	mu        sync.Mutex
 	sent      map[uint32]uint64        // frames released to each rank
+	taken     map[uint32]uint64        // frames each rank's detector had taken when last asked (a lower bound)
 	heldBy    map[uint32]time.Duration // time the input waited for each rank
 	waiting   bool
 	waitRank  uint32
@@ -234,7 +235,7 @@ type flowControl struct {
 }
 
 func newFlowControl(counts DetectorProgress, maxLag int, log zerolog.Logger) *flowControl {
-	return &flowControl{counts: counts, maxLag: maxLag, log: log, sent: map[uint32]uint64{}, heldBy: map[uint32]time.Duration{}}
+	return &flowControl{counts: counts, maxLag: maxLag, log: log, sent: map[uint32]uint64{}, taken: map[uint32]uint64{}, heldBy: map[uint32]time.Duration{}}
 }
 
 // wrap applies flow control to src and stores the first frame's start time
@@ -258,9 +259,18 @@ func (fc *flowControl) wrap(src replay.Source, t0 *uint64) replay.Source {
 // counts the frame as released to it.
 func (fc *flowControl) wait(ctx context.Context, rank uint32) error {
 	fc.mu.Lock()
-	sent := fc.sent[rank]
+	sent, known := fc.sent[rank], fc.taken[rank]
 	fc.mu.Unlock()
-	done := fc.counts.Taken(ctx, rank)
+	// Detectors only ever take more frames, so a count read earlier is
+	// a lower bound: while it leaves room, the frame goes without asking.
+	// Otherwise every rank's count is read at once (asking one rank at a
+	// time costs as much as asking all of them in-process, which made
+	// flow control quadratic in ranks).
+	if sent < known+uint64(fc.maxLag) {
+		fc.release(rank, sent, known)
+		return nil
+	}
+	done := fc.refresh(ctx, rank)
 	if sent < done+uint64(fc.maxLag) {
 		fc.release(rank, sent, done)
 		return nil
@@ -291,6 +301,9 @@ func (fc *flowControl) wait(ctx context.Context, rank uint32) error {
 		}
 		delay = min(2*delay, 20*time.Millisecond)
 		done = fc.counts.Taken(ctx, rank)
+		fc.mu.Lock()
+		fc.taken[rank] = max(fc.taken[rank], done)
+		fc.mu.Unlock()
 		if sent < done+uint64(fc.maxLag) {
 			fc.release(rank, sent, done)
 			return nil
@@ -301,6 +314,22 @@ func (fc *flowControl) wait(ctx context.Context, rank uint32) error {
 			nextLog *= 2
 		}
 	}
+}
+
+// refresh reads every rank's count of frames taken and returns rank's.
+func (fc *flowControl) refresh(ctx context.Context, rank uint32) uint64 {
+	all := fc.counts.TakenAll()
+	done, ok := all[rank]
+	if !ok {
+		done = fc.counts.Taken(ctx, rank)
+	}
+	fc.mu.Lock()
+	defer fc.mu.Unlock()
+	for r, n := range all {
+		fc.taken[r] = max(fc.taken[r], n)
+	}
+	fc.taken[rank] = max(fc.taken[rank], done)
+	return fc.taken[rank]
 }
 
 // release counts the frame sent to rank (its index, sent) as published, its
