@@ -260,7 +260,7 @@ func (p *Pipeline) Execute(ctx context.Context, progress func(Progress)) (*Summa
 
 	sctx, cancelServe := context.WithCancel(ctx)
 	defer cancelServe()
-	serveDone, err := p.startDetectors(sctx, ad.ServeConfig{PID: p.pid(), Ranks: ranks, Detector: dc, Collector: collector, Lockstep: true})
+	serveDone, err := p.startDetectors(sctx, ad.ServeConfig{PID: p.pid(), Ranks: ranks, Detector: dc, Collector: collector, Lockstep: true, CloseTimeout: closeTimeout(len(ranks))})
 	if err != nil {
 		return nil, err
 	}
@@ -338,6 +338,13 @@ func (p *Pipeline) Execute(ctx context.Context, progress func(Progress)) (*Summa
 	sum.Backpressure = flow.report()
 	sum.DrainSeconds = drainTime.Seconds()
 	return sum, nil
+}
+
+// closeTimeout bounds the detectors' final flush. Every rank's last
+// records and profile go through the one sink at the same moment, so the
+// bound grows with the ranks: 10 s, and 5 ms more per rank.
+func closeTimeout(ranks int) time.Duration {
+	return 10*time.Second + time.Duration(ranks)*5*time.Millisecond
 }
 
 // served is what ad.Serve returned.
