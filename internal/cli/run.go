@@ -66,7 +66,7 @@ the results are, and the commands to explore them.`,
   kipimo run --format frames rank-*.frames
   kipimo run --keep-serving --http 127.0.0.1:8080
   kipimo run --exec -- mpirun -np 4 ./app input.dat
-  kipimo run --exec --inject MPI_Send:0.004:25ms -- mpirun -np 2 lmp -in in.lj`,
+  kipimo run --exec --inject MPI_Send:0.0008:1s -- mpirun -np 2 lmp -in in.lj -var steps 3000`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if execMode && len(args) == 0 {
 				return errors.New("--exec needs a command after --, e.g. kipimo run --exec -- mpirun -np 4 ./app")
