@@ -9,7 +9,7 @@ import (
 // Barrier lines up the detectors of one process at every step boundary:
 // they send their step's deltas one after the other in rank order (Turn,
 // Next), wait for all to have sent (Wait), then read the global models back
-// before labelling. Every detector then labels step s against the models of
+// and wait for all to have read them (Wait) before labelling. Every detector then labels step s against the models of
 // every rank's data up to step s, merged by the parameter server in the same
 // order every time, so detection on files is reproducible to the bit. Live
 // runs do without it: a rank must never wait for another.

@@ -172,8 +172,9 @@ func (s *syncState) step(ctx context.Context, final bool) {
 
 // lockstep sends every accumulated delta in its turn and waits for the
 // answers, waits at the barrier for the other detectors to have done the
-// same, then reads the global models of all its keys back (pull): the
-// detection models of this step hold every rank's data up to it.
+// same, then reads the global models of all its keys back (pull) and waits
+// for the others to have read theirs: the detection models of this step
+// hold every rank's data up to it, and nothing of the next.
 func (s *syncState) lockstep(ctx context.Context) {
 	defer s.updateLag()
 	b := s.d.cfg.Barrier
@@ -192,6 +193,9 @@ func (s *syncState) lockstep(ctx context.Context) {
 		return
 	}
 	s.pull(ctx)
+	// Nobody sends the next step's deltas before everyone has read this
+	// step's models.
+	_ = b.Wait(ctx)
 }
 
 // pull reads the global model of every key of the detector, each shard's
