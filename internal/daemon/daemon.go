@@ -47,6 +47,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/kipimo-hpc/kipimo/internal/config"
+	"github.com/kipimo-hpc/kipimo/internal/natsx"
 )
 
 // LogLevels are the values --log-level takes.
@@ -122,4 +123,22 @@ func ExitCode(err error) int {
 		return 0
 	}
 	return 1
+}
+
+// CheckRunAndNATS returns the errors of a daemon's --run (required; need
+// says what it is for) and --nats (checked only when set), each naming its
+// flag.
+func CheckRunAndNATS(run, natsURL, need string) []error {
+	var errs []error
+	if run == "" {
+		errs = append(errs, fmt.Errorf("--run is required: %s", need))
+	} else if err := natsx.ValidRun(run); err != nil {
+		errs = append(errs, fmt.Errorf("--run: %w", err))
+	}
+	if natsURL != "" {
+		if _, err := natsx.CheckURL(natsURL); err != nil {
+			errs = append(errs, fmt.Errorf("--nats: %w", err))
+		}
+	}
+	return errs
 }

@@ -19,7 +19,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/kipimo-hpc/kipimo/internal/natsx"
+	"github.com/kipimo-hpc/kipimo/internal/daemon"
 )
 
 // DefaultWindow is the number of recent io_steps kept in full per rank.
@@ -137,19 +137,7 @@ func (c Config) withDefaults() Config {
 func (c Config) Validate() error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
-	switch {
-	case c.Run == "":
-		bad("--run is required: give the run id the detectors use")
-	default:
-		if err := natsx.ValidRun(c.Run); err != nil {
-			bad("--run: %w", err)
-		}
-	}
-	if c.NATS != "" {
-		if _, err := natsx.CheckURL(c.NATS); err != nil {
-			bad("--nats: %w", err)
-		}
-	}
+	errs = append(errs, daemon.CheckRunAndNATS(c.Run, c.NATS, "give the run id the detectors use")...)
 	if c.Shards < 1 {
 		bad("--shards %d must be at least 1", c.Shards)
 	} else if c.Shard < 0 || c.Shard >= c.Shards {

@@ -95,19 +95,7 @@ func (c Config) withDefaults() Config {
 func (c Config) Validate() error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
-	switch {
-	case c.Run == "":
-		bad("--run is required: the run id whose provenance to consume")
-	default:
-		if err := natsx.ValidRun(c.Run); err != nil {
-			bad("--run: %w", err)
-		}
-	}
-	if c.NATS != "" {
-		if _, err := natsx.CheckURL(c.NATS); err != nil {
-			bad("--nats: %w", err)
-		}
-	}
+	errs = append(errs, daemon.CheckRunAndNATS(c.Run, c.NATS, "the run id whose provenance to consume")...)
 	if isMongoURI(c.Store) {
 		if _, err := url.Parse(c.Store); err != nil {
 			bad("--store: MongoDB URI: %w", err)
