@@ -306,6 +306,16 @@ func (s *HBOSScorer) Reset(h Histogram, thres float64) {
 	s.Threshold = math.Max(lo+thres*(hi-lo), minThreshold)
 }
 
+// Histogram returns the histogram s was last Reset with; its counts are
+// s's own (read them, do not modify them). Resetting a scorer with it
+// rebuilds s exactly (a detector's checkpoint keeps only this).
+func (s *HBOSScorer) Histogram() Histogram { return s.h }
+
+// Histogram returns the histogram s was last Reset with; its counts are
+// s's own (read them, do not modify them). Resetting a scorer with it and
+// the same skewness and threshold rebuilds s exactly.
+func (s *COPODScorer) Histogram() Histogram { return s.h }
+
 // WindowMass is the fraction of the histogram's values within w bins of v's
 // bin (0 outside the histogram).
 func (s *HBOSScorer) WindowMass(v float64, w int) float64 { return windowMass(&s.h, s.cum, v, w) }

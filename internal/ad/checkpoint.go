@@ -1,0 +1,1593 @@
+package ad
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"maps"
+	"math"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync/atomic"
+
+	"github.com/kipimo-hpc/kipimo/internal/frame"
+	"github.com/kipimo-hpc/kipimo/internal/provenance"
+	"github.com/kipimo-hpc/kipimo/internal/psync"
+	"github.com/kipimo-hpc/kipimo/internal/stats"
+)
+
+// Checkpoint format. A checkpoint is
+//
+//	magic "KPCK" | version (uvarint) | body | CRC-32C of everything before it (4 bytes, little endian)
+//
+// The body is a sequence of sections written in a fixed order: the
+// configuration the state depends on (as name=value pairs), the detector's
+// step fields and counters, the call stacks (names, call-path nodes, GPU
+// launches, threads with their executions, attached events and profiles),
+// the models, the records waiting for their window, the pserver protocol
+// state (per shard: Seq, the request in flight and its keys; unsent step
+// summaries and counters) and the frames held for their names. Integers are
+// uvarints (signed ones zigzag), floats their IEEE 754 bits (8 bytes, 4 for
+// float32), strings and lists a uvarint length and their elements; an
+// optional list or value has a uvarint 0 for nil and length+1 otherwise.
+// Timestamps of a thread's executions are deltas from the previous one.
+const (
+	// CheckpointMagic starts every checkpoint.
+	CheckpointMagic = "KPCK"
+	// CheckpointVersion is the format version Checkpoint writes and Restore
+	// reads.
+	CheckpointVersion = 1
+	// maxCheckpointSize bounds what Restore accepts (1 GiB).
+	maxCheckpointSize = 1 << 30
+)
+
+// ErrBadCheckpoint is wrapped by Restore's errors about a checkpoint that is
+// truncated, corrupted, of another version or inconsistent.
+var ErrBadCheckpoint = errors.New("bad checkpoint")
+
+// ErrCheckpointMismatch is wrapped by Restore's error when the restoring
+// Config differs from the checkpointed one in a setting the state depends on.
+var ErrCheckpointMismatch = errors.New("checkpoint does not match the configuration")
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// Checkpoint encodes the detector's whole state after the last frame it
+// processed: open call stacks and the executions windows can still reach,
+// attached counter and comm events, GPU launches, call-path nodes, profiles,
+// every model's statistics (global, local, accumulated and in flight) and
+// detection state, records waiting for the "after" half of their window,
+// and the pserver protocol state (each shard's Seq and the request in
+// flight, unsent step summaries and counters), plus the detector's step
+// fields and counts (Stats). Restore turns it back into a detector that
+// resumes exactly there: fed the frames that follow, it emits the same
+// records, profiles, Stats and sync requests as the detector would have.
+//
+// Checkpoint must be called by the detector's owner goroutine, between
+// Process calls (never during one: the state is only whole at a step
+// boundary), and not after Close. It does not change the detector; the
+// encoding is independent of map order, so one state gives one byte string.
+// A request in flight stays in flight: its sender keeps retrying, and a
+// detector restored from the checkpoint resends it with the same Seq (the
+// pserver applies a Seq once per rank and shard).
+func (d *Detector) Checkpoint() ([]byte, error) {
+	if d.closed {
+		return nil, ErrClosed
+	}
+	if d.batch.Len() != 0 {
+		return nil, fmt.Errorf("checkpoint of rank %d: %d records not yet handed to the sink (not at a step boundary)", d.cfg.Rank, d.batch.Len())
+	}
+	w := &ckWriter{b: make([]byte, 0, 4096)}
+	w.b = append(w.b, CheckpointMagic...)
+	w.uvarint(CheckpointVersion)
+	w.identity(&d.cfg)
+	w.detector(d)
+	w.stacks(d.stacks)
+	w.models(d.models)
+	if err := w.pending(d); err != nil {
+		return nil, fmt.Errorf("checkpoint of rank %d: %w", d.cfg.Rank, err)
+	}
+	if err := w.sync(d.sync); err != nil {
+		return nil, fmt.Errorf("checkpoint of rank %d: %w", d.cfg.Rank, err)
+	}
+	w.frames(nil)
+	w.b = binary.LittleEndian.AppendUint32(w.b, crc32.Checksum(w.b, castagnoli))
+	return w.b, nil
+}
+
+// Restore returns a detector configured by cfg whose state is the
+// checkpoint's (see Checkpoint): the caller owns it as it would own one from
+// New, feeds it the frames after the checkpoint's last step (Stats().Frames
+// and the last io_step, LastStep, say where that is) and closes it. Requests
+// that were in flight are resent at once, with their Seq, by senders the
+// detector owns (Close stops them).
+//
+// cfg is validated as by New. Settings the state depends on must equal the
+// checkpointed ones, or Restore refuses with ErrCheckpointMismatch naming
+// the first that differs: PID, Rank, the algorithm and its parameters
+// (Chimbuko, Sigma, Threshold, Bins, Isolation, MaxMass, MinCount,
+// SettleCount, SlowOnly, MinRuntime, the tail rule), the keying (Statistic,
+// ByCallPath, ModelPathDepth, CallPathDepth, ProfilePaths, Ignore), Window,
+// MaxPendingSteps, NormalRate, Shards and whether there is a Syncer. The
+// others (Syncer, Barrier, Sink, Logger, the sync timings,
+// MaxStepSummaries, ProfileEvery) are the restoring process's; Hostname is
+// the checkpoint's (it may have come with the stream's metadata).
+//
+// A checkpoint that is truncated, corrupted, of another version or
+// inconsistent is refused with an error wrapping ErrBadCheckpoint that names
+// the byte offset; nothing in it is trusted before it is checked, so a bad
+// checkpoint never panics and never allocates more than its size allows.
+func Restore(cfg Config, data []byte) (*Detector, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("detector config: %w", err)
+	}
+	r, err := openCheckpoint(data)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.identity(&cfg); err != nil {
+		return nil, err
+	}
+	d, err := New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	r.detector(d)
+	r.stacks(d.stacks)
+	r.models(d.models)
+	r.pending(d)
+	r.sync(d.sync)
+	held := r.frames()
+	if r.err == nil && r.off != len(r.b) {
+		r.fail("%d bytes after the last section", len(r.b)-r.off)
+	}
+	if r.err != nil {
+		d.sync.cancel()
+		return nil, r.err
+	}
+	if len(held) > 0 {
+		d.sync.cancel()
+		return nil, fmt.Errorf("%w: %d held frames, which this detector does not keep", ErrBadCheckpoint, len(held))
+	}
+	d.snapshot()
+	s := d.sync
+	for i, sh := range s.shards {
+		if sh.inflight != nil {
+			s.wg.Add(1)
+			go s.sender(i, sh, sh.inflight)
+		}
+	}
+	return d, nil
+}
+
+// LastStep returns the io_step of the last frame processed and whether there
+// was one: a restored detector resumes with the frame after it.
+func (d *Detector) LastStep() (uint64, bool) { return d.lastStep, d.lastSeen }
+
+// ---- writer ----
+
+type ckWriter struct{ b []byte }
+
+func (w *ckWriter) uvarint(v uint64) { w.b = binary.AppendUvarint(w.b, v) }
+func (w *ckWriter) varint(v int64)   { w.b = binary.AppendVarint(w.b, v) }
+func (w *ckWriter) u32(v uint32)     { w.uvarint(uint64(v)) }
+func (w *ckWriter) f64(v float64)    { w.b = binary.LittleEndian.AppendUint64(w.b, math.Float64bits(v)) }
+func (w *ckWriter) f32(v float32)    { w.b = binary.LittleEndian.AppendUint32(w.b, math.Float32bits(v)) }
+func (w *ckWriter) byte1(v uint8)    { w.b = append(w.b, v) }
+func (w *ckWriter) bool(v bool) {
+	if v {
+		w.b = append(w.b, 1)
+	} else {
+		w.b = append(w.b, 0)
+	}
+}
+func (w *ckWriter) str(s string) { w.uvarint(uint64(len(s))); w.b = append(w.b, s...) }
+
+// optLen writes 0 for a nil list and n+1 otherwise.
+func optLen[T any](w *ckWriter, s []T) {
+	if s == nil {
+		w.uvarint(0)
+	} else {
+		w.uvarint(uint64(len(s)) + 1)
+	}
+}
+
+// delta writes v as a zigzag difference from *prev (exact modulo 2^64).
+func (w *ckWriter) delta(prev *uint64, v uint64) {
+	w.varint(int64(v - *prev))
+	*prev = v
+}
+
+// identity is the configuration the state depends on, as name=value pairs.
+func identity(c *Config) [][2]string {
+	f := func(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
+	ign := slices.Clone(c.Ignore)
+	sort.Strings(ign)
+	return [][2]string{
+		{"pid", strconv.FormatUint(uint64(c.PID), 10)},
+		{"rank", strconv.FormatUint(uint64(c.Rank), 10)},
+		{"algorithm", c.Algorithm},
+		{"chimbuko", strconv.FormatBool(c.Chimbuko)},
+		{"statistic", c.Statistic},
+		{"by-call-path", strconv.FormatBool(c.ByCallPath)},
+		{"model-path-depth", strconv.Itoa(c.ModelPathDepth)},
+		{"call-path-depth", strconv.Itoa(c.CallPathDepth)},
+		{"profile-paths", strconv.Itoa(c.ProfilePaths)},
+		{"ignore", strings.Join(ign, "\x00")},
+		{"tail-ratio", f(c.TailRatio)},
+		{"tail-recur", strconv.FormatUint(c.TailRecur, 10)},
+		{"recur-frac", f(c.RecurFrac)},
+		{"resolution", f(c.Resolution)},
+		{"settle-count", f(c.SettleCount)},
+		{"sigma", f(c.Sigma)},
+		{"threshold", f(c.Threshold)},
+		{"bins", strconv.Itoa(c.Bins)},
+		{"isolation", strconv.Itoa(c.Isolation)},
+		{"max-mass", f(c.MaxMass)},
+		{"min-count", f(c.MinCount)},
+		{"min-runtime", f(c.MinRuntime)},
+		{"slow-only", strconv.FormatBool(c.SlowOnly)},
+		{"window", strconv.Itoa(c.Window)},
+		{"max-pending-steps", strconv.Itoa(c.MaxPendingSteps)},
+		{"normal-rate", f(c.NormalRate)},
+		{"shards", strconv.Itoa(c.Shards)},
+		{"pserver", strconv.FormatBool(c.Syncer != nil)},
+	}
+}
+
+func (w *ckWriter) identity(c *Config) {
+	id := identity(c)
+	w.uvarint(uint64(len(id)))
+	for _, kv := range id {
+		w.str(kv[0])
+		w.str(kv[1])
+	}
+	w.str(c.Hostname)
+}
+
+func (w *ckWriter) detector(d *Detector) {
+	w.uvarint(d.cur.step)
+	w.uvarint(d.cur.tstart)
+	w.uvarint(d.cur.tend)
+	w.uvarint(d.lastStep)
+	w.bool(d.lastSeen)
+	w.uvarint(d.missing)
+	w.uvarint(d.stepEvents)
+	w.uvarint(d.stepBad)
+	w.uvarint(d.processed)
+	w.bool(d.requestProfiles.Load())
+	keys := slices.SortedFunc(maps.Keys(d.metaSeen), func(a, b metaKey) int {
+		if a.tid != b.tid {
+			return int(a.tid) - int(b.tid)
+		}
+		return strings.Compare(a.key, b.key)
+	})
+	w.uvarint(uint64(len(keys)))
+	for _, k := range keys {
+		w.u32(k.tid)
+		w.str(k.key)
+	}
+	c := &d.stats
+	cs := counterFields(c)
+	w.uvarint(uint64(len(cs)))
+	for _, p := range cs {
+		w.uvarint(p.Load())
+	}
+	w.bool(c.ended.Load())
+	w.uvarint(d.sync.lag.Load())
+}
+
+func (w *ckWriter) stacks(cs *callStacks) {
+	optLen(w, cs.funcNames)
+	for _, n := range cs.funcNames {
+		w.str(n)
+	}
+	ids := slices.Sorted(maps.Keys(cs.ctrNames))
+	w.uvarint(uint64(len(ids)))
+	for _, id := range ids {
+		w.u32(id)
+		w.str(cs.ctrNames[id])
+	}
+	w.varint(cs.corrCID)
+	w.uvarint(uint64(len(cs.nodes)))
+	for _, n := range cs.nodes[1:] {
+		w.u32(n.parent)
+		w.u32(n.fid)
+		w.u32(n.suffix)
+	}
+	w.uvarint(uint64(len(cs.launchOrder)))
+	w.uvarint(uint64(cs.launchHead))
+	for _, cid := range cs.launchOrder {
+		l := cs.launches[cid]
+		w.uvarint(cid)
+		w.u32(l.tid)
+		w.uvarint(l.seq)
+		w.u32(l.step)
+		w.u32(l.idx)
+		w.u32(l.fid)
+		w.uvarint(l.entry)
+		optLen(w, l.stack)
+		for _, f := range l.stack {
+			w.u32(f.fid)
+			w.u32(f.step)
+			w.u32(f.idx)
+			w.uvarint(f.entry)
+		}
+	}
+	w.uvarint(uint64(len(cs.threads)))
+	for _, t := range cs.threads {
+		w.thread(t)
+	}
+}
+
+func (w *ckWriter) exec(prev *uint64, e *execRec) {
+	w.delta(prev, e.entry)
+	w.varint(int64(e.exit - e.entry))
+	w.uvarint(e.childIncl)
+	w.uvarint(e.parent)
+	w.u32(e.step)
+	w.u32(e.idx)
+	w.u32(e.pstep)
+	w.u32(e.pidx)
+	w.u32(e.fid)
+	w.u32(e.path)
+	w.u32(uint32(e.key))
+	w.u32(e.nchild)
+	w.f32(e.score)
+	w.byte1(uint8(e.label))
+	w.byte1(e.flags)
+}
+
+func (w *ckWriter) timers(ts []timerAcc) {
+	w.uvarint(uint64(len(ts)))
+	for i := range ts {
+		a := &ts[i]
+		if *a == (timerAcc{}) && math.Float64bits(a.sqIncl)|math.Float64bits(a.sqExcl) == 0 {
+			w.uvarint(0) // never called
+			continue
+		}
+		w.uvarint(a.calls + 1)
+		w.uvarint(a.subrs)
+		w.uvarint(a.incl)
+		w.uvarint(a.excl)
+		w.f64(a.sqIncl)
+		w.f64(a.sqExcl)
+	}
+}
+
+func (w *ckWriter) thread(t *thread) {
+	w.u32(t.tid)
+	w.bool(t.gpu)
+	w.uvarint(t.lastTS)
+	w.u32(t.loc.context)
+	w.u32(t.loc.device)
+	w.u32(t.loc.stream)
+	w.bool(t.loc.set)
+	mk := slices.Sorted(maps.Keys(t.meta))
+	w.uvarint(uint64(len(mk)))
+	for _, k := range mk {
+		w.str(k)
+		w.str(t.meta[k])
+	}
+	w.uvarint(t.base)
+	w.uvarint(uint64(len(t.ring)))
+	var prev uint64
+	for i := range t.ring {
+		w.exec(&prev, &t.ring[i])
+	}
+	seqs := slices.Sorted(maps.Keys(t.detached))
+	w.uvarint(uint64(len(seqs)))
+	prev = 0
+	for _, s := range seqs {
+		w.uvarint(s)
+		w.exec(&prev, t.detached[s])
+	}
+	pins := slices.Sorted(maps.Keys(t.pins))
+	w.uvarint(uint64(len(pins)))
+	for _, s := range pins {
+		w.uvarint(s)
+		w.u32(t.pins[s])
+	}
+	w.uvarint(uint64(len(t.stack)))
+	for _, s := range t.stack {
+		w.uvarint(s)
+	}
+	w.uvarint(uint64(len(t.counters)))
+	prev = 0
+	for _, c := range t.counters {
+		w.uvarint(c.seq)
+		w.u32(c.ev.Tid)
+		w.u32(c.ev.CID)
+		w.uvarint(c.ev.Value)
+		w.delta(&prev, c.ev.TS)
+	}
+	w.uvarint(uint64(len(t.comms)))
+	prev = 0
+	for _, c := range t.comms {
+		w.uvarint(c.seq)
+		w.u32(c.ev.Tid)
+		w.byte1(uint8(c.ev.Kind))
+		w.u32(c.ev.Tag)
+		w.u32(c.ev.Partner)
+		w.uvarint(c.ev.Bytes)
+		w.delta(&prev, c.ev.TS)
+	}
+	w.timers(t.paths)
+	w.timers(t.over)
+	cids := slices.Sorted(maps.Keys(t.ctrs))
+	w.uvarint(uint64(len(cids)))
+	for _, cid := range cids {
+		a := t.ctrs[cid]
+		w.u32(cid)
+		w.uvarint(a.n)
+		w.f64(a.min)
+		w.f64(a.max)
+		w.f64(a.sum)
+		w.f64(a.sumsq)
+	}
+}
+
+func zeroMoments(m *stats.Moments) bool {
+	return math.Float64bits(m.N)|math.Float64bits(m.Mean)|math.Float64bits(m.M2)|math.Float64bits(m.M3)|
+		math.Float64bits(m.M4)|math.Float64bits(m.Min)|math.Float64bits(m.Max) == 0
+}
+
+func (w *ckWriter) moments(m *stats.Moments) {
+	if zeroMoments(m) {
+		w.byte1(0)
+		return
+	}
+	w.byte1(1)
+	for _, v := range [...]float64{m.N, m.Mean, m.M2, m.M3, m.M4, m.Min, m.Max} {
+		w.f64(v)
+	}
+}
+
+func (w *ckWriter) hist(h *stats.Histogram) {
+	if h.Counts == nil && math.Float64bits(h.FirstEdge)|math.Float64bits(h.BinWidth)|math.Float64bits(h.Min)|math.Float64bits(h.Max) == 0 {
+		w.byte1(0)
+		return
+	}
+	w.byte1(1)
+	w.f64(h.FirstEdge)
+	w.f64(h.BinWidth)
+	w.f64(h.Min)
+	w.f64(h.Max)
+	optLen(w, h.Counts)
+	for _, c := range h.Counts {
+		w.uvarint(c)
+	}
+}
+
+func (w *ckWriter) tail(h *stats.TailHist) {
+	w.varint(int64(h.Lo))
+	w.uvarint(uint64(len(h.Counts)))
+	for i, c := range h.Counts {
+		w.uvarint(c)
+		if c != 0 || math.Float64bits(h.Mins[i])|math.Float64bits(h.Maxs[i]) != 0 {
+			w.byte1(1)
+			w.f64(h.Mins[i])
+			w.f64(h.Maxs[i])
+		} else {
+			w.byte1(0)
+		}
+	}
+}
+
+func (w *ckWriter) models(ms *modelSet) {
+	w.uvarint(uint64(len(ms.list)))
+	for _, m := range ms.list {
+		w.str(m.name)
+		w.bool(m.ignored)
+		w.moments(&m.accum)
+		w.moments(&m.inflight)
+		w.moments(&m.global)
+		w.hist(&m.hAccum)
+		w.hist(&m.hInflight)
+		w.hist(&m.hGlobal)
+		w.bool(m.inFlight)
+		w.uvarint(m.accumAnoms)
+		w.uvarint(m.inflightAnoms)
+		w.tail(&m.tAccum)
+		w.tail(&m.tInflight)
+		w.tail(&m.tGlobal)
+		for _, v := range [...]float64{m.natMin, m.natMax, m.natLowThr, m.natThr, m.p99, m.logMean, m.logStd, m.lo, m.hi, m.std} {
+			w.f64(v)
+		}
+		w.moments(&m.det)
+		w.bool(m.detReady)
+		var h stats.Histogram
+		switch ms.cfg.Algorithm {
+		case HBOS:
+			h = m.hbos.Histogram()
+		case COPOD:
+			h = m.copod.Histogram()
+		}
+		w.hist(&h)
+	}
+	for _, ks := range [][]int32{ms.fidKey, ms.pathKey} {
+		w.uvarint(uint64(len(ks)))
+		for _, k := range ks {
+			w.varint(int64(k))
+		}
+	}
+}
+
+func (w *ckWriter) pending(d *Detector) error {
+	idx := make(map[*thread]int, len(d.stacks.threads))
+	for i, t := range d.stacks.threads {
+		idx[t] = i
+	}
+	w.uvarint(uint64(len(d.rec.pending)))
+	for _, p := range d.rec.pending {
+		ti, ok := idx[p.t]
+		if !ok {
+			return fmt.Errorf("record of %s waits on a thread the detector does not hold", p.rec.EventID)
+		}
+		w.uvarint(uint64(ti))
+		w.uvarint(p.seq)
+		w.uvarint(p.step)
+		w.bool(p.anomaly)
+		w.uvarint(p.pinnedTo)
+		w.record(p.rec)
+		w.window(&p.ew)
+	}
+	return nil
+}
+
+func (w *ckWriter) frames1(fs []provenance.CallFrame) {
+	optLen(w, fs)
+	for _, f := range fs {
+		w.uvarint(f.Entry)
+		w.uvarint(f.Exit)
+		w.u32(f.FID)
+		w.str(f.Func)
+		w.str(f.EventID)
+		w.bool(f.IsAnomaly)
+	}
+}
+
+func (w *ckWriter) window(ew *provenance.EventWindow) {
+	optLen(w, ew.ExecWindow)
+	for _, x := range ew.ExecWindow {
+		w.uvarint(x.Entry)
+		w.uvarint(x.Exit)
+		w.u32(x.FID)
+		w.str(x.Func)
+		w.str(x.EventID)
+		w.str(x.ParentEventID)
+		w.bool(x.IsAnomaly)
+	}
+	optLen(w, ew.CommWindow)
+	for _, c := range ew.CommWindow {
+		w.str(c.Type)
+		w.u32(c.PID)
+		w.u32(c.RID)
+		w.u32(c.TID)
+		w.u32(c.Src)
+		w.u32(c.Tar)
+		w.uvarint(c.Bytes)
+		w.u32(c.Tag)
+		w.uvarint(c.Timestamp)
+		w.str(c.ExecdataKey)
+	}
+}
+
+// record writes every field of a provenance record (checkpoint_test.go's
+// TestCheckpointCoversRecordFields fails when the record gains one).
+func (w *ckWriter) record(r *provenance.Exec) {
+	w.frames1(r.CallStack)
+	optLen(w, r.CounterEvents)
+	for _, c := range r.CounterEvents {
+		w.u32(c.CounterIdx)
+		w.str(c.CounterName)
+		w.uvarint(c.CounterValue)
+		w.u32(c.PID)
+		w.u32(c.RID)
+		w.u32(c.TID)
+		w.uvarint(c.TS)
+	}
+	w.uvarint(r.Entry)
+	w.uvarint(r.Exit)
+	w.str(r.EventID)
+	w.u32(r.FID)
+	w.str(r.Func)
+	fs := r.FuncStats
+	for _, v := range [...]float64{fs.Accumulate, fs.Count, fs.Kurtosis, fs.Maximum, fs.Mean, fs.Minimum, fs.Skewness, fs.Stddev} {
+		w.f64(v)
+	}
+	w.bool(r.IsGPUEvent)
+	w.bool(r.GPULocation != nil)
+	if g := r.GPULocation; g != nil {
+		w.u32(g.Context)
+		w.u32(g.Device)
+		w.u32(g.Stream)
+		w.u32(g.Thread)
+	}
+	w.bool(r.GPUParent != nil)
+	if g := r.GPUParent; g != nil {
+		w.str(g.EventID)
+		w.u32(g.TID)
+		w.frames1(g.CallStack)
+	}
+	w.u32(r.PID)
+	w.u32(r.RID)
+	w.u32(r.TID)
+	w.uvarint(r.RuntimeExclusive)
+	w.uvarint(r.RuntimeTotal)
+	w.uvarint(r.IOStep)
+	w.uvarint(r.IOStepTStart)
+	w.uvarint(r.IOStepTEnd)
+	w.window(&r.EventWindow)
+	w.f64(r.OutlierScore)
+	w.f64(r.OutlierSeverity)
+	w.str(r.Hostname)
+	w.str(r.Algorithm)
+	w.bool(r.Explanation != nil)
+	if x := r.Explanation; x != nil {
+		w.str(x.Key)
+		for _, v := range [...]float64{x.Value, x.NaturalMin, x.NaturalMax, x.LowThreshold, x.Threshold, x.Ratio, x.P99, x.LogSigmas, x.Excess} {
+			w.f64(v)
+		}
+		w.str(x.Text)
+	}
+	w.str(r.FinalLabel)
+}
+
+func (w *ckWriter) summary(s *psync.StepSummary) {
+	w.uvarint(s.Step)
+	w.uvarint(s.Anomalies)
+	w.uvarint(s.Executions)
+	w.uvarint(s.MinTS)
+	w.uvarint(s.MaxTS)
+	w.moments(&s.Scores)
+	w.moments(&s.Severity)
+	if s.FuncAnomalies == nil {
+		w.uvarint(0)
+	} else {
+		w.uvarint(uint64(len(s.FuncAnomalies)) + 1)
+		for _, k := range slices.Sorted(maps.Keys(s.FuncAnomalies)) {
+			w.str(k)
+			w.uvarint(s.FuncAnomalies[k])
+		}
+	}
+	w.uvarint(s.Events)
+	w.uvarint(s.BadFrames)
+	w.uvarint(s.MissingSteps)
+	optLen(w, s.Funcs)
+	for i := range s.Funcs {
+		f := &s.Funcs[i]
+		w.str(f.Func)
+		w.uvarint(f.Count)
+		w.moments(&f.Score)
+		w.moments(&f.Severity)
+		w.uvarint(f.FirstTS)
+		w.uvarint(f.LastTS)
+	}
+}
+
+func (w *ckWriter) request(q *psync.SyncRequest) error {
+	if q.Node != "" || q.Ranks != nil {
+		return fmt.Errorf("sync request %d in flight is a node's request, not the detector's own", q.Seq)
+	}
+	w.u32(q.PID)
+	w.u32(q.Rank)
+	w.uvarint(q.Seq)
+	w.uvarint(q.Step)
+	w.str(q.Algorithm)
+	w.str(q.Hostname)
+	w.bool(q.TailRule != nil)
+	if r := q.TailRule; r != nil {
+		w.f64(r.Ratio)
+		w.uvarint(r.Recur)
+		w.f64(r.RecurFrac)
+		w.f64(r.Resolution)
+	}
+	optLen(w, q.Models)
+	for i := range q.Models {
+		m := &q.Models[i]
+		if m.More != nil {
+			return fmt.Errorf("sync request %d in flight merges other ranks' deltas", q.Seq)
+		}
+		w.str(m.Key)
+		w.moments(&m.Moments)
+		w.bool(m.Histogram != nil)
+		if m.Histogram != nil {
+			w.hist(m.Histogram)
+		}
+		w.bool(m.Tail != nil)
+		if m.Tail != nil {
+			w.tail(m.Tail)
+		}
+		w.uvarint(m.Anomalies)
+	}
+	optLen(w, q.Counters)
+	for i := range q.Counters {
+		w.str(q.Counters[i].Name)
+		w.moments(&q.Counters[i].Moments)
+	}
+	optLen(w, q.Steps)
+	for i := range q.Steps {
+		w.summary(&q.Steps[i])
+	}
+	return nil
+}
+
+func (w *ckWriter) sync(s *syncState) error {
+	w.uvarint(uint64(len(s.shards)))
+	for _, sh := range s.shards {
+		w.uvarint(sh.seq)
+		w.bool(sh.inflight != nil)
+		if sh.inflight != nil {
+			if err := w.request(sh.inflight); err != nil {
+				return err
+			}
+		}
+		w.uvarint(uint64(len(sh.keys)))
+		for _, k := range sh.keys {
+			w.u32(uint32(k))
+		}
+	}
+	optLen(w, s.summaries)
+	for i := range s.summaries {
+		w.summary(&s.summaries[i])
+	}
+	names := slices.Sorted(maps.Keys(s.counters))
+	w.uvarint(uint64(len(names)))
+	for _, n := range names {
+		w.str(n)
+		w.moments(s.counters[n])
+	}
+	return nil
+}
+
+// frames writes frames in frame's binary encoding, each length-prefixed.
+func (w *ckWriter) frames(fs []*frame.Frame) {
+	w.uvarint(uint64(len(fs)))
+	for _, f := range fs {
+		start := len(w.b)
+		w.b = append(w.b, 0, 0, 0, 0)
+		w.b = frame.AppendBinary(w.b, f)
+		binary.LittleEndian.PutUint32(w.b[start:], uint32(len(w.b)-start-4))
+	}
+}
+
+// counterFields lists the detector's counts in their checkpoint order (new
+// counts go at the end).
+func counterFields(c *counters) []*atomic.Uint64 {
+	return []*atomic.Uint64{
+		&c.frames, &c.badFrames, &c.events, &c.executions, &c.anomalies,
+		&c.unmatchedExits, &c.mismatchedExits, &c.repairedOpen,
+		&c.openAtEnd, &c.unscored, &c.records, &c.droppedRecords,
+		&c.syncs, &c.syncFailures, &c.droppedSummaries,
+		&c.modelErrors, &c.evictedLaunches, &c.unmatchedCorrelations,
+		&c.sourceDropped, &c.missingSteps, &c.pathOverflows,
+	}
+}
+
+// ---- reader ----
+
+// ckReader decodes a checkpoint body. The first error sticks: every later
+// read returns zero values, so decoding code reads straight through and
+// checks r.err once.
+type ckReader struct {
+	b   []byte
+	off int
+	err error
+}
+
+func openCheckpoint(data []byte) (*ckReader, error) {
+	bad := func(off int, format string, args ...any) error {
+		return fmt.Errorf("%w: offset %d: %s", ErrBadCheckpoint, off, fmt.Sprintf(format, args...))
+	}
+	if len(data) > maxCheckpointSize {
+		return nil, bad(0, "%d bytes, more than %d", len(data), maxCheckpointSize)
+	}
+	if len(data) < len(CheckpointMagic)+1+4 {
+		return nil, bad(0, "%d bytes, too short for a checkpoint", len(data))
+	}
+	if string(data[:len(CheckpointMagic)]) != CheckpointMagic {
+		return nil, bad(0, "magic %q, not %q", data[:len(CheckpointMagic)], CheckpointMagic)
+	}
+	end := len(data) - 4
+	if got, want := binary.LittleEndian.Uint32(data[end:]), crc32.Checksum(data[:end], castagnoli); got != want {
+		return nil, bad(end, "checksum %08x, the content's is %08x (truncated or corrupted)", got, want)
+	}
+	r := &ckReader{b: data[:end], off: len(CheckpointMagic)}
+	if v := r.uvarint(); r.err == nil && v != CheckpointVersion {
+		return nil, bad(len(CheckpointMagic), "version %d, this detector reads version %d", v, CheckpointVersion)
+	}
+	return r, r.err
+}
+
+func (r *ckReader) fail(format string, args ...any) {
+	if r.err == nil {
+		r.err = fmt.Errorf("%w: offset %d: %s", ErrBadCheckpoint, r.off, fmt.Sprintf(format, args...))
+	}
+}
+
+func (r *ckReader) uvarint() uint64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(r.b[r.off:])
+	if n <= 0 {
+		r.fail("bad or truncated integer")
+		return 0
+	}
+	r.off += n
+	return v
+}
+
+func (r *ckReader) varint() int64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Varint(r.b[r.off:])
+	if n <= 0 {
+		r.fail("bad or truncated integer")
+		return 0
+	}
+	r.off += n
+	return v
+}
+
+func (r *ckReader) u32() uint32 {
+	v := r.uvarint()
+	if v > math.MaxUint32 {
+		r.fail("value %d does not fit 32 bits", v)
+		return 0
+	}
+	return uint32(v)
+}
+
+// below reads a uvarint that must be less than n.
+func (r *ckReader) below(n uint64, what string) uint64 {
+	v := r.uvarint()
+	if r.err == nil && v >= n {
+		r.fail("%s %d out of range (%d)", what, v, n)
+		return 0
+	}
+	return v
+}
+
+func (r *ckReader) fixed(n int) []byte {
+	if r.err != nil {
+		return nil
+	}
+	if len(r.b)-r.off < n {
+		r.fail("truncated: %d bytes wanted, %d left", n, len(r.b)-r.off)
+		return nil
+	}
+	s := r.b[r.off : r.off+n]
+	r.off += n
+	return s
+}
+
+func (r *ckReader) f64() float64 {
+	if b := r.fixed(8); b != nil {
+		return math.Float64frombits(binary.LittleEndian.Uint64(b))
+	}
+	return 0
+}
+
+func (r *ckReader) f32() float32 {
+	if b := r.fixed(4); b != nil {
+		return math.Float32frombits(binary.LittleEndian.Uint32(b))
+	}
+	return 0
+}
+
+func (r *ckReader) byte1() uint8 {
+	if b := r.fixed(1); b != nil {
+		return b[0]
+	}
+	return 0
+}
+
+func (r *ckReader) bool() bool {
+	switch v := r.byte1(); v {
+	case 0:
+		return false
+	case 1:
+		return true
+	default:
+		r.fail("boolean byte %d", v)
+		return false
+	}
+}
+
+func (r *ckReader) str() string {
+	n := r.count(1)
+	return string(r.fixed(n))
+}
+
+// count reads a list length whose elements take at least min bytes each, so
+// that no length can ask for more than the checkpoint holds.
+func (r *ckReader) count(min int) int {
+	n := r.uvarint()
+	if r.err != nil {
+		return 0
+	}
+	if left := uint64(len(r.b) - r.off); n > left/uint64(min) {
+		r.fail("list of %d elements of at least %d bytes with %d bytes left", n, min, left)
+		return 0
+	}
+	return int(n)
+}
+
+// optCount reads an optional list's length: nil is -1.
+func (r *ckReader) optCount(min int) int {
+	n := r.uvarint()
+	if r.err != nil || n == 0 {
+		return -1
+	}
+	if left := uint64(len(r.b) - r.off); n-1 > left/uint64(min) {
+		r.fail("list of %d elements of at least %d bytes with %d bytes left", n-1, min, left)
+		return -1
+	}
+	return int(n - 1)
+}
+
+// optMake returns nil for n < 0 and a slice of length n otherwise.
+func optMake[T any](n int) []T {
+	if n < 0 {
+		return nil
+	}
+	return make([]T, n)
+}
+
+func (r *ckReader) delta(prev *uint64) uint64 {
+	*prev += uint64(r.varint())
+	return *prev
+}
+
+func (r *ckReader) identity(c *Config) error {
+	want := identity(c)
+	n := r.count(2)
+	got := make([][2]string, 0, n)
+	for range n {
+		k := r.str()
+		got = append(got, [2]string{k, r.str()})
+	}
+	host := r.str()
+	if r.err != nil {
+		return r.err
+	}
+	for i, kv := range want {
+		if i >= len(got) || got[i][0] != kv[0] {
+			return fmt.Errorf("%w: offset %d: setting %q missing from the checkpoint", ErrBadCheckpoint, len(CheckpointMagic)+1, kv[0])
+		}
+		if got[i][1] != kv[1] {
+			return fmt.Errorf("%w: the checkpoint was taken with %s %q, the configuration has %q",
+				ErrCheckpointMismatch, kv[0], strings.ReplaceAll(got[i][1], "\x00", ","), strings.ReplaceAll(kv[1], "\x00", ","))
+		}
+	}
+	if len(got) != len(want) {
+		return fmt.Errorf("%w: offset %d: %d settings, this detector knows %d", ErrBadCheckpoint, len(CheckpointMagic)+1, len(got), len(want))
+	}
+	c.Hostname = host
+	return nil
+}
+
+func (r *ckReader) detector(d *Detector) {
+	d.cur.step = r.uvarint()
+	d.cur.tstart = r.uvarint()
+	d.cur.tend = r.uvarint()
+	d.lastStep = r.uvarint()
+	d.lastSeen = r.bool()
+	d.missing = r.uvarint()
+	d.stepEvents = r.uvarint()
+	d.stepBad = r.uvarint()
+	d.processed = r.uvarint()
+	d.requestProfiles.Store(r.bool())
+	n := r.count(2)
+	for range n {
+		tid := r.u32()
+		d.metaSeen[metaKey{tid, r.str()}] = struct{}{}
+	}
+	cs := counterFields(&d.stats)
+	if n := r.count(1); r.err == nil && n != len(cs) {
+		r.fail("%d counts, this detector keeps %d", n, len(cs))
+	}
+	for _, p := range cs {
+		p.Store(r.uvarint())
+	}
+	d.stats.ended.Store(r.bool())
+	d.sync.lag.Store(r.uvarint())
+}
+
+func (r *ckReader) stacks(cs *callStacks) {
+	if n := r.optCount(1); n >= 0 {
+		if n > maxFID {
+			r.fail("%d function names, more than %d", n, maxFID)
+			return
+		}
+		cs.funcNames = make([]string, n)
+		for i := range cs.funcNames {
+			cs.funcNames[i] = r.str()
+		}
+	}
+	n := r.count(2)
+	for range n {
+		id := r.u32()
+		cs.ctrNames[id] = r.str()
+	}
+	cs.corrCID = r.varint()
+	if r.err == nil && (cs.corrCID < -1 || cs.corrCID > math.MaxUint32) {
+		r.fail("correlation counter id %d", cs.corrCID)
+	}
+	nn := r.uvarint()
+	if r.err == nil && (nn < 1 || nn-1 > uint64(len(r.b)-r.off)/3 || nn > uint64(cs.cfg.ProfilePaths)+1) {
+		r.fail("%d call-path nodes (at most %d, and 3 bytes each)", nn, cs.cfg.ProfilePaths+1)
+	}
+	if r.err != nil {
+		return
+	}
+	cs.nodes = make([]pathNode, 1, nn)
+	for i := uint64(1); i < nn && r.err == nil; i++ {
+		p := uint32(r.below(i, "call-path parent"))
+		fid := uint32(r.below(maxFID, "call-path function"))
+		suf := r.u32()
+		if r.err == nil && uint64(suf) > nn {
+			r.fail("call-path suffix %d out of range (%d)", suf, nn)
+		}
+		depth := cs.nodes[p].depth + 1
+		if r.err == nil && int(depth) > cs.cfg.CallPathDepth {
+			r.fail("call path %d is %d frames deep, more than %d", i, depth, cs.cfg.CallPathDepth)
+		}
+		k := uint64(p)<<32 | uint64(fid)
+		if _, dup := cs.pathTab.get(k); dup && r.err == nil {
+			r.fail("call path %d repeats an earlier one", i)
+		}
+		if r.err != nil {
+			return
+		}
+		cs.nodes = append(cs.nodes, pathNode{parent: p, fid: fid, depth: depth, suffix: suf})
+		cs.pathTab.put(k, uint32(i))
+	}
+	nl := r.count(8)
+	head := r.uvarint()
+	if r.err == nil && (nl > maxLaunches || (head != 0 && head >= uint64(nl))) {
+		r.fail("%d launches with head %d (at most %d)", nl, head, maxLaunches)
+	}
+	cs.launchHead = int(head)
+	for range nl {
+		if r.err != nil {
+			return
+		}
+		cid := r.uvarint()
+		l := launch{tid: r.u32(), seq: r.uvarint(), step: r.u32(), idx: r.u32(), fid: r.u32(), entry: r.uvarint()}
+		if m := r.optCount(4); m >= 0 {
+			l.stack = make([]launchFrame, m)
+			for j := range l.stack {
+				l.stack[j] = launchFrame{fid: r.u32(), step: r.u32(), idx: r.u32(), entry: r.uvarint()}
+			}
+		}
+		if _, dup := cs.launches[cid]; dup && r.err == nil {
+			r.fail("launch of correlation id %d twice", cid)
+		}
+		cs.launchOrder = append(cs.launchOrder, cid)
+		cs.launches[cid] = l
+	}
+	nt := r.count(16)
+	if r.err == nil && nt > maxThreads {
+		r.fail("%d threads, more than %d", nt, maxThreads)
+	}
+	for range nt {
+		if r.err != nil {
+			return
+		}
+		tid := r.u32()
+		if cs.known(tid) {
+			r.fail("thread %d twice", tid)
+			return
+		}
+		r.thread(cs, cs.thread(tid))
+	}
+}
+
+func (r *ckReader) exec(cs *callStacks, prev *uint64, e *execRec) {
+	e.entry = r.delta(prev)
+	e.exit = e.entry + uint64(r.varint())
+	e.childIncl = r.uvarint()
+	e.parent = r.uvarint()
+	e.step = r.u32()
+	e.idx = r.u32()
+	e.pstep = r.u32()
+	e.pidx = r.u32()
+	e.fid = uint32(r.below(maxFID, "function id"))
+	e.path = r.u32()
+	if r.err == nil && e.path != pathOverflow && int(e.path) >= len(cs.nodes) {
+		r.fail("call-path node %d out of range (%d)", e.path, len(cs.nodes))
+	}
+	e.key = int32(r.u32())
+	e.nchild = r.u32()
+	e.score = r.f32()
+	e.label = int8(r.byte1())
+	e.flags = r.byte1()
+}
+
+func (r *ckReader) timers(limit int, what string) []timerAcc {
+	n := r.count(1)
+	if r.err == nil && n > limit {
+		r.fail("%d %s timers, more than %d", n, what, limit)
+	}
+	if r.err != nil || n == 0 {
+		return nil
+	}
+	ts := make([]timerAcc, n)
+	for i := range ts {
+		a := &ts[i]
+		c := r.uvarint()
+		if c == 0 {
+			continue
+		}
+		a.calls = c - 1
+		a.subrs = r.uvarint()
+		a.incl = r.uvarint()
+		a.excl = r.uvarint()
+		a.sqIncl = r.f64()
+		a.sqExcl = r.f64()
+	}
+	return ts
+}
+
+func (r *ckReader) thread(cs *callStacks, t *thread) {
+	t.gpu = r.bool()
+	t.lastTS = r.uvarint()
+	t.loc = gpuLoc{context: r.u32(), device: r.u32(), stream: r.u32(), set: r.bool()}
+	if n := r.count(2); n > 0 {
+		t.meta = make(map[string]string, n)
+		for range n {
+			k := r.str()
+			t.meta[k] = r.str()
+		}
+	}
+	t.base = r.uvarint()
+	nr := r.count(17)
+	if r.err == nil && t.base+uint64(nr) < t.base {
+		r.fail("execution numbers overflow")
+	}
+	if r.err != nil {
+		return
+	}
+	t.ring = make([]execRec, nr)
+	var prev uint64
+	for i := range t.ring {
+		r.exec(cs, &prev, &t.ring[i])
+	}
+	nd := r.count(18)
+	prev = 0
+	for range nd {
+		seq := r.uvarint()
+		e := &execRec{}
+		r.exec(cs, &prev, e)
+		if r.err == nil && (seq >= t.base || t.detached[seq] != nil) {
+			r.fail("detached execution %d of thread %d is in the ring or twice", seq, t.tid)
+		}
+		if r.err != nil {
+			return
+		}
+		t.detached[seq] = e
+	}
+	np := r.count(2)
+	for range np {
+		seq := r.uvarint()
+		t.pins[seq] = r.u32()
+	}
+	ns := r.count(1)
+	if r.err == nil && ns > 0 {
+		t.stack = make([]uint64, ns)
+	}
+	for i := range t.stack {
+		t.stack[i] = r.uvarint()
+		if r.err == nil && t.rec(t.stack[i]) == nil {
+			r.fail("open execution %d of thread %d is not held", t.stack[i], t.tid)
+		}
+	}
+	nc := r.count(5)
+	if r.err == nil && nc > 0 {
+		t.counters = make([]attachedCounter, nc)
+	}
+	prev = 0
+	for i := range t.counters {
+		c := &t.counters[i]
+		c.seq = r.uvarint()
+		c.ev = frame.CounterEvent{Tid: r.u32(), CID: r.u32(), Value: r.uvarint(), TS: r.delta(&prev)}
+	}
+	nm := r.count(7)
+	if r.err == nil && nm > 0 {
+		t.comms = make([]attachedComm, nm)
+	}
+	prev = 0
+	for i := range t.comms {
+		c := &t.comms[i]
+		c.seq = r.uvarint()
+		c.ev = frame.CommEvent{Tid: r.u32(), Kind: frame.CommKind(r.byte1()), Tag: r.u32(), Partner: r.u32(), Bytes: r.uvarint(), TS: r.delta(&prev)}
+	}
+	t.paths = r.timers(len(cs.nodes), "call-path")
+	t.over = r.timers(maxFID, "function")
+	nk := r.count(34)
+	for range nk {
+		cid := r.u32()
+		t.ctrs[cid] = &counterAcc{n: r.uvarint(), min: r.f64(), max: r.f64(), sum: r.f64(), sumsq: r.f64()}
+	}
+}
+
+func (r *ckReader) moments(m *stats.Moments) {
+	switch v := r.byte1(); v {
+	case 0:
+		*m = stats.Moments{}
+	case 1:
+		*m = stats.Moments{N: r.f64(), Mean: r.f64(), M2: r.f64(), M3: r.f64(), M4: r.f64(), Min: r.f64(), Max: r.f64()}
+	default:
+		r.fail("moments tag %d", v)
+	}
+}
+
+func (r *ckReader) hist(h *stats.Histogram) {
+	switch v := r.byte1(); v {
+	case 0:
+		*h = stats.Histogram{}
+		return
+	case 1:
+	default:
+		r.fail("histogram tag %d", v)
+		return
+	}
+	*h = stats.Histogram{FirstEdge: r.f64(), BinWidth: r.f64(), Min: r.f64(), Max: r.f64()}
+	n := r.optCount(1)
+	if r.err == nil && n > 1<<16 {
+		r.fail("histogram of %d bins", n)
+		return
+	}
+	h.Counts = optMake[uint64](n)
+	for i := range h.Counts {
+		h.Counts[i] = r.uvarint()
+	}
+	if r.err == nil {
+		if err := h.Validate(); err != nil {
+			r.fail("%v", err)
+		}
+	}
+}
+
+func (r *ckReader) tail(h *stats.TailHist) {
+	lo := r.varint()
+	n := r.count(2)
+	if r.err == nil && (lo < 0 || lo > 1<<20) {
+		r.fail("tail histogram starts at bin %d", lo)
+	}
+	if r.err != nil {
+		*h = stats.TailHist{}
+		return
+	}
+	*h = stats.TailHist{Lo: int(lo)}
+	if n > 0 {
+		h.Counts, h.Mins, h.Maxs = make([]uint64, n), make([]float64, n), make([]float64, n)
+	}
+	for i := range n {
+		h.Counts[i] = r.uvarint()
+		if r.bool() {
+			h.Mins[i], h.Maxs[i] = r.f64(), r.f64()
+		}
+	}
+	if r.err == nil {
+		if err := h.Validate(); err != nil {
+			r.fail("%v", err)
+		}
+	}
+}
+
+func (r *ckReader) models(ms *modelSet) {
+	n := r.count(64)
+	for k := range n {
+		if r.err != nil {
+			return
+		}
+		name := r.str()
+		if _, dup := ms.keyByName[name]; dup && r.err == nil {
+			r.fail("model %q twice", name)
+		}
+		m := &model{name: name, shard: psync.Shard(name, ms.cfg.Shards), ignored: r.bool()}
+		r.moments(&m.accum)
+		r.moments(&m.inflight)
+		r.moments(&m.global)
+		r.hist(&m.hAccum)
+		r.hist(&m.hInflight)
+		r.hist(&m.hGlobal)
+		m.inFlight = r.bool()
+		m.accumAnoms = r.uvarint()
+		m.inflightAnoms = r.uvarint()
+		r.tail(&m.tAccum)
+		r.tail(&m.tInflight)
+		r.tail(&m.tGlobal)
+		for _, p := range [...]*float64{&m.natMin, &m.natMax, &m.natLowThr, &m.natThr, &m.p99, &m.logMean, &m.logStd, &m.lo, &m.hi, &m.std} {
+			*p = r.f64()
+		}
+		r.moments(&m.det)
+		m.detReady = r.bool()
+		var h stats.Histogram
+		r.hist(&h)
+		if r.err != nil {
+			return
+		}
+		lo, hi := m.lo, m.hi
+		ms.scorer.reset(m, h)
+		m.lo, m.hi = lo, hi
+		ms.list = append(ms.list, m)
+		ms.keyByName[name] = int32(k)
+	}
+	for _, ks := range []*[]int32{&ms.fidKey, &ms.pathKey} {
+		n := r.count(1)
+		if r.err == nil && n > maxFID {
+			r.fail("%d model keys, more than %d", n, maxFID)
+		}
+		if r.err != nil || n == 0 {
+			continue
+		}
+		*ks = make([]int32, n)
+		for i := range *ks {
+			v := r.varint()
+			if r.err == nil && (v < -1 || v >= int64(len(ms.list))) {
+				r.fail("model key %d out of range (%d)", v, len(ms.list))
+			}
+			(*ks)[i] = int32(v)
+		}
+	}
+	if r.err != nil {
+		return
+	}
+	// executions that know their key must name a model
+	for _, t := range ms.stacks.threads {
+		check := func(e *execRec) {
+			if r.err == nil && (e.key < 0 || e.key > int32(len(ms.list))) {
+				r.fail("execution of thread %d has model key %d, there are %d models", t.tid, e.key-1, len(ms.list))
+			}
+		}
+		for i := range t.ring {
+			check(&t.ring[i])
+		}
+		for _, e := range t.detached {
+			check(e)
+		}
+	}
+}
+
+func (r *ckReader) callFrames() []provenance.CallFrame {
+	fs := optMake[provenance.CallFrame](r.optCount(6))
+	for i := range fs {
+		fs[i] = provenance.CallFrame{Entry: r.uvarint(), Exit: r.uvarint(), FID: r.u32(), Func: r.str(), EventID: r.str(), IsAnomaly: r.bool()}
+	}
+	return fs
+}
+
+func (r *ckReader) window(ew *provenance.EventWindow) {
+	ew.ExecWindow = optMake[provenance.WindowExec](r.optCount(7))
+	for i := range ew.ExecWindow {
+		ew.ExecWindow[i] = provenance.WindowExec{Entry: r.uvarint(), Exit: r.uvarint(), FID: r.u32(), Func: r.str(),
+			EventID: r.str(), ParentEventID: r.str(), IsAnomaly: r.bool()}
+	}
+	ew.CommWindow = optMake[provenance.CommRecord](r.optCount(10))
+	for i := range ew.CommWindow {
+		ew.CommWindow[i] = provenance.CommRecord{Type: r.str(), PID: r.u32(), RID: r.u32(), TID: r.u32(), Src: r.u32(), Tar: r.u32(),
+			Bytes: r.uvarint(), Tag: r.u32(), Timestamp: r.uvarint(), ExecdataKey: r.str()}
+	}
+}
+
+func (r *ckReader) record() *provenance.Exec {
+	x := &provenance.Exec{}
+	x.CallStack = r.callFrames()
+	x.CounterEvents = optMake[provenance.CounterEvent](r.optCount(7))
+	for i := range x.CounterEvents {
+		x.CounterEvents[i] = provenance.CounterEvent{CounterIdx: r.u32(), CounterName: r.str(), CounterValue: r.uvarint(),
+			PID: r.u32(), RID: r.u32(), TID: r.u32(), TS: r.uvarint()}
+	}
+	x.Entry = r.uvarint()
+	x.Exit = r.uvarint()
+	x.EventID = r.str()
+	x.FID = r.u32()
+	x.Func = r.str()
+	x.FuncStats = provenance.FuncStats{Accumulate: r.f64(), Count: r.f64(), Kurtosis: r.f64(), Maximum: r.f64(),
+		Mean: r.f64(), Minimum: r.f64(), Skewness: r.f64(), Stddev: r.f64()}
+	x.IsGPUEvent = r.bool()
+	if r.bool() {
+		x.GPULocation = &provenance.GPULocation{Context: r.u32(), Device: r.u32(), Stream: r.u32(), Thread: r.u32()}
+	}
+	if r.bool() {
+		x.GPUParent = &provenance.GPUParent{EventID: r.str(), TID: r.u32()}
+		x.GPUParent.CallStack = r.callFrames()
+	}
+	x.PID = r.u32()
+	x.RID = r.u32()
+	x.TID = r.u32()
+	x.RuntimeExclusive = r.uvarint()
+	x.RuntimeTotal = r.uvarint()
+	x.IOStep = r.uvarint()
+	x.IOStepTStart = r.uvarint()
+	x.IOStepTEnd = r.uvarint()
+	r.window(&x.EventWindow)
+	x.OutlierScore = r.f64()
+	x.OutlierSeverity = r.f64()
+	x.Hostname = r.str()
+	x.Algorithm = r.str()
+	if r.bool() {
+		x.Explanation = &provenance.Explanation{Key: r.str(), Value: r.f64(), NaturalMin: r.f64(), NaturalMax: r.f64(),
+			LowThreshold: r.f64(), Threshold: r.f64(), Ratio: r.f64(), P99: r.f64(), LogSigmas: r.f64(), Excess: r.f64()}
+		x.Explanation.Text = r.str()
+	}
+	x.FinalLabel = r.str()
+	return x
+}
+
+func (r *ckReader) pending(d *Detector) {
+	n := r.count(8)
+	for range n {
+		if r.err != nil {
+			return
+		}
+		ti := r.below(uint64(len(d.stacks.threads)), "thread index")
+		p := &pendingRec{seq: r.uvarint(), step: r.uvarint(), anomaly: r.bool(), pinnedTo: r.uvarint()}
+		p.rec = r.record()
+		r.window(&p.ew)
+		if r.err != nil {
+			return
+		}
+		p.t = d.stacks.threads[ti]
+		if p.pinnedTo < p.seq || p.pinnedTo-p.seq > uint64(d.cfg.Window) {
+			r.fail("record %s pins executions %d..%d (window %d)", p.rec.EventID, p.seq, p.pinnedTo, d.cfg.Window)
+			return
+		}
+		d.rec.pending = append(d.rec.pending, p)
+	}
+}
+
+func (r *ckReader) summary(s *psync.StepSummary) {
+	s.Step = r.uvarint()
+	s.Anomalies = r.uvarint()
+	s.Executions = r.uvarint()
+	s.MinTS = r.uvarint()
+	s.MaxTS = r.uvarint()
+	r.moments(&s.Scores)
+	r.moments(&s.Severity)
+	if n := r.optCount(2); n >= 0 {
+		s.FuncAnomalies = make(map[string]uint64, n)
+		for range n {
+			k := r.str()
+			s.FuncAnomalies[k] = r.uvarint()
+		}
+	}
+	s.Events = r.uvarint()
+	s.BadFrames = r.uvarint()
+	s.MissingSteps = r.uvarint()
+	s.Funcs = optMake[psync.FuncAnomalyMetrics](r.optCount(5))
+	for i := range s.Funcs {
+		f := &s.Funcs[i]
+		f.Func = r.str()
+		f.Count = r.uvarint()
+		r.moments(&f.Score)
+		r.moments(&f.Severity)
+		f.FirstTS = r.uvarint()
+		f.LastTS = r.uvarint()
+	}
+}
+
+func (r *ckReader) request() *psync.SyncRequest {
+	q := &psync.SyncRequest{PID: r.u32(), Rank: r.u32(), Seq: r.uvarint(), Step: r.uvarint(), Algorithm: r.str(), Hostname: r.str()}
+	if r.bool() {
+		q.TailRule = &stats.TailRule{Ratio: r.f64(), Recur: r.uvarint(), RecurFrac: r.f64(), Resolution: r.f64()}
+	}
+	q.Models = optMake[psync.ModelDelta](r.optCount(5))
+	for i := range q.Models {
+		m := &q.Models[i]
+		m.Key = r.str()
+		r.moments(&m.Moments)
+		if r.bool() {
+			m.Histogram = &stats.Histogram{}
+			r.hist(m.Histogram)
+		}
+		if r.bool() {
+			m.Tail = &stats.TailHist{}
+			r.tail(m.Tail)
+		}
+		m.Anomalies = r.uvarint()
+	}
+	q.Counters = optMake[psync.CounterDelta](r.optCount(2))
+	for i := range q.Counters {
+		q.Counters[i].Name = r.str()
+		r.moments(&q.Counters[i].Moments)
+	}
+	q.Steps = optMake[psync.StepSummary](r.optCount(10))
+	for i := range q.Steps {
+		r.summary(&q.Steps[i])
+	}
+	return q
+}
+
+func (r *ckReader) sync(s *syncState) {
+	d := s.d
+	if n := r.count(2); r.err == nil && n != len(s.shards) {
+		r.fail("%d shards, the configuration has %d", n, len(s.shards))
+	}
+	inShard := make([]int, len(d.models.list))
+	for i, sh := range s.shards {
+		if r.err != nil {
+			return
+		}
+		sh.seq = r.uvarint()
+		if r.bool() {
+			sh.inflight = r.request()
+			if r.err == nil && (sh.inflight.Seq != sh.seq || sh.inflight.PID != d.cfg.PID || sh.inflight.Rank != d.cfg.Rank) {
+				r.fail("request in flight on shard %d is seq %d of rank %d, the shard is at seq %d of rank %d",
+					i, sh.inflight.Seq, sh.inflight.Rank, sh.seq, d.cfg.Rank)
+			}
+		}
+		nk := r.count(1)
+		if r.err == nil && nk > 0 && sh.inflight == nil {
+			r.fail("shard %d has %d keys in flight and no request", i, nk)
+		}
+		for range nk {
+			k := r.below(uint64(len(d.models.list)), "model key")
+			if r.err != nil {
+				return
+			}
+			m := d.models.list[k]
+			if m.shard != i || !m.inFlight || inShard[k] != 0 {
+				r.fail("model %q in flight on shard %d is of shard %d (in flight %v)", m.name, i, m.shard, m.inFlight)
+				return
+			}
+			inShard[k] = i + 1
+			sh.keys = append(sh.keys, int32(k))
+		}
+	}
+	for k, m := range d.models.list {
+		if r.err == nil && m.inFlight && inShard[k] == 0 {
+			r.fail("model %q is in flight in no request", m.name)
+		}
+	}
+	if n := r.optCount(10); n >= 0 {
+		s.summaries = make([]psync.StepSummary, n)
+		for i := range s.summaries {
+			r.summary(&s.summaries[i])
+		}
+	}
+	nc := r.count(2)
+	for range nc {
+		name := r.str()
+		m := &stats.Moments{}
+		r.moments(m)
+		s.counters[name] = m
+	}
+}
+
+// frames reads frames written by ckWriter.frames.
+func (r *ckReader) frames() []*frame.Frame {
+	n := r.count(4 + frame.HeaderSize)
+	var fs []*frame.Frame
+	for range n {
+		b4 := r.fixed(4)
+		if r.err != nil {
+			return nil
+		}
+		sz := uint64(binary.LittleEndian.Uint32(b4))
+		if sz > uint64(len(r.b)-r.off) {
+			r.fail("held frame of %d bytes with %d left", sz, len(r.b)-r.off)
+			return nil
+		}
+		b := r.fixed(int(sz))
+		if r.err != nil {
+			return nil
+		}
+		f := &frame.Frame{}
+		if _, err := frame.DecodeBinary(b, f); err != nil {
+			r.off -= len(b)
+			r.fail("held frame: %v", err)
+			return nil
+		}
+		fs = append(fs, f)
+	}
+	return fs
+}
