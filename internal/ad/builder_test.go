@@ -197,6 +197,7 @@ func TestBuilder(t *testing.T) {
 			}
 			for i, evs := range tc.steps {
 				f := &frame.Frame{Step: uint64(i), Events: evs}
+				nameAll(f)
 				if err := d.Process(context.Background(), f); err != nil {
 					t.Fatal(err)
 				}

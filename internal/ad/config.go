@@ -191,6 +191,11 @@ type Config struct {
 	// ProfileEvery publishes the per-thread profiles every K steps (0: only at
 	// the end of the stream).
 	ProfileEvery int
+	// MaxHeldFrames bounds the frames held while their events use function
+	// or counter ids whose names have not arrived yet (default
+	// DefaultMaxHeldFrames); beyond it the oldest is dropped and counted in
+	// Stats.UnnamedFrames.
+	MaxHeldFrames int
 
 	// Hostname goes into every record; default the host's name, replaced by
 	// the stream's "Hostname" metadata when present.
@@ -359,6 +364,12 @@ func (c *Config) Validate() error {
 	}
 	if c.ProfileEvery < 0 {
 		return errors.New("profile interval must not be negative")
+	}
+	if c.MaxHeldFrames == 0 {
+		c.MaxHeldFrames = DefaultMaxHeldFrames
+	}
+	if c.MaxHeldFrames < 1 || c.MaxHeldFrames > 1<<16 {
+		return fmt.Errorf("max held frames %d must be in [1, 65536]", c.MaxHeldFrames)
 	}
 	if c.Hostname == "" {
 		c.Hostname, _ = os.Hostname()

@@ -61,6 +61,12 @@ type Detector struct {
 	stepBad    uint64
 	processed  uint64 // frames processed
 
+	// held are copies of the frames waiting for the names of ids their
+	// events use, in arrival order (names.go); heldOnce is set once a frame
+	// has been held.
+	held     []*frame.Frame
+	heldOnce bool
+
 	batch Batch
 
 	stats           counters
@@ -104,17 +110,32 @@ const pathOverflow = ^uint32(0)
 // Process consumes one frame: one io_step of this detector's rank. It builds
 // the executions, updates the statistics, syncs with the pserver, labels the
 // step's completed executions and hands the step's records to the Sink. A
-// frame of another rank, or with ids out of range, is rejected with an error
-// (and counted) without changing the detector's state.
+// frame of another rank, with ids out of range, or naming an id differently
+// from before (ErrNameConflict) is rejected with an error (and counted)
+// without changing the detector's state. A frame whose events use an id
+// that has no name yet is held until a later frame names it, and so are the
+// frames after it (see names.go); f is copied then, and the caller may
+// reuse it as always.
 func (d *Detector) Process(ctx context.Context, f *frame.Frame) error {
 	if d.closed {
 		return ErrClosed
 	}
-	if err := d.check(f); err != nil {
+	err := d.check(f)
+	if err == nil {
+		err = d.stacks.checkNames(f)
+	}
+	if err != nil {
 		d.stats.badFrames.Add(1)
 		d.stepBad++
 		return err
 	}
+	d.admit(ctx, f)
+	return nil
+}
+
+// process runs one checked frame, whose ids all have names (or, with a
+// Barrier, any checked frame), through the pipeline.
+func (d *Detector) process(ctx context.Context, f *frame.Frame) {
 	d.missing = 0
 	if d.lastSeen && f.Step > d.lastStep+1 {
 		d.missing = f.Step - d.lastStep - 1
@@ -123,7 +144,6 @@ func (d *Detector) Process(ctx context.Context, f *frame.Frame) error {
 	d.lastStep, d.lastSeen = max(d.lastStep, f.Step), true
 	d.cur = stepInfo{step: f.Step, tstart: f.TStart, tend: f.TEnd}
 	d.stepEvents = uint64(f.NumEvents())
-	d.stacks.names(f)
 	for _, m := range f.Metadata {
 		t := d.stacks.thread(m.Tid)
 		t.metaGPU(m.Key, m.Value)
@@ -142,7 +162,6 @@ func (d *Detector) Process(ctx context.Context, f *frame.Frame) error {
 	d.endStep(ctx, false)
 	d.processed++
 	d.stats.frames.Add(1) // last: a reader seeing the count sees the step done
-	return nil
 }
 
 // check validates f against the detector before anything is changed.
@@ -193,8 +212,9 @@ func (d *Detector) check(f *frame.Frame) error {
 	return nil
 }
 
-// Close ends the stream: executions still open are closed at the last
-// timestamp seen on their thread (counted in Stats.OpenAtEnd), labelled,
+// Close ends the stream: frames still waiting for names are dropped
+// (counted in Stats.UnnamedFrames), executions still open are closed at the
+// last timestamp seen on their thread (counted in Stats.OpenAtEnd), labelled,
 // every pending record is published with the window it has, the final
 // profiles are published, and a last sync is attempted within ctx. Close is
 // idempotent.
@@ -204,6 +224,7 @@ func (d *Detector) Close(ctx context.Context) error {
 	if d.closed {
 		return nil
 	}
+	d.dropHeld(len(d.held))
 	var open uint64
 	for _, t := range d.stacks.threads {
 		for len(t.stack) > 0 {

@@ -34,6 +34,7 @@ func AddFlags(fs *pflag.FlagSet, c *Config) {
 	fs.Var((*windowFlag)(&c.Window), "window", "executions before and after an anomaly kept in its exec_window (0: none)")
 	fs.Float64Var(&c.NormalRate, "normal-rate", 0, "fraction of normal executions sampled into normalexecs, besides Chimbuko's rule")
 	fs.IntVar(&c.ProfileEvery, "profile-every", 0, "publish per-thread profiles every K steps (0: at the end only)")
+	fs.IntVar(&c.MaxHeldFrames, "max-held-frames", DefaultMaxHeldFrames, "frames of a rank held while their events use function or counter ids whose names have not arrived yet (a detector started late learns them from the dictionary publishers re-send); beyond it the oldest is dropped and counted")
 }
 
 // windowFlag is Config.Window as a flag: an explicit 0 means no window (the

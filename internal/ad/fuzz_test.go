@@ -20,7 +20,9 @@ func FuzzBuilder(f *testing.F) {
 				t.Fatal(err)
 			}
 			var fr frame.Frame
-			fr.Counters = []frame.Name{{ID: 1, Name: CorrelationCounter}}
+			fr.Funcs = []frame.Name{{ID: 0, Name: "f0"}, {ID: 1, Name: "f1"}, {ID: 2, Name: "f2"}, {ID: 3, Name: "f3"},
+				{ID: 4, Name: "f4"}, {ID: 5, Name: "f5"}, {ID: 6, Name: "f6"}, {ID: 7, Name: "f7"}}
+			fr.Counters = []frame.Name{{ID: 0, Name: "c0"}, {ID: 1, Name: CorrelationCounter}}
 			fr.Metadata = []frame.Meta{{Tid: 3, Key: "CUDA Stream", Value: "1"}}
 			ts := map[uint32]uint64{}
 			var entries uint64

@@ -25,6 +25,9 @@ type counters struct {
 	// pathOverflows are executions whose call path found no room in the
 	// call-path table (Config.ProfilePaths).
 	pathOverflows atomic.Uint64
+	// unnamedFrames are frames dropped while waiting for the names of
+	// ids their events use (Config.MaxHeldFrames, or held at Close).
+	unnamedFrames atomic.Uint64
 	// ended is set once the rank's stream ended (end-of-stream message).
 	ended atomic.Bool
 }
@@ -81,6 +84,11 @@ type Stats struct {
 	// call-path table (Config.ProfilePaths): they count in their function's
 	// flat profile only.
 	PathOverflows uint64 `json:"path_overflows"`
+	// UnnamedFrames are frames dropped because their events used function
+	// or counter ids whose names had not arrived: more than MaxHeldFrames
+	// frames waited, or the stream ended first. Their steps are also
+	// missing steps downstream.
+	UnnamedFrames uint64 `json:"unnamed_frames"`
 	// Ended tells whether the rank's stream ended with an end-of-stream
 	// message (Add leaves it alone).
 	Ended bool `json:"ended"`
@@ -104,6 +112,7 @@ func (d *Detector) Stats() Stats {
 		MissingSteps:          c.missingSteps.Load(),
 		Ended:                 c.ended.Load(),
 		PathOverflows:         c.pathOverflows.Load(),
+		UnnamedFrames:         c.unnamedFrames.Load(),
 	}
 }
 
@@ -131,6 +140,7 @@ func (s *Stats) Add(o Stats) {
 	s.SourceDroppedFrames += o.SourceDroppedFrames
 	s.MissingSteps += o.MissingSteps
 	s.PathOverflows += o.PathOverflows
+	s.UnnamedFrames += o.UnnamedFrames
 }
 
 // Collector exports the counts of a set of detectors as Prometheus metrics
@@ -192,6 +202,7 @@ var metricDefs = []metricDef{
 	{"kipimo_ad_frames_total", "Frames processed.", false, func(s *Stats) uint64 { return s.Frames }},
 	{"kipimo_ad_bad_frames_total", "Frames rejected as malformed or misrouted.", false, func(s *Stats) uint64 { return s.BadFrames }},
 	{"kipimo_ad_source_dropped_frames_total", "Frames the rank's event source dropped before they reached NATS.", false, func(s *Stats) uint64 { return s.SourceDroppedFrames }},
+	{"kipimo_ad_unnamed_frames_total", "Frames dropped because their events used function or counter ids whose names never arrived (held beyond --max-held-frames, or at the end).", false, func(s *Stats) uint64 { return s.UnnamedFrames }},
 	{"kipimo_ad_missing_steps_total", "io_steps that never reached the detector (gaps in the rank's sequence of frames).", false, func(s *Stats) uint64 { return s.MissingSteps }},
 	{"kipimo_ad_events_total", "Events (function, counter, comm) processed.", false, func(s *Stats) uint64 { return s.Events }},
 	{"kipimo_ad_executions_total", "Executions completed.", false, func(s *Stats) uint64 { return s.Executions }},

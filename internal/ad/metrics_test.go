@@ -18,6 +18,7 @@ func TestCollectorLimitsRankLabels(t *testing.T) {
 			t.Fatal(err)
 		}
 		f := &frame.Frame{Rank: r, Events: []frame.FuncEvent{en(0, 1, 1), ex(0, 1, 5), ex(0, 2, 6)}}
+		nameAll(f)
 		if err := d.Process(context.Background(), f); err != nil {
 			t.Fatal(err)
 		}

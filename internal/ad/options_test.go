@@ -91,6 +91,7 @@ func TestWindowCompletedInLaterStep(t *testing.T) {
 	ts := slowTail(f0, 0, 1, 10, 40, 5000)
 	// after the slow call: g enters and stays open into the next step
 	f0.Events = append(f0.Events, en(0, 2, ts), en(0, 3, ts+1))
+	nameAll(f0)
 	if err := d.Process(context.Background(), f0); err != nil {
 		t.Fatal(err)
 	}

@@ -28,6 +28,7 @@ type callStacks struct {
 	tidMap  map[uint32]*thread
 
 	funcNames []string
+	funcKnown []bool // funcKnown[fid]: a frame has named fid (even "")
 	ctrNames  map[uint32]string
 	corrCID   int64
 
@@ -54,13 +55,16 @@ func newCallStacks(cfg *Config, st *counters, done func(*thread, *execRec)) *cal
 	}
 }
 
-// names records the function and counter names a frame declares.
+// names records the function and counter names a frame declares (checked
+// by checkNames first: a repeated entry names its id as before).
 func (cs *callStacks) names(f *frame.Frame) {
 	for _, n := range f.Funcs {
 		for len(cs.funcNames) <= int(n.ID) {
 			cs.funcNames = append(cs.funcNames, "")
+			cs.funcKnown = append(cs.funcKnown, false)
 		}
 		cs.funcNames[n.ID] = n.Name
+		cs.funcKnown[n.ID] = true
 	}
 	for _, n := range f.Counters {
 		cs.ctrNames[n.ID] = n.Name
@@ -122,6 +126,10 @@ func (cs *callStacks) thread(tid uint32) *thread {
 	return t
 }
 
+// funcName is fid's name. Frames whose events use an unnamed id wait for
+// the name (Detector.held), so the "fid_N" fallback is a last resort: with
+// a Barrier, where nothing is held, and for executions that did not come
+// from this detector's frames.
 func (cs *callStacks) funcName(fid uint32) string {
 	if int(fid) < len(cs.funcNames) && cs.funcNames[fid] != "" {
 		return cs.funcNames[fid]

@@ -1,0 +1,362 @@
+package ad
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/spf13/pflag"
+
+	"github.com/kipimo-hpc/kipimo/internal/frame"
+)
+
+// nameAll gives every function and counter id f's events use a name in f
+// itself ("fn<id>", "ctr<id>"), as the first frame that uses an id does.
+func nameAll(f *frame.Frame) {
+	fn := map[uint32]bool{}
+	for _, n := range f.Funcs {
+		fn[n.ID] = true
+	}
+	for _, e := range f.Events {
+		if !fn[e.FID] {
+			fn[e.FID] = true
+			f.Funcs = append(f.Funcs, frame.Name{ID: e.FID, Name: "fn" + strconv.Itoa(int(e.FID))})
+		}
+	}
+	ctr := map[uint32]bool{}
+	for _, n := range f.Counters {
+		ctr[n.ID] = true
+	}
+	for _, c := range f.CounterEvents {
+		if !ctr[c.CID] {
+			ctr[c.CID] = true
+			f.Counters = append(f.Counters, frame.Name{ID: c.CID, Name: "ctr" + strconv.Itoa(int(c.CID))})
+		}
+	}
+}
+
+// call is one execution of fid on thread 0 in the step: entry at step*100+at,
+// exit 5 µs later.
+func call(step uint64, fid uint32, at uint64) []frame.FuncEvent {
+	ts := step*100 + at
+	return []frame.FuncEvent{en(0, fid, ts), ex(0, fid, ts+5)}
+}
+
+// nameStep is a test frame: calls of fids, names given, and counter samples
+// of cids.
+type nameStep struct {
+	fids  []uint32
+	names []frame.Name
+	ctrs  []frame.Name
+	cids  []uint32
+}
+
+func (s nameStep) frame(step uint64) *frame.Frame {
+	f := &frame.Frame{Step: step, TStart: step * 100, TEnd: step*100 + 99, Funcs: s.names, Counters: s.ctrs}
+	for i, fid := range s.fids {
+		f.Events = append(f.Events, call(step, fid, uint64(10*i))...)
+	}
+	for _, cid := range s.cids {
+		f.CounterEvents = append(f.CounterEvents, frame.CounterEvent{Tid: 0, CID: cid, Value: 7, TS: step*100 + 1})
+	}
+	return f
+}
+
+func names(kv ...any) []frame.Name {
+	var out []frame.Name
+	for i := 0; i+1 < len(kv); i += 2 {
+		out = append(out, frame.Name{ID: uint32(kv[i].(int)), Name: kv[i+1].(string)})
+	}
+	return out
+}
+
+// TestHeldUntilNamed feeds frames one by one and checks, after each, how
+// many frames were processed and held, then what reached the models and
+// the records.
+func TestHeldUntilNamed(t *testing.T) {
+	tests := []struct {
+		name    string
+		maxHeld int
+		barrier bool
+		steps   []nameStep
+		close   bool
+		// after each frame: frames processed, frames held; a frame whose
+		// Process must fail has a non-nil err
+		processed []uint64
+		held      []int
+		errs      []error
+		// at the end
+		unnamed, bad, missing uint64
+		models                []string // model keys, sorted
+		execSteps             []string // io_steps of the executions kept, in processing order
+	}{
+		{
+			name: "names arrive in a later frame: held frames run in order, then the new one",
+			steps: []nameStep{
+				{fids: []uint32{1}, names: names(1, "a")},
+				{fids: []uint32{1, 2}},                            // 2 unnamed
+				{fids: []uint32{1}},                               // named, waits behind step 1
+				{fids: []uint32{3}, names: names(2, "b", 3, "c")}, // brings 2
+			},
+			processed: []uint64{1, 1, 1, 4},
+			held:      []int{0, 1, 2, 0},
+			models:    []string{"a", "b", "c"},
+			execSteps: []string{"0", "1", "1", "2", "3"},
+		},
+		{
+			name: "a counter without a name holds the frame too",
+			steps: []nameStep{
+				{fids: []uint32{1}, names: names(1, "a"), cids: []uint32{4}},
+				{fids: []uint32{1}, ctrs: names(4, "cycles")},
+			},
+			processed: []uint64{0, 2},
+			held:      []int{1, 0},
+			models:    []string{"a"},
+			execSteps: []string{"0", "1"},
+		},
+		{
+			name: "a repeat of the same name is accepted",
+			steps: []nameStep{
+				{fids: []uint32{1}, names: names(1, "a"), ctrs: names(2, "cycles"), cids: []uint32{2}},
+				{fids: []uint32{1}, names: names(1, "a"), ctrs: names(2, "cycles"), cids: []uint32{2}},
+				{fids: []uint32{1, 5}, names: names(1, "a", 5, "e", 1, "a")},
+			},
+			processed: []uint64{1, 2, 3},
+			held:      []int{0, 0, 0},
+			models:    []string{"a", "e"},
+			execSteps: []string{"0", "1", "2", "2"},
+		},
+		{
+			name: "a conflicting name rejects the frame and keeps the first name",
+			steps: []nameStep{
+				{fids: []uint32{1}, names: names(1, "a")},
+				{fids: []uint32{1}, names: names(1, "z")},
+				{fids: []uint32{1}},
+			},
+			processed: []uint64{1, 1, 2},
+			held:      []int{0, 0, 0},
+			errs:      []error{nil, ErrNameConflict, nil},
+			bad:       1,
+			missing:   1,
+			models:    []string{"a"},
+			execSteps: []string{"0", "2"},
+		},
+		{
+			name: "a conflicting counter name rejects the frame",
+			steps: []nameStep{
+				{fids: []uint32{1}, names: names(1, "a"), ctrs: names(2, "cycles")},
+				{fids: []uint32{1}, ctrs: names(2, "bytes")},
+			},
+			processed: []uint64{1, 1},
+			held:      []int{0, 0},
+			errs:      []error{nil, ErrNameConflict},
+			bad:       1,
+			models:    []string{"a"},
+			execSteps: []string{"0"},
+		},
+		{
+			name: "one frame naming an id twice, differently, is rejected",
+			steps: []nameStep{
+				{fids: []uint32{1}, names: names(1, "a", 1, "b")},
+			},
+			processed: []uint64{0},
+			held:      []int{0},
+			errs:      []error{ErrNameConflict},
+			bad:       1,
+		},
+		{
+			name:    "beyond the bound the oldest held frame is dropped and the rest run",
+			maxHeld: 2,
+			steps: []nameStep{
+				{fids: []uint32{1}, names: names(1, "a")},
+				{fids: []uint32{9}}, // 9 is never named
+				{fids: []uint32{1}},
+				{fids: []uint32{1}},
+				{fids: []uint32{1}},
+			},
+			processed: []uint64{1, 1, 1, 3, 4},
+			held:      []int{0, 1, 2, 0, 0},
+			unnamed:   1,
+			missing:   1,
+			models:    []string{"a"},
+			execSteps: []string{"0", "2", "3", "4"},
+		},
+		{
+			name: "frames still held at Close are dropped and counted",
+			steps: []nameStep{
+				{fids: []uint32{1}, names: names(1, "a")},
+				{fids: []uint32{2}},
+				{fids: []uint32{1}},
+			},
+			close:     true,
+			processed: []uint64{1, 1, 1},
+			held:      []int{0, 1, 2},
+			unnamed:   2,
+			models:    []string{"a"},
+			execSteps: []string{"0"},
+		},
+		{
+			name:    "with a Barrier nothing is held",
+			barrier: true,
+			steps: []nameStep{
+				{fids: []uint32{2}},
+				{fids: []uint32{2}, names: names(2, "b")},
+			},
+			processed: []uint64{1, 2},
+			held:      []int{0, 0},
+			models:    []string{"fid_2"},
+			execSteps: []string{"0", "1"},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			sink := &MemorySink{}
+			cfg := Config{Algorithm: SSTD, Window: 1000, MaxPendingSteps: 1000, MaxHeldFrames: tc.maxHeld, Sink: sink}
+			if tc.barrier {
+				cfg.Barrier = NewBarrier()
+				cfg.Barrier.Join(0)
+			}
+			d, err := New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			for i, st := range tc.steps {
+				f := st.frame(uint64(i))
+				err := d.Process(ctx, f)
+				var want error
+				if tc.errs != nil {
+					want = tc.errs[i]
+				}
+				if (want == nil) != (err == nil) || (want != nil && !errors.Is(err, want)) {
+					t.Fatalf("frame %d: error %v, want %v", i, err, want)
+				}
+				// The caller reuses its frame: held copies must not change.
+				for j := range f.Events {
+					f.Events[j].FID = 1 << 20
+				}
+				if got := d.Stats().Frames; got != tc.processed[i] {
+					t.Errorf("after frame %d: %d frames processed, want %d", i, got, tc.processed[i])
+				}
+				if len(d.held) != tc.held[i] {
+					t.Errorf("after frame %d: %d frames held, want %d", i, len(d.held), tc.held[i])
+				}
+			}
+			var steps []string
+			for _, e := range executions(d) {
+				steps = append(steps, strings.Split(e.EventID, ":")[1])
+			}
+			if tc.close {
+				if err := d.Close(ctx); err != nil {
+					t.Fatal(err)
+				}
+				if len(d.held) != 0 {
+					t.Errorf("%d frames held after Close", len(d.held))
+				}
+			}
+			s := d.Stats()
+			if s.UnnamedFrames != tc.unnamed || s.BadFrames != tc.bad || s.MissingSteps != tc.missing {
+				t.Errorf("unnamed %d, bad %d, missing %d frames; want %d, %d, %d", s.UnnamedFrames, s.BadFrames, s.MissingSteps, tc.unnamed, tc.bad, tc.missing)
+			}
+			var keys []string
+			for _, m := range d.models.list {
+				keys = append(keys, m.name)
+			}
+			slices.Sort(keys)
+			if !slices.Equal(keys, tc.models) {
+				t.Errorf("models %q, want %q", keys, tc.models)
+			}
+			if !slices.Equal(steps, tc.execSteps) {
+				t.Errorf("executions of io_steps %q in processing order, want %q", steps, tc.execSteps)
+			}
+			if !tc.barrier {
+				if err := d.Close(ctx); err != nil {
+					t.Fatal(err)
+				}
+				for _, p := range sink.All().Profiles {
+					for _, tm := range p.Timers {
+						if strings.Contains(tm.Name, "fid_") {
+							t.Errorf("profile timer %q", tm.Name)
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
+// A frame naming a function with an unnamed call held behind it: the names
+// the held frame brought are known when it runs (they were learnt when it
+// came), and the anomaly record of the late frame has its function's name.
+func TestHeldFramesRecordNames(t *testing.T) {
+	sink := &MemorySink{}
+	d, err := New(Config{Algorithm: SSTD, Sigma: 3, Window: 2, SettleCount: -1, Sink: sink})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	// step 0: many calls of 1 (not named yet) and one slow one
+	f0 := &frame.Frame{Step: 0}
+	slowTail(f0, 0, 1, 10, 40, 5000)
+	if err := d.Process(ctx, f0); err != nil {
+		t.Fatal(err)
+	}
+	if d.Stats().Frames != 0 || len(sink.All().Anomalies) != 0 {
+		t.Fatalf("a frame with an unnamed function was processed: %+v", d.Stats())
+	}
+	f1 := &frame.Frame{Step: 1, Funcs: []frame.Name{{ID: 1, Name: "solve"}}}
+	if err := d.Process(ctx, f1); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	an := sink.All().Anomalies
+	if len(an) != 1 || an[0].Func != "solve" {
+		var fs []string
+		for _, a := range an {
+			fs = append(fs, a.Func)
+		}
+		t.Fatalf("anomalies of %q, want one of solve", fs)
+	}
+}
+
+func TestMaxHeldFramesOption(t *testing.T) {
+	tests := []struct {
+		name string
+		in   int
+		want int
+		bad  bool
+	}{
+		{"default", 0, DefaultMaxHeldFrames, false},
+		{"one", 1, 1, false},
+		{"negative", -1, 0, true},
+		{"too many", 1<<16 + 1, 0, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := Config{MaxHeldFrames: tc.in}
+			err := c.Validate()
+			if (err != nil) != tc.bad {
+				t.Fatalf("Validate: %v, want error %v", err, tc.bad)
+			}
+			if err == nil && c.MaxHeldFrames != tc.want {
+				t.Errorf("MaxHeldFrames %d, want %d", c.MaxHeldFrames, tc.want)
+			}
+		})
+	}
+	var c Config
+	fs := pflag.NewFlagSet("ad", pflag.ContinueOnError)
+	AddFlags(fs, &c)
+	fl := fs.Lookup("max-held-frames")
+	if fl == nil || fl.DefValue != fmt.Sprint(DefaultMaxHeldFrames) || fl.Usage == "" {
+		t.Fatalf("flag --max-held-frames: %+v", fl)
+	}
+	if err := fs.Parse([]string{"--max-held-frames", "5"}); err != nil || c.MaxHeldFrames != 5 {
+		t.Errorf("--max-held-frames 5: %v, %d", err, c.MaxHeldFrames)
+	}
+}
