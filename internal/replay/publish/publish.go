@@ -2,6 +2,11 @@
 // on natsx.Subjects.Frames(pid, rank), each rank's frames in step order,
 // paced to the recorded step times or as fast as the connection takes them.
 // It is the library behind `kipimo replay` and the whole-pipeline command.
+//
+// Every Pace.NamesEvery frames of a rank, and in each rank's next frame
+// after the connection reconnected, the frame carries every function,
+// counter and metadata entry of the rank published so far, so that a
+// detector that starts late learns every name within that many frames.
 package publish
 
 import (
@@ -20,6 +25,13 @@ import (
 	"github.com/kipimo-hpc/kipimo/internal/replay"
 )
 
+// DefaultNamesEvery is Pace.NamesEvery's default, the same as the event
+// library's KIPIMO_NAMES_EVERY: a detector that starts late waits at most 15
+// frames of a rank for its names (it holds them meanwhile; 64 by default,
+// ad.DefaultMaxHeldFrames), and the dictionary costs one frame in 16 its
+// size (docs/wire-formats.md gives the bytes measured).
+const DefaultNamesEvery = 16
+
 // Pace says how fast to publish.
 type Pace struct {
 	// Speed scales recorded time: 1 is real time, 10 ten times faster. 0 (or
@@ -31,6 +43,12 @@ type Pace struct {
 	FlushEvery int
 	// FlushTimeout bounds each of those waits. Default 30 s.
 	FlushTimeout time.Duration
+	// NamesEvery makes every NamesEvery-th frame of a rank carry the rank's
+	// whole dictionary: every function, counter and metadata entry its
+	// frames carried so far (a frame's names are otherwise only in the
+	// frame that uses them first). 0 means DefaultNamesEvery; negative
+	// never (only after a reconnect).
+	NamesEvery int
 	// EndOfStream, when set, ends each rank's stream after its last frame
 	// with an empty message on its subject (detectors close the rank's
 	// stream on it).
@@ -103,6 +121,9 @@ func Frames(ctx context.Context, nc *nats.Conn, subjects natsx.Subjects, src rep
 	if pace.ProgressEvery <= 0 {
 		pace.ProgressEvery = 250 * time.Millisecond
 	}
+	if pace.NamesEvery == 0 {
+		pace.NamesEvery = DefaultNamesEvery
+	}
 	paced := pace.Speed > 0 && !math.IsInf(pace.Speed, 1)
 	sizer, _ := src.(replay.Sizer)
 	var c Counts
@@ -132,14 +153,26 @@ func Frames(ctx context.Context, nc *nats.Conn, subjects natsx.Subjects, src rep
 	}
 	type pr struct{ pid, rank uint32 }
 	var ranks []pr
-	seen := map[pr]bool{}
+	dicts := map[pr]*dictionary{}
+	reconnects := nc.Stats().Reconnects
 	st, err := src.Frames(ctx, func(f *frame.Frame) error {
-		if k := (pr{f.PID, f.Rank}); !seen[k] {
-			seen[k] = true
+		k := pr{f.PID, f.Rank}
+		dict := dicts[k]
+		if dict == nil {
+			dict = newDictionary()
+			dicts[k] = dict
 			ranks = append(ranks, k)
 		}
 		if err := ctx.Err(); err != nil {
 			return err
+		}
+		// After a reconnect the server may have subscribers that missed
+		// the names: every rank's next frame carries them all.
+		if n := nc.Stats().Reconnects; n != reconnects {
+			reconnects = n
+			for _, d := range dicts {
+				d.resend = true
+			}
 		}
 		if paced {
 			// A step is sent once its recorded end has passed, counting
@@ -160,7 +193,7 @@ func Frames(ctx context.Context, nc *nats.Conn, subjects natsx.Subjects, src rep
 				}
 			}
 		}
-		buf = frame.AppendBinary(buf[:0], f)
+		buf = dict.encode(buf[:0], f, pace.NamesEvery, maxPayload)
 		if int64(len(buf)) > maxPayload {
 			return fmt.Errorf("frame of rank %d step %d is %d bytes, more than the server's max payload of %d bytes (raise it, or cut shorter steps with --step)", f.Rank, f.Step, len(buf), maxPayload)
 		}
@@ -204,4 +237,78 @@ func flush(ctx context.Context, nc *nats.Conn, timeout time.Duration) error {
 		return fmt.Errorf("flush frames to NATS: %w", err)
 	}
 	return nil
+}
+
+// dictionary is every name one rank's frames carried so far, in the order
+// they first came, with the last name or value given to each id or key.
+type dictionary struct {
+	funcs, counters []frame.Name
+	fidx, cidx      map[uint32]int
+	meta            []frame.Meta
+	midx            map[metaKey]int
+	frames          int  // frames of the rank published
+	resend          bool // the next frame carries the whole dictionary
+	full            frame.Frame
+}
+
+type metaKey struct {
+	tid uint32
+	key string
+}
+
+func newDictionary() *dictionary {
+	return &dictionary{fidx: map[uint32]int{}, cidx: map[uint32]int{}, midx: map[metaKey]int{}}
+}
+
+// learn adds f's dictionary entries.
+func (d *dictionary) learn(f *frame.Frame) {
+	for _, n := range f.Funcs {
+		if i, ok := d.fidx[n.ID]; ok {
+			d.funcs[i].Name = n.Name
+			continue
+		}
+		d.fidx[n.ID] = len(d.funcs)
+		d.funcs = append(d.funcs, n)
+	}
+	for _, n := range f.Counters {
+		if i, ok := d.cidx[n.ID]; ok {
+			d.counters[i].Name = n.Name
+			continue
+		}
+		d.cidx[n.ID] = len(d.counters)
+		d.counters = append(d.counters, n)
+	}
+	for _, m := range f.Metadata {
+		k := metaKey{m.Tid, m.Key}
+		if i, ok := d.midx[k]; ok {
+			d.meta[i].Value = m.Value
+			continue
+		}
+		d.midx[k] = len(d.meta)
+		d.meta = append(d.meta, m)
+	}
+}
+
+// encode appends f's binary form to b, with the whole dictionary in place
+// of f's own entries when it is due: every every-th frame (every > 0) and
+// after a reconnect. When the dictionary would make the frame larger than
+// maxPayload, f goes as it is and the dictionary goes with the next frame.
+// f is not modified.
+func (d *dictionary) encode(b []byte, f *frame.Frame, every int, maxPayload int64) []byte {
+	d.learn(f)
+	n := d.frames
+	d.frames++
+	if n == 0 || !(d.resend || (every > 0 && n%every == 0)) {
+		return frame.AppendBinary(b, f)
+	}
+	d.full = *f
+	d.full.Funcs, d.full.Counters, d.full.Metadata = d.funcs, d.counters, d.meta
+	out := frame.AppendBinary(b, &d.full)
+	d.full = frame.Frame{}
+	if int64(len(out)) > maxPayload {
+		d.resend = true
+		return frame.AppendBinary(out[:len(b)], f)
+	}
+	d.resend = false
+	return out
 }
