@@ -73,6 +73,11 @@ type Env struct {
 	QueueBytes int64
 	// NoCounters turns off the per-step process counters.
 	NoCounters bool
+	// NamesEvery makes every NamesEvery-th frame carry every function,
+	// counter and metadata entry again, for consumers that start late (0:
+	// the library's default, 16; negative: only after a reconnect or a
+	// dropped frame).
+	NamesEvery int
 }
 
 // Environ returns base with the variables that load the library into a
@@ -109,6 +114,9 @@ func (l *Library) Environ(e Env, base []string) []string {
 	}
 	if e.NoCounters {
 		set["KIPIMO_COUNTERS"] = "0"
+	}
+	if e.NamesEvery != 0 {
+		set["KIPIMO_NAMES_EVERY"] = strconv.Itoa(max(e.NamesEvery, 0))
 	}
 	preload := l.Preload()
 	out := make([]string, 0, len(base)+len(set)+1)

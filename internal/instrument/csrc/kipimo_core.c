@@ -13,6 +13,12 @@
  * Kipimo-Source-Dropped) and in the status file written at exit. The
  * application itself never waits for any of this.
  *
+ * A name (function, counter) or metadata entry goes with the first frame
+ * that follows its registration, and again, with every other one, in every
+ * KIPIMO_NAMES_EVERY-th frame and in the first frame after a reconnect or a
+ * dropped frame, so a consumer that starts late learns every name within
+ * that many frames.
+ *
  * Environment (set by `kipimo run --exec` and `kipimo exec`):
  *   KIPIMO_NATS          nats://[user:pass@|token@]host:port (default nats://127.0.0.1:4222)
  *   KIPIMO_RUN           run id; without it the library stays off, so a program
@@ -23,6 +29,8 @@
  *   KIPIMO_PERIOD        io_step period: "1s", "250ms", "0.5" (seconds); default 1s
  *   KIPIMO_BUFFER_EVENTS events per thread ring (power of two; default 131072)
  *   KIPIMO_QUEUE_BYTES   bound of encoded frames waiting to be sent (default 64 MiB)
+ *   KIPIMO_NAMES_EVERY   every Nth frame carries every name and metadata entry again
+ *                        (default 16; 0: only after a reconnect or a dropped frame)
  *   KIPIMO_EXCLUDE       comma-separated shell patterns of function names not recorded
  *   KIPIMO_INJECT        FUNC:PROB:DELAY[,...] fault injection (e.g. MPI_Send:0.004:25ms)
  *   KIPIMO_SEED          seed of the injection draws (default 1)
@@ -139,6 +147,7 @@ static struct {
 	uint64_t period_ns;
 	uint64_t ring_events;
 	uint64_t queue_bytes;
+	uint64_t names_every; /* every Nth frame repeats the whole dictionary; 0 never */
 	char **exclude;
 	int nexclude;
 	kp_inject *inject;
@@ -1038,7 +1047,10 @@ static void cut(void) {
 		}
 	}
 	/* After a reconnect the server may have consumers that never saw the
-	 * names: the next frame carries them all again. */
+	 * names: the next frame carries them all again; so does every
+	 * names_every-th frame, for consumers that start late. */
+	if (K.names_every && K.step > 0 && K.step % K.names_every == 0)
+		K.resend = 1;
 	if (K.resend) {
 		K.funcs.sent = 0;
 		K.counters.sent = 0;
@@ -1677,6 +1689,16 @@ __attribute__((constructor)) static void kp_init(void) {
 		K.ring_events = p;
 	}
 	K.queue_bytes = env("KIPIMO_QUEUE_BYTES") ? strtoull(env("KIPIMO_QUEUE_BYTES"), NULL, 10) : 64ull << 20;
+	K.names_every = 16;
+	if (env("KIPIMO_NAMES_EVERY")) {
+		char *end;
+		errno = 0;
+		unsigned long long v = strtoull(env("KIPIMO_NAMES_EVERY"), &end, 10);
+		if (errno || end == env("KIPIMO_NAMES_EVERY") || *end || v > 1000000ull || env("KIPIMO_NAMES_EVERY")[0] == '-')
+			set_error("KIPIMO_NAMES_EVERY %s: want a number of frames from 0 to 1000000; using 16", env("KIPIMO_NAMES_EVERY"));
+		else
+			K.names_every = v;
+	}
 	K.exclude = split_list(env("KIPIMO_EXCLUDE"), &K.nexclude);
 	K.seed = env("KIPIMO_SEED") ? strtoull(env("KIPIMO_SEED"), NULL, 10) : 1;
 	K.counters_on = !(env("KIPIMO_COUNTERS") && strcmp(env("KIPIMO_COUNTERS"), "0") == 0);

@@ -1,0 +1,178 @@
+package instrument
+
+import (
+	"fmt"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/kipimo-hpc/kipimo/internal/frame"
+	"github.com/kipimo-hpc/kipimo/internal/natsx"
+)
+
+// rawFrames keeps every frame of rank 0 of a run, in arrival order, until
+// the end of its stream.
+type rawFrames struct {
+	mu     sync.Mutex
+	frames []*frame.Frame
+	bad    []error
+	eos    chan struct{}
+}
+
+func subscribeFrames(t *testing.T, nc *nats.Conn, run string) *rawFrames {
+	t.Helper()
+	r := &rawFrames{eos: make(chan struct{})}
+	sub, err := nc.Subscribe(natsx.Subjects{Run: run}.Frames(0, 0), func(m *nats.Msg) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if m.Header.Get("Kipimo-End-Of-Stream") != "" {
+			close(r.eos)
+			return
+		}
+		f := &frame.Frame{}
+		if n, err := frame.DecodeBinary(m.Data, f); err != nil || n != len(m.Data) {
+			r.bad = append(r.bad, fmt.Errorf("frame: %d of %d bytes: %v", n, len(m.Data), err))
+			return
+		}
+		r.frames = append(r.frames, f)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sub.SetPendingLimits(-1, -1); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sub.Unsubscribe() })
+	return r
+}
+
+// dictEntries is a stream's dictionary: "func <id>", "counter <id>",
+// "metadata <tid> <key>" to the name or value.
+type dictEntries map[string]string
+
+func (d dictEntries) add(f *frame.Frame) {
+	for _, n := range f.Funcs {
+		d[fmt.Sprint("func ", n.ID)] = n.Name
+	}
+	for _, n := range f.Counters {
+		d[fmt.Sprint("counter ", n.ID)] = n.Name
+	}
+	for _, m := range f.Metadata {
+		d[fmt.Sprint("metadata ", m.Tid, " ", m.Key)] = m.Value
+	}
+}
+
+// A consumer that starts at any frame (the 10th, or any other with n frames
+// after it) has every function, counter and metadata name the library has
+// sent so far within n frames: KIPIMO_NAMES_EVERY, 16 by default.
+func TestLateConsumerLearnsEveryName(t *testing.T) {
+	lib := library(t)
+	prog := compileProgram(t, lib, "names.c", false)
+	const steps = 90
+	tests := []struct {
+		name  string
+		every int // Env.NamesEvery
+		n     int // frames within which every name arrives
+		late  bool
+	}{
+		{"default interval", 0, 16, false},
+		{"every 5 frames", 5, 5, false},
+		{"never re-sent", -1, 16, true},
+	}
+	bytesPerFrame := map[string]float64{}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ns := startNATS(t)
+			nc := connect(t, ns)
+			run := fmt.Sprintf("names%d", tc.every+1)
+			got := subscribeFrames(t, nc, run)
+			status := t.TempDir()
+			env := lib.Environ(Env{NATSURL: ns.ClientURL(), Run: run, Period: time.Second, StatusDir: status, NamesEvery: tc.every}, os.Environ())
+			if out, code := runProgram(t, env, prog, fmt.Sprint(steps)); code != 0 || out != fmt.Sprintf("names done %d\n", steps) {
+				t.Fatalf("program: status %d, output %q", code, out)
+			}
+			select {
+			case <-got.eos:
+			case <-time.After(20 * time.Second):
+				t.Fatal("the stream did not end within 20 s")
+			}
+			got.mu.Lock()
+			defer got.mu.Unlock()
+			if len(got.bad) > 0 {
+				t.Fatal(got.bad)
+			}
+			frames := got.frames
+			if len(frames) < 3*tc.n {
+				t.Fatalf("%d frames; the test needs at least %d", len(frames), 3*tc.n)
+			}
+			// Every name the program registers reached the consumer.
+			all := dictEntries{}
+			for _, f := range frames {
+				all.add(f)
+			}
+			byName := map[string]bool{}
+			for _, v := range all {
+				byName[v] = true
+			}
+			want := []string{"step", "early_0", "early_4", "progress", "names-test", "on"}
+			for s := 0; s < steps; s += 10 {
+				want = append(want, fmt.Sprint("late_", s/10))
+			}
+			for s := 0; s < steps; s += 20 {
+				want = append(want, fmt.Sprint("ctr_", s/20))
+			}
+			for _, w := range want {
+				if !byName[w] {
+					t.Errorf("name or value %q never sent", w)
+				}
+			}
+			// A consumer starting at frame k.
+			var missing, wrong int
+			example := ""
+			for k := 1; k+tc.n <= len(frames); k++ {
+				sent, have := dictEntries{}, dictEntries{}
+				for _, f := range frames[:k+tc.n] {
+					sent.add(f)
+				}
+				for _, f := range frames[k : k+tc.n] {
+					have.add(f)
+				}
+				for key, v := range sent {
+					h, ok := have[key]
+					if !ok {
+						missing++
+						if example == "" {
+							example = fmt.Sprintf("from frame %d: %s (%q) not received by frame %d", k, key, v, k+tc.n-1)
+						}
+					} else if h != v {
+						wrong++
+					}
+				}
+			}
+			if wrong > 0 {
+				t.Errorf("%d entries sent again with another name or value", wrong)
+			}
+			if tc.late && missing == 0 {
+				t.Errorf("without re-sends a late consumer missed no name: the program does not test the re-send")
+			}
+			if !tc.late && missing > 0 {
+				t.Errorf("%d names missed by late consumers; e.g. %s", missing, example)
+			}
+			st, err := ReadStatus(status)
+			if err != nil || len(st) != 1 {
+				t.Fatalf("status: %v %v", st, err)
+			}
+			if st[0].FramesDropped != 0 || st[0].FramesSent != uint64(len(frames)) {
+				t.Errorf("status %+v: want %d frames sent, none dropped", st[0], len(frames))
+			}
+			bytesPerFrame[tc.name] = float64(st[0].BytesSent) / float64(st[0].FramesSent)
+		})
+	}
+	t.Logf("bytes per frame sent: %v", bytesPerFrame)
+}
