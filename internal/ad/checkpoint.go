@@ -59,9 +59,10 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // attached counter and comm events, GPU launches, call-path nodes, profiles,
 // every model's statistics (global, local, accumulated and in flight) and
 // detection state, records waiting for the "after" half of their window,
-// and the pserver protocol state (each shard's Seq and the request in
-// flight, unsent step summaries and counters), plus the detector's step
-// fields and counts (Stats). Restore turns it back into a detector that
+// the pserver protocol state (each shard's Seq and the request in flight,
+// unsent step summaries and counters), the frames held until their names
+// arrive (in frame's binary encoding), plus the detector's step fields and
+// counts (Stats). Restore turns it back into a detector that
 // resumes exactly there: fed the frames that follow, it emits the same
 // records, profiles, Stats and sync requests as the detector would have.
 //
@@ -92,7 +93,7 @@ func (d *Detector) Checkpoint() ([]byte, error) {
 	if err := w.sync(d.sync); err != nil {
 		return nil, fmt.Errorf("checkpoint of rank %d: %w", d.cfg.Rank, err)
 	}
-	w.frames(nil)
+	w.frames(d.held)
 	w.b = binary.LittleEndian.AppendUint32(w.b, crc32.Checksum(w.b, castagnoli))
 	return w.b, nil
 }
@@ -130,29 +131,38 @@ func Restore(cfg Config, data []byte) (*Detector, error) {
 	if err := r.identity(&cfg); err != nil {
 		return nil, err
 	}
+	// The state is decoded into a detector without a Syncer, so that a bad
+	// checkpoint leaves nothing behind (a node's syncer is joined only once
+	// the state is whole).
+	syncer := cfg.Syncer
+	cfg.Syncer = nil
 	d, err := New(cfg)
 	if err != nil {
 		return nil, err
 	}
+	tmp := d.sync
+	defer tmp.cancel()
+	d.cfg.Syncer = syncer // the models and the sync state read it while decoding
 	r.detector(d)
 	r.stacks(d.stacks)
 	r.models(d.models)
 	r.pending(d)
-	r.sync(d.sync)
-	held := r.frames()
+	r.sync(tmp)
+	d.held = r.frames()
 	if r.err == nil && r.off != len(r.b) {
 		r.fail("%d bytes after the last section", len(r.b)-r.off)
 	}
 	if r.err != nil {
-		d.sync.cancel()
 		return nil, r.err
 	}
-	if len(held) > 0 {
-		d.sync.cancel()
-		return nil, fmt.Errorf("%w: %d held frames, which this detector does not keep", ErrBadCheckpoint, len(held))
+	s := newSyncState(d)
+	for i, sh := range s.shards {
+		sh.seq, sh.inflight, sh.keys = tmp.shards[i].seq, tmp.shards[i].inflight, tmp.shards[i].keys
 	}
+	s.summaries, s.counters = tmp.summaries, tmp.counters
+	s.lag.Store(tmp.lag.Load())
+	d.sync = s
 	d.snapshot()
-	s := d.sync
 	for i, sh := range s.shards {
 		if sh.inflight != nil {
 			s.wg.Add(1)
@@ -258,6 +268,7 @@ func (w *ckWriter) detector(d *Detector) {
 	w.uvarint(d.stepBad)
 	w.uvarint(d.processed)
 	w.bool(d.requestProfiles.Load())
+	w.bool(d.heldOnce)
 	keys := slices.SortedFunc(maps.Keys(d.metaSeen), func(a, b metaKey) int {
 		if a.tid != b.tid {
 			return int(a.tid) - int(b.tid)
@@ -281,8 +292,9 @@ func (w *ckWriter) detector(d *Detector) {
 
 func (w *ckWriter) stacks(cs *callStacks) {
 	optLen(w, cs.funcNames)
-	for _, n := range cs.funcNames {
+	for i, n := range cs.funcNames {
 		w.str(n)
+		w.bool(i < len(cs.funcKnown) && cs.funcKnown[i])
 	}
 	ids := slices.Sorted(maps.Keys(cs.ctrNames))
 	w.uvarint(uint64(len(ids)))
@@ -725,6 +737,10 @@ func (w *ckWriter) sync(s *syncState) error {
 				return err
 			}
 		}
+		if sh.inflight == nil {
+			w.uvarint(0) // keys of the last answered request: not state
+			continue
+		}
 		w.uvarint(uint64(len(sh.keys)))
 		for _, k := range sh.keys {
 			w.u32(uint32(k))
@@ -764,6 +780,7 @@ func counterFields(c *counters) []*atomic.Uint64 {
 		&c.syncs, &c.syncFailures, &c.droppedSummaries,
 		&c.modelErrors, &c.evictedLaunches, &c.unmatchedCorrelations,
 		&c.sourceDropped, &c.missingSteps, &c.pathOverflows,
+		&c.unnamedFrames,
 	}
 }
 
@@ -983,6 +1000,7 @@ func (r *ckReader) detector(d *Detector) {
 	d.stepBad = r.uvarint()
 	d.processed = r.uvarint()
 	d.requestProfiles.Store(r.bool())
+	d.heldOnce = r.bool()
 	n := r.count(2)
 	for range n {
 		tid := r.u32()
@@ -1006,8 +1024,10 @@ func (r *ckReader) stacks(cs *callStacks) {
 			return
 		}
 		cs.funcNames = make([]string, n)
+		cs.funcKnown = make([]bool, n)
 		for i := range cs.funcNames {
 			cs.funcNames[i] = r.str()
+			cs.funcKnown[i] = r.bool()
 		}
 	}
 	n := r.count(2)
@@ -1047,6 +1067,12 @@ func (r *ckReader) stacks(cs *callStacks) {
 		}
 		cs.nodes = append(cs.nodes, pathNode{parent: p, fid: fid, depth: depth, suffix: suf})
 		cs.pathTab.put(k, uint32(i))
+	}
+	for i := 1; i < len(cs.nodes) && r.err == nil; i++ {
+		// a suffix is one frame shorter: following suffixes ends
+		if s := cs.nodes[i].suffix; s != 0 && cs.nodes[s-1].depth+1 != cs.nodes[i].depth {
+			r.fail("call path %d has suffix %d of %d frames, not %d", i, s-1, cs.nodes[s-1].depth, cs.nodes[i].depth-1)
+		}
 	}
 	nl := r.count(8)
 	head := r.uvarint()
@@ -1089,11 +1115,16 @@ func (r *ckReader) stacks(cs *callStacks) {
 	}
 }
 
-func (r *ckReader) exec(cs *callStacks, prev *uint64, e *execRec) {
+// exec reads execution seq.
+func (r *ckReader) exec(cs *callStacks, seq uint64, prev *uint64, e *execRec) {
 	e.entry = r.delta(prev)
 	e.exit = e.entry + uint64(r.varint())
 	e.childIncl = r.uvarint()
 	e.parent = r.uvarint()
+	if r.err == nil && e.parent > seq {
+		// a parent is entered before its children: chains of parents end
+		r.fail("execution %d has parent %d", seq, e.parent-1)
+	}
 	e.step = r.u32()
 	e.idx = r.u32()
 	e.pstep = r.u32()
@@ -1157,14 +1188,14 @@ func (r *ckReader) thread(cs *callStacks, t *thread) {
 	t.ring = make([]execRec, nr)
 	var prev uint64
 	for i := range t.ring {
-		r.exec(cs, &prev, &t.ring[i])
+		r.exec(cs, t.base+uint64(i), &prev, &t.ring[i])
 	}
 	nd := r.count(18)
 	prev = 0
 	for range nd {
 		seq := r.uvarint()
 		e := &execRec{}
-		r.exec(cs, &prev, e)
+		r.exec(cs, seq, &prev, e)
 		if r.err == nil && (seq >= t.base || t.detached[seq] != nil) {
 			r.fail("detached execution %d of thread %d is in the ring or twice", seq, t.tid)
 		}

@@ -1,0 +1,640 @@
+package ad
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"reflect"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kipimo-hpc/kipimo/internal/frame"
+	"github.com/kipimo-hpc/kipimo/internal/provenance"
+	"github.com/kipimo-hpc/kipimo/internal/psync"
+	"github.com/kipimo-hpc/kipimo/internal/replay/steps"
+	"github.com/kipimo-hpc/kipimo/internal/replay/tautrace"
+	"github.com/kipimo-hpc/kipimo/internal/workload"
+)
+
+// ckSyncer is the pserver double of the checkpoint tests: a fakePServer
+// that logs every request it answers, per rank and shard, and can hold one
+// request (the next of a rank on a shard) until released or until the
+// attempt's context ends (then the attempt fails and is not logged).
+type ckSyncer struct {
+	ps *fakePServer
+
+	mu      sync.Mutex
+	log     map[[2]uint64][]string
+	hold    *[2]uint64
+	release chan struct{}
+}
+
+func newCkSyncer() *ckSyncer {
+	return &ckSyncer{ps: newFakePServer(), log: map[[2]uint64][]string{}, release: make(chan struct{})}
+}
+
+// holdNext makes the next request of rank on shard wait for unhold.
+func (s *ckSyncer) holdNext(rank uint32, shard int) {
+	s.mu.Lock()
+	s.hold = &[2]uint64{uint64(rank), uint64(shard)}
+	s.mu.Unlock()
+}
+
+func (s *ckSyncer) unhold() { close(s.release) }
+
+func (s *ckSyncer) Sync(ctx context.Context, shard int, req *psync.SyncRequest) (*psync.SyncReply, error) {
+	id := [2]uint64{uint64(req.Rank), uint64(shard)}
+	s.mu.Lock()
+	held := s.hold != nil && *s.hold == id && req.Seq > 0
+	if held {
+		s.hold = nil
+	}
+	s.mu.Unlock()
+	if held {
+		select {
+		case <-s.release:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	// The counters, and the functions of a step summary, come in map
+	// order: log them sorted.
+	q := *req
+	q.Counters = slices.Clone(q.Counters)
+	sort.Slice(q.Counters, func(i, j int) bool { return q.Counters[i].Name < q.Counters[j].Name })
+	q.Steps = slices.Clone(q.Steps)
+	for i := range q.Steps {
+		fs := slices.Clone(q.Steps[i].Funcs)
+		sort.Slice(fs, func(a, b int) bool { return fs[a].Func < fs[b].Func })
+		q.Steps[i].Funcs = fs
+	}
+	b, err := json.Marshal(&q)
+	if err != nil {
+		return nil, err
+	}
+	rep := s.ps.handle(shard, req)
+	s.mu.Lock()
+	s.log[id] = append(s.log[id], string(b))
+	s.mu.Unlock()
+	return rep, nil
+}
+
+// ckWorkload is a stream of frames per rank, binary encoded.
+type ckWorkload struct {
+	name   string
+	frames [][][]byte // rank, step
+}
+
+var ckWorkloads struct {
+	once sync.Once
+	m    map[string]ckWorkload
+	err  error
+}
+
+// synthetic is the workload generator's stream: GPU threads, counters
+// (correlation ids), halo exchanges between ranks, injected anomalies.
+func syntheticWorkload(ranks, nsteps, perStep int) (ckWorkload, error) {
+	wcfg := workload.DefaultConfig()
+	wcfg.Ranks, wcfg.ThreadsPerRank, wcfg.Steps, wcfg.EventsPerStep, wcfg.GPU, wcfg.Seed = ranks, 2, nsteps, perStep, true, 7
+	w, err := workload.New(wcfg)
+	if err != nil {
+		return ckWorkload{}, err
+	}
+	out := ckWorkload{name: "synthetic", frames: make([][][]byte, ranks)}
+	for r := range ranks {
+		g := w.Rank(uint32(r))
+		var f frame.Frame
+		for {
+			if _, err := g.Next(&f); errors.Is(err, io.EOF) {
+				break
+			} else if err != nil {
+				return ckWorkload{}, err
+			}
+			out.frames[r] = append(out.frames[r], frame.AppendBinary(nil, &f))
+		}
+	}
+	return out, nil
+}
+
+// tauWorkload is a real TAU trace (MPI+OpenMP rank 0 with messages), cut
+// into steps of 20 ms.
+func tauWorkload() (ckWorkload, error) {
+	out := ckWorkload{name: "tau-hecatoncheir", frames: make([][][]byte, 1)}
+	cfg := steps.Config{Step: 20 * time.Millisecond}
+	if err := cfg.Validate(); err != nil {
+		return out, err
+	}
+	b := steps.New(cfg, func(f *frame.Frame) error {
+		if f.Rank != 0 {
+			return fmt.Errorf("frame of rank %d", f.Rank)
+		}
+		out.frames[0] = append(out.frames[0], frame.AppendBinary(nil, f))
+		return nil
+	})
+	err := tautrace.Read(context.Background(), []string{"testdata/checkpoint/hecatoncheir/tautrace.0.0.0.trc"}, b)
+	return out, err
+}
+
+func loadCkWorkloads(t testing.TB) map[string]ckWorkload {
+	ckWorkloads.once.Do(func() {
+		m := map[string]ckWorkload{}
+		add := func(w ckWorkload, err error) {
+			if err != nil && ckWorkloads.err == nil {
+				ckWorkloads.err = fmt.Errorf("workload %s: %w", w.name, err)
+			}
+			m[w.name] = w
+		}
+		add(syntheticWorkload(2, 14, 4000))
+		cb, _ := chimbench(14, 4000)
+		add(ckWorkload{name: "chimbench", frames: [][][]byte{encodeFrames(cb)}}, nil)
+		add(tauWorkload())
+		ckWorkloads.m = m
+	})
+	if ckWorkloads.err != nil {
+		t.Fatal(ckWorkloads.err)
+	}
+	return ckWorkloads.m
+}
+
+// ckState is what a checkpoint held, counted from the detectors at the cut
+// (so that a case can require what it claims to test).
+type ckState struct {
+	openStacks, pending, settling, inflight, detached int
+}
+
+func stateOf(ds []*Detector) ckState {
+	var s ckState
+	for _, d := range ds {
+		for _, t := range d.stacks.threads {
+			s.openStacks += len(t.stack)
+			s.detached += len(t.detached)
+			for i := range t.ring {
+				if e := &t.ring[i]; e.flags&flagDone != 0 && e.label == labelNone {
+					s.settling++
+				}
+			}
+		}
+		s.pending += len(d.rec.pending)
+		for _, sh := range d.sync.shards {
+			if sh.inflight != nil {
+				s.inflight++
+			}
+		}
+	}
+	return s
+}
+
+// ckOutput is what a run shows through the public outputs.
+type ckOutput struct {
+	after    [][]string // per rank, the JSON of every batch after the cut
+	stats    []Stats
+	requests map[[2]uint64][]string
+	cps      [][]byte // the checkpoints taken at the cut
+	state    ckState
+}
+
+// ckRun runs one detector per rank over w, every rank's step before any
+// rank's next; after cut steps each detector is checkpointed, and with
+// restore it is dropped as a crashed process would be (its senders stopped,
+// nothing flushed) and replaced by a detector restored from the checkpoint.
+// With hold, rank 0's request on shard 0 of step cut stays in flight across
+// the cut. Before each later step the test waits for the replies to the
+// requests in flight, so that both runs see them at the same step.
+func ckRun(t *testing.T, w ckWorkload, cfg Config, cut int, hold, pserver, restore bool) ckOutput {
+	t.Helper()
+	ctx := context.Background()
+	var ps *ckSyncer
+	if pserver {
+		ps = newCkSyncer()
+		cfg.Syncer = ps
+	}
+	cfg.SyncWait = time.Minute
+	cfg.SyncTimeout = time.Minute
+	cfg.Hostname = "ckhost"
+	ranks := len(w.frames)
+	ds := make([]*Detector, ranks)
+	sinks := make([]*MemorySink, ranks)
+	mark := make([]int, ranks)
+	cfgs := make([]Config, ranks)
+	for r := range ranks {
+		cfgs[r] = cfg
+		cfgs[r].Rank = uint32(r)
+		sinks[r] = &MemorySink{}
+		cfgs[r].Sink = sinks[r]
+		d, err := New(cfgs[r])
+		if err != nil {
+			t.Fatal(err)
+		}
+		ds[r] = d
+	}
+	out := ckOutput{after: make([][]string, ranks), cps: make([][]byte, ranks)}
+	waitReplies := func() {
+		deadline := time.Now().Add(time.Minute)
+		for _, d := range ds {
+			for i, sh := range d.sync.shards {
+				for sh.inflight != nil && len(sh.done) == 0 {
+					if time.Now().After(deadline) {
+						t.Fatalf("rank %d shard %d: no reply to seq %d within a minute", d.cfg.Rank, i, sh.inflight.Seq)
+					}
+					time.Sleep(time.Millisecond)
+				}
+			}
+		}
+	}
+	var f frame.Frame
+	for step := 0; ; step++ {
+		more := false
+		if hold && step == cut-1 {
+			ps.holdNext(0, 0)
+			ds[0].sync.shards[0].healthy.Store(false) // the step does not wait for it
+		}
+		for r, d := range ds {
+			if step >= len(w.frames[r]) {
+				continue
+			}
+			more = true
+			if _, err := frame.DecodeBinary(w.frames[r][step], &f); err != nil {
+				t.Fatal(err)
+			}
+			if err := d.Process(ctx, &f); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if !more {
+			break
+		}
+		if step == cut-1 {
+			out.state = stateOf(ds)
+			for r, d := range ds {
+				cp, err := d.Checkpoint()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if again, err := d.Checkpoint(); err != nil || !bytes.Equal(again, cp) {
+					t.Fatalf("rank %d: a second checkpoint of the same state differs (%v)", r, err)
+				}
+				out.cps[r] = cp
+				mark[r] = len(sinks[r].Batches)
+				if !restore {
+					continue
+				}
+				d.sync.cancel() // the process dies: its senders stop
+				d.sync.wg.Wait()
+				sinks[r] = &MemorySink{}
+				mark[r] = 0
+				c := cfgs[r]
+				c.Sink = sinks[r]
+				c.Hostname = "another-host"
+				if ds[r], err = Restore(c, cp); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if hold {
+				ps.unhold()
+			}
+		}
+		if step >= cut-1 {
+			waitReplies()
+		}
+	}
+	for r, d := range ds {
+		if err := d.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for _, b := range sinks[r].Batches[mark[r]:] {
+			j, err := json.Marshal(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out.after[r] = append(out.after[r], string(j))
+		}
+		out.stats = append(out.stats, d.Stats())
+	}
+	if ps != nil {
+		out.requests = ps.log
+	}
+	return out
+}
+
+func TestCheckpointRestoresExactly(t *testing.T) {
+	ws := loadCkWorkloads(t)
+	tests := []struct {
+		name     string
+		workload string
+		cfg      Config
+		cut      int
+		hold     bool
+		pserver  bool
+		want     func(ckState) bool // what the checkpoint must hold
+		wantDesc string
+	}{
+		{"synthetic/tail/mid-run", "synthetic", Config{ProfileEvery: 3}, 7, false, true,
+			func(s ckState) bool { return s.openStacks > 0 && s.pending > 0 }, "open stacks and pending windows"},
+		{"synthetic/tail/settling", "synthetic", Config{SettleCount: 50000, MaxPendingSteps: 6}, 3, false, true,
+			func(s ckState) bool { return s.settling > 0 && s.openStacks > 0 }, "settling candidates"},
+		{"synthetic/tail/in-flight", "synthetic", Config{NormalRate: 0.001}, 6, true, true,
+			func(s ckState) bool { return s.inflight > 0 && s.pending > 0 }, "a sync in flight"},
+		{"synthetic/hbos/call-path/3-shards/in-flight", "synthetic", Config{Algorithm: HBOS, ByCallPath: true, Shards: 3}, 5, true, true,
+			func(s ckState) bool { return s.inflight > 0 }, "a sync in flight"},
+		{"synthetic/copod/window-8", "synthetic", Config{Algorithm: COPOD, Window: 8}, 8, false, true,
+			func(s ckState) bool { return s.openStacks > 0 }, "open stacks"},
+		{"synthetic/sstd-chimbuko/inclusive", "synthetic", Config{Algorithm: SSTD, Chimbuko: true, Statistic: Inclusive}, 4, false, true,
+			func(s ckState) bool { return s.openStacks > 0 }, "open stacks"},
+		{"synthetic/tail/no-pserver", "synthetic", Config{}, 9, false, false,
+			func(s ckState) bool { return s.openStacks > 0 }, "open stacks"},
+		{"chimbench/tail/normals", "chimbench", Config{NormalRate: 0.01, ProfileEvery: 4}, 11, false, true,
+			func(s ckState) bool { return s.settling > 0 && s.openStacks > 0 }, "settling candidates"},
+		{"chimbench/hbos/in-flight", "chimbench", Config{Algorithm: HBOS}, 9, true, true,
+			func(s ckState) bool { return s.inflight > 0 }, "a sync in flight"},
+		{"tau/tail/mid-run", "tau-hecatoncheir", Config{NormalRate: 0.05}, 0, false, true,
+			func(s ckState) bool { return s.openStacks > 0 }, "open stacks"},
+		{"tau/tail/in-flight", "tau-hecatoncheir", Config{SettleCount: 200}, 0, true, true,
+			func(s ckState) bool { return s.inflight > 0 && s.openStacks > 0 }, "a sync in flight"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			w := ws[tc.workload]
+			cut := tc.cut
+			if cut == 0 {
+				cut = len(w.frames[0]) / 2
+			}
+			if cut < 1 || cut >= len(w.frames[0]) {
+				t.Fatalf("cut %d of %d steps", cut, len(w.frames[0]))
+			}
+			ref := ckRun(t, w, tc.cfg, cut, tc.hold, tc.pserver, false)
+			got := ckRun(t, w, tc.cfg, cut, tc.hold, tc.pserver, true)
+			if !tc.want(ref.state) {
+				t.Fatalf("the checkpoint at step %d does not hold %s: %+v", cut, tc.wantDesc, ref.state)
+			}
+			t.Logf("%d steps, cut after %d: %+v; checkpoint of rank 0: %d B", len(w.frames[0]), cut, ref.state, len(ref.cps[0]))
+			for r := range ref.after {
+				if len(ref.after[r]) == 0 {
+					t.Errorf("rank %d: no batch after the cut", r)
+				}
+				if len(got.after[r]) != len(ref.after[r]) {
+					t.Errorf("rank %d: %d batches after the cut, uninterrupted %d", r, len(got.after[r]), len(ref.after[r]))
+					continue
+				}
+				for i := range ref.after[r] {
+					if got.after[r][i] != ref.after[r][i] {
+						t.Errorf("rank %d: batch %d after the cut differs:\nrestored      %s\nuninterrupted %s", r, i, around(got.after[r][i], ref.after[r][i]), around(ref.after[r][i], got.after[r][i]))
+						break
+					}
+				}
+			}
+			if !reflect.DeepEqual(got.stats, ref.stats) {
+				t.Errorf("final stats differ:\nrestored      %+v\nuninterrupted %+v", got.stats, ref.stats)
+			}
+			if ref.stats[0].Executions == 0 || ref.stats[0].Frames != uint64(len(w.frames[0])) {
+				t.Errorf("rank 0 processed %d frames (%d executions) of %d", ref.stats[0].Frames, ref.stats[0].Executions, len(w.frames[0]))
+			}
+			if !tc.pserver {
+				return
+			}
+			if !reflect.DeepEqual(got.requests, ref.requests) {
+				for k := range ref.requests {
+					a, b := got.requests[k], ref.requests[k]
+					for i := range min(len(a), len(b)) {
+						if a[i] != b[i] {
+							t.Errorf("rank %d shard %d: request %d differs:\nrestored      %s\nuninterrupted %s", k[0], k[1], i, around(a[i], b[i]), around(b[i], a[i]))
+							break
+						}
+					}
+					if len(a) != len(b) {
+						t.Errorf("rank %d shard %d: %d requests, uninterrupted %d", k[0], k[1], len(a), len(b))
+					}
+				}
+			}
+			if tc.hold {
+				// the held request is answered once, after the restart, with its Seq
+				var q psync.SyncRequest
+				log := got.requests[[2]uint64{0, 0}]
+				seqs := map[uint64]int{}
+				for _, s := range log {
+					if err := json.Unmarshal([]byte(s), &q); err != nil {
+						t.Fatal(err)
+					}
+					seqs[q.Seq]++
+				}
+				for s, n := range seqs {
+					if n != 1 {
+						t.Errorf("seq %d answered %d times", s, n)
+					}
+				}
+				if got.stats[0].SyncFailures != 0 {
+					t.Errorf("%d sync failures", got.stats[0].SyncFailures)
+				}
+			}
+		})
+	}
+}
+
+// around is a's text around its first difference from b.
+func around(a, b string) string {
+	i := 0
+	for i < len(a) && i < len(b) && a[i] == b[i] {
+		i++
+	}
+	return fmt.Sprintf("(at %d) …%s…", i, a[max(0, i-200):min(len(a), i+200)])
+}
+
+// TestCheckpointOfRestoredDetector: a restored detector checkpoints to the
+// same bytes (every field it read, it writes back the same).
+func TestCheckpointOfRestoredDetector(t *testing.T) {
+	ws := loadCkWorkloads(t)
+	for _, name := range []string{"synthetic", "chimbench", "tau-hecatoncheir"} {
+		t.Run(name, func(t *testing.T) {
+			w := ws[name]
+			out := ckRun(t, w, Config{Algorithm: COPOD}, len(w.frames[0])/2, true, true, false)
+			for r, cp := range out.cps {
+				d, err := Restore(Config{Rank: uint32(r), Algorithm: COPOD, Syncer: newFakePServer(), SyncTimeout: time.Minute}, cp)
+				if err != nil {
+					t.Fatal(err)
+				}
+				again, err := d.Checkpoint()
+				if err != nil {
+					t.Fatal(err)
+				}
+				d.sync.cancel()
+				d.sync.wg.Wait()
+				if !bytes.Equal(again, cp) {
+					t.Errorf("rank %d: checkpoint of the restored detector differs (%d B, was %d B)", r, len(again), len(cp))
+				}
+			}
+		})
+	}
+}
+
+// ckSample returns a checkpoint of rank 0 of the synthetic workload after
+// 5 steps, with the config it was taken with.
+func ckSample(t testing.TB) (Config, []byte, string) {
+	w := loadCkWorkloads(t)["synthetic"]
+	cfg := Config{Algorithm: HBOS, Shards: 2, Syncer: newFakePServer(), Hostname: "h", SyncWait: time.Minute}
+	d, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f frame.Frame
+	for _, b := range w.frames[0][:5] {
+		if _, err := frame.DecodeBinary(b, &f); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Process(context.Background(), &f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cp, err := d.Checkpoint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := d.Config().Hostname
+	if err := d.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return cfg, cp, host
+}
+
+func TestRestoreRefusesMismatchedConfig(t *testing.T) {
+	cfg, cp, host := ckSample(t)
+	tests := []struct {
+		name    string
+		change  func(*Config)
+		setting string
+	}{
+		{"rank", func(c *Config) { c.Rank = 1 }, "rank"},
+		{"pid", func(c *Config) { c.PID = 9 }, "pid"},
+		{"algorithm", func(c *Config) { c.Algorithm = COPOD }, "algorithm"},
+		{"keying", func(c *Config) { c.ByCallPath = true }, "by-call-path"},
+		{"statistic", func(c *Config) { c.Statistic = Inclusive }, "statistic"},
+		{"window", func(c *Config) { c.Window = 7 }, "window"},
+		{"shards", func(c *Config) { c.Shards = 3 }, "shards"},
+		{"bins", func(c *Config) { c.Bins = 100 }, "bins"},
+		{"tail rule", func(c *Config) { c.TailRatio = 2 }, "tail-ratio"},
+		{"ignore", func(c *Config) { c.Ignore = []string{"MPI_Wait"} }, "ignore"},
+		{"no pserver", func(c *Config) { c.Syncer = nil }, "pserver"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := cfg
+			tc.change(&c)
+			d, err := Restore(c, cp)
+			if err == nil {
+				d.sync.cancel()
+				t.Fatal("restored into a mismatched config")
+			}
+			if !errors.Is(err, ErrCheckpointMismatch) || !strings.Contains(err.Error(), tc.setting) {
+				t.Errorf("error %q does not say the setting %q differs", err, tc.setting)
+			}
+		})
+	}
+	// what may differ does
+	c := cfg
+	c.Syncer, c.SyncWait, c.ProfileEvery, c.MaxStepSummaries, c.Hostname = newFakePServer(), time.Second, 5, 10, "elsewhere"
+	d, err := Restore(c, cp)
+	if err != nil {
+		t.Fatalf("restore with other operational settings: %v", err)
+	}
+	if d.Config().Hostname != host || host == "elsewhere" {
+		t.Errorf("hostname %q, the checkpoint's is %q", d.Config().Hostname, host)
+	}
+	if err := d.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// reCRC replaces b's trailer with the checksum of the rest.
+func reCRC(b []byte) []byte {
+	b = slices.Clone(b)
+	end := len(b) - 4
+	binary.LittleEndian.PutUint32(b[end:], crc32.Checksum(b[:end], crc32.MakeTable(crc32.Castagnoli)))
+	return b
+}
+
+func TestRestoreRefusesBadCheckpoints(t *testing.T) {
+	cfg, cp, _ := ckSample(t)
+	flip := func(i int) []byte { b := slices.Clone(cp); b[i] ^= 0x40; return b }
+	// offset of the body: magic, version
+	body := len(CheckpointMagic) + 1
+	tests := []struct {
+		name string
+		data []byte
+		want string
+	}{
+		{"empty", nil, "too short"},
+		{"magic", append([]byte("KPFR"), cp[4:]...), "magic"},
+		{"truncated by one byte", cp[:len(cp)-1], "checksum"},
+		{"truncated to half", cp[:len(cp)/2], "checksum"},
+		{"bit flipped in the body", flip(len(cp) / 2), "checksum"},
+		{"bit flipped in the trailer", flip(len(cp) - 2), "checksum"},
+		{"version", reCRC(append([]byte("KPCK\x07"), cp[body:]...)), "version 7"},
+		{"body cut, checksum fixed", reCRC(append(slices.Clone(cp[:len(cp)/3]), 0, 0, 0, 0)), "offset"},
+		{"huge count, checksum fixed", reCRC(append(append([]byte("KPCK\x01"), 0xff, 0xff, 0xff, 0xff, 0x0f), cp[body+5:]...)), "elements"},
+		{"trailing bytes, checksum fixed", reCRC(append(slices.Clone(cp[:len(cp)-4]), 1, 2, 3, 0, 0, 0, 0)), "after the last section"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			d, err := Restore(cfg, tc.data)
+			if err == nil {
+				d.sync.cancel()
+				t.Fatal("a bad checkpoint was restored")
+			}
+			if !errors.Is(err, ErrBadCheckpoint) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %q: want ErrBadCheckpoint saying %q", err, tc.want)
+			}
+			if !strings.Contains(err.Error(), "offset") {
+				t.Errorf("error %q names no offset", err)
+			}
+		})
+	}
+}
+
+// TestCheckpointCoversRecordFields fails when a record type gains a field
+// the checkpoint does not write (ckWriter.record and ckReader.record must
+// learn it).
+func TestCheckpointCoversRecordFields(t *testing.T) {
+	tests := []struct {
+		v      any
+		fields int
+	}{
+		{provenance.Exec{}, 26},
+		{provenance.CallFrame{}, 6},
+		{provenance.CounterEvent{}, 7},
+		{provenance.FuncStats{}, 8},
+		{provenance.GPULocation{}, 4},
+		{provenance.GPUParent{}, 3},
+		{provenance.WindowExec{}, 7},
+		{provenance.CommRecord{}, 10},
+		{provenance.EventWindow{}, 2},
+		{provenance.Explanation{}, 11},
+		{psync.StepSummary{}, 12},
+		{psync.FuncAnomalyMetrics{}, 6},
+		{psync.ModelDelta{}, 6},
+		{psync.SyncRequest{}, 12},
+		{execRec{}, 15},
+		{thread{}, 19},
+		{model{}, 34},
+		{callStacks{}, 16},
+		{pendingRec{}, 7},
+		{shardState{}, 5},
+		{syncState{}, 11},
+		{Detector{}, 21},
+		{counters{}, 23},
+	}
+	for _, tc := range tests {
+		typ := reflect.TypeOf(tc.v)
+		t.Run(typ.String(), func(t *testing.T) {
+			if n := typ.NumField(); n != tc.fields {
+				t.Errorf("%s has %d fields, the checkpoint knows %d: encode the new ones (or say why not) and bump this count", typ, n, tc.fields)
+			}
+		})
+	}
+}
