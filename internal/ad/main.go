@@ -86,21 +86,25 @@ type DaemonConfig struct {
 	Queue         int    // --queue: provenance batches queued before Overflow applies
 	Overflow      string // --overflow: "block" or "drop"
 	PendingFrames int    // --pending-frames: frames buffered per rank before NATS drops them
-	MetricsAddr   string // --metrics-addr: Prometheus /metrics listener; "" serves none
-	RankLabels    int    // --rank-labels: ranks with their own metric label
+	PerRankSync   bool   // --per-rank-sync: each rank syncs on its own instead of one merged sync per shard per step
+	// --node-sync-linger: how long the node's merged sync waits for ranks that have not sent yet
+	NodeSyncLinger time.Duration
+	MetricsAddr    string // --metrics-addr: Prometheus /metrics listener; "" serves none
+	RankLabels     int    // --rank-labels: ranks with their own metric label
 }
 
 // DefaultDaemonConfig is the ad command's defaults (Run is left empty: it is
 // required; the detector options are AddFlags's).
 func DefaultDaemonConfig() DaemonConfig {
 	return DaemonConfig{
-		NATS:          "nats://127.0.0.1:4222",
-		Ranks:         "0",
-		Detector:      Config{Shards: 1, SyncWait: time.Second, SyncTimeout: 2 * time.Second},
-		Queue:         64,
-		Overflow:      "block",
-		PendingFrames: 256,
-		RankLabels:    64,
+		NATS:           "nats://127.0.0.1:4222",
+		Ranks:          "0",
+		Detector:       Config{Shards: 1, SyncWait: time.Second, SyncTimeout: 2 * time.Second},
+		Queue:          64,
+		Overflow:       "block",
+		PendingFrames:  256,
+		NodeSyncLinger: 20 * time.Millisecond,
+		RankLabels:     64,
 	}
 }
 
@@ -125,6 +129,9 @@ func (c DaemonConfig) Validate() error {
 	}
 	if c.Queue < 1 {
 		bad("--queue %d must be at least 1", c.Queue)
+	}
+	if c.NodeSyncLinger <= 0 || c.NodeSyncLinger > time.Minute {
+		bad("--node-sync-linger %s must be positive and at most 1m", c.NodeSyncLinger)
 	}
 	if c.PendingFrames < 1 {
 		bad("--pending-frames %d must be at least 1", c.PendingFrames)
@@ -203,6 +210,8 @@ func parseArgs(args []string, lookup func(string) (string, bool), stderr io.Writ
 	fs.IntVar(&c.Queue, "queue", c.Queue, "provenance batches queued before --overflow applies")
 	fs.StringVar(&c.Overflow, "overflow", c.Overflow, "full provenance queue: block (back-pressure, counted as lag) or drop (counted)")
 	fs.IntVar(&c.PendingFrames, "pending-frames", c.PendingFrames, "frames buffered per rank before NATS drops them (counted)")
+	fs.BoolVar(&c.PerRankSync, "per-rank-sync", c.PerRankSync, "every rank syncs with the pserver on its own (by default the ranks served here send one merged sync per shard per step)")
+	fs.DurationVar(&c.NodeSyncLinger, "node-sync-linger", c.NodeSyncLinger, "how long a merged sync waits for ranks that have not sent theirs yet")
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", "", "serve Prometheus /metrics on this address (e.g. 127.0.0.1:9464)")
 	fs.IntVar(&c.RankLabels, "rank-labels", c.RankLabels, "ranks with their own metric label; the rest are summed as rank=\"other\"")
 	jsonOut := fs.Bool("json", false, "print a JSON summary on stdout at the end")
@@ -288,7 +297,8 @@ func Run(ctx context.Context, cfg DaemonConfig, log zerolog.Logger) (Summary, er
 	}
 	stats, serr := Serve(ctx, ServeConfig{
 		Conn: nc, Run: cfg.Run, PID: cfg.PID, Ranks: ranks, Discover: discover, Detector: dc,
-		PendingFrames: cfg.PendingFrames, Collector: coll, Logger: log,
+		PendingFrames: cfg.PendingFrames, PerRankSync: cfg.PerRankSync, NodeSyncLinger: cfg.NodeSyncLinger,
+		Collector: coll, Logger: log,
 	})
 	sctx, cancel := daemon.ShutdownContext(ctx)
 	defer cancel()

@@ -41,37 +41,61 @@ func (p *fakePServer) handle(shard int, req *psync.SyncRequest) *psync.SyncReply
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.requests++
-	id := [3]uint64{uint64(req.PID), uint64(req.Rank), uint64(shard)}
+	// A node's request carries its ranks' Seqs: applied whole when none was
+	// applied before.
+	parts := req.Ranks
+	if len(parts) == 0 {
+		parts = []psync.RankPart{{PID: req.PID, Rank: req.Rank, Seq: req.Seq, Steps: req.Steps}}
+	}
 	rep := &psync.SyncReply{}
-	if req.Seq > p.lastSeq[id] {
+	fresh := req.Seq > 0 || len(req.Ranks) > 0
+	for _, rp := range parts {
+		id := [3]uint64{uint64(rp.PID), uint64(rp.Rank), uint64(shard)}
+		if rp.Seq <= p.lastSeq[id] {
+			fresh = false
+			if len(req.Ranks) > 0 && rp.Seq > 0 {
+				rep.Stale = append(rep.Stale, psync.RankSeq{PID: rp.PID, Rank: rp.Rank, Seq: rp.Seq})
+			}
+		}
+	}
+	if fresh {
 		for _, d := range req.Models {
 			g := p.models[d.Key]
 			if g == nil {
 				g = &psync.GlobalModel{Key: d.Key}
 				p.models[d.Key] = g
 			}
-			g.Moments.Merge(d.Moments)
-			if d.Histogram != nil {
-				if g.Histogram == nil {
-					g.Histogram = &stats.Histogram{}
-				}
-				if err := g.Histogram.Merge(*d.Histogram); err != nil {
-					rep.Error = err.Error()
-					return rep
+			more := append([]psync.ModelPart{{Moments: d.Moments, Histogram: d.Histogram}}, d.More...)
+			for _, m := range more {
+				g.Moments.Merge(m.Moments)
+				if m.Histogram != nil {
+					if g.Histogram == nil {
+						g.Histogram = &stats.Histogram{}
+					}
+					if err := g.Histogram.Merge(*m.Histogram); err != nil {
+						rep.Error = err.Error()
+						return rep
+					}
 				}
 			}
 		}
-		for _, s := range req.Steps {
-			p.steps[[2]uint64{uint64(req.Rank), s.Step}] = s
+		for _, rp := range parts {
+			for _, s := range rp.Steps {
+				p.steps[[2]uint64{uint64(rp.Rank), s.Step}] = s
+			}
+			p.lastSeq[[3]uint64{uint64(rp.PID), uint64(rp.Rank), uint64(shard)}] = rp.Seq
 		}
-		p.lastSeq[id] = req.Seq
 		rep.Applied = true
 	} else {
 		p.dups++
 	}
-	rep.LastSeq = p.lastSeq[id]
+	rep.LastSeq = p.lastSeq[[3]uint64{uint64(req.PID), uint64(req.Rank), uint64(shard)}]
 	for _, d := range req.Models {
-		g := *p.models[d.Key]
+		gm := p.models[d.Key]
+		if gm == nil {
+			continue
+		}
+		g := *gm
 		if g.Histogram != nil {
 			h := *g.Histogram
 			h.Counts = append([]uint64(nil), h.Counts...)

@@ -124,3 +124,43 @@ func TestSyncMessagesMatchSchema(t *testing.T) {
 	validate(t, syncSchema(t, "#/$defs/CallstackRequest"), psync.CallstackRequest{Rank: &r})
 	validate(t, syncSchema(t, ""), psync.CallstackRequest{})
 }
+
+func TestNodeSyncMessagesMatchSchema(t *testing.T) {
+	wcfg := workload.DefaultConfig()
+	wcfg.Ranks, wcfg.Steps, wcfg.EventsPerStep = 3, 2, 3000
+	w, err := workload.New(wcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var calls []*nodeCall
+	for r := range uint32(wcfg.Ranks) {
+		rec := &recordingSyncer{ps: newFakePServer()}
+		d, err := New(Config{Algorithm: HBOS, Rank: r, Syncer: rec})
+		if err != nil {
+			t.Fatal(err)
+		}
+		g := w.Rank(r)
+		var f frame.Frame
+		for range wcfg.Steps {
+			if _, err := g.Next(&f); err != nil {
+				t.Fatal(err)
+			}
+			if err := d.Process(context.Background(), &f); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if len(rec.reqs) == 0 {
+			t.Fatalf("rank %d sent nothing", r)
+		}
+		calls = append(calls, &nodeCall{req: &rec.reqs[len(rec.reqs)-1]})
+	}
+	req, err := mergeRequests("host:1", calls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(req.Ranks) != wcfg.Ranks || len(req.Models) == 0 || len(req.Models[0].More) == 0 || req.Models[0].More[0].Histogram == nil {
+		t.Fatalf("merged request has %d ranks and models %d, the first with %d further parts", len(req.Ranks), len(req.Models), len(req.Models[0].More))
+	}
+	validate(t, syncSchema(t, "#/$defs/SyncRequest"), req)
+	validate(t, syncSchema(t, "#/$defs/SyncReply"), psync.SyncReply{Stale: []psync.RankSeq{{PID: 1, Rank: 2, Seq: 3}}})
+}

@@ -69,6 +69,13 @@ type ServeConfig struct {
 	// Barrier), so that detection on files is reproducible. Not with
 	// Discover.
 	Lockstep bool
+	// PerRankSync makes every detector sync with the pserver on its own.
+	// By default the detectors of the node share a NodeSyncer that merges
+	// their requests into one per shard per step.
+	PerRankSync bool
+	// NodeSyncLinger is how long a node's sync batch waits for ranks that
+	// have not sent yet (default 20ms; in lockstep a batch waits for all).
+	NodeSyncLinger time.Duration
 	// Ready, when set, is called once every subscription is in place.
 	Ready  func()
 	Logger zerolog.Logger
@@ -101,6 +108,21 @@ func Serve(ctx context.Context, cfg ServeConfig) ([]Stats, error) {
 	}
 	if cfg.CloseTimeout <= 0 {
 		cfg.CloseTimeout = 10 * time.Second
+	}
+	if cfg.NodeSyncLinger <= 0 {
+		cfg.NodeSyncLinger = 20 * time.Millisecond
+	}
+	if cfg.Detector.Syncer != nil && !cfg.PerRankSync && (cfg.Discover || len(cfg.Ranks) > 1) {
+		linger := cfg.NodeSyncLinger
+		if cfg.Lockstep {
+			linger = 0
+		}
+		ns := NewNodeSyncer(cfg.Detector.Syncer, nodeName(), linger, cfg.Detector.SyncTimeout)
+		defer ns.Close()
+		cfg.Detector.Syncer = ns
+		if cfg.Collector != nil {
+			cfg.Collector.SetNode(ns)
+		}
 	}
 	if cfg.Discover {
 		return serveDiscovered(ctx, cfg)

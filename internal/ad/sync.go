@@ -68,7 +68,13 @@ type shardState struct {
 // field but the shards' done channels and health flags, which the senders
 // write.
 type syncState struct {
-	d         *Detector
+	d *Detector
+	// syncer is the detector's Syncer; a detector closing leaves its node's
+	// NodeSyncer (whose batches would otherwise wait for it) and sends its
+	// last deltas straight through the node's own Syncer.
+	syncer    Syncer
+	node      *NodeSyncer // the node's syncer, when there is one
+	left      bool        // the detector has left node
 	shards    []*shardState
 	summaries []psync.StepSummary
 	counters  map[string]*stats.Moments
@@ -79,12 +85,16 @@ type syncState struct {
 }
 
 func newSyncState(d *Detector) *syncState {
-	s := &syncState{d: d, counters: map[string]*stats.Moments{}}
+	s := &syncState{d: d, syncer: d.cfg.Syncer, counters: map[string]*stats.Moments{}}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	for range d.cfg.Shards {
 		sh := &shardState{done: make(chan syncResult, 1)}
 		sh.healthy.Store(true)
 		s.shards = append(s.shards, sh)
+	}
+	if ns, ok := d.cfg.Syncer.(*NodeSyncer); ok {
+		ns.Join()
+		s.node = ns
 	}
 	return s
 }
@@ -149,7 +159,7 @@ func (s *syncState) step(ctx context.Context, final bool) {
 		if sh.inflight != nil {
 			continue
 		}
-		if s.send(i) && sh.healthy.Load() {
+		if s.send(i, false) && sh.healthy.Load() {
 			sent = append(sent, i)
 		}
 	}
@@ -179,16 +189,23 @@ func (s *syncState) lockstep(ctx context.Context) {
 	defer s.updateLag()
 	b := s.d.cfg.Barrier
 	s.collect(true, ctx)
-	if err := b.Turn(ctx, s.d.cfg.Rank); err != nil {
-		return
+	// A node's syncer merges the detectors' requests in rank order itself,
+	// once every detector has sent one to the shard: each sends, even empty.
+	node := s.viaNode()
+	if !node {
+		if err := b.Turn(ctx, s.d.cfg.Rank); err != nil {
+			return
+		}
 	}
 	for i, sh := range s.shards {
 		if sh.inflight == nil {
-			s.send(i)
+			s.send(i, node)
 		}
 	}
 	s.collect(true, ctx)
-	b.Next()
+	if !node {
+		b.Next()
+	}
 	if err := b.Wait(ctx); err != nil {
 		return
 	}
@@ -212,7 +229,7 @@ func (s *syncState) pull(ctx context.Context) {
 				req.Models = append(req.Models, psync.ModelDelta{Key: m.name})
 			}
 		}
-		if len(req.Models) == 0 {
+		if len(req.Models) == 0 && !s.viaNode() {
 			continue
 		}
 		wg.Add(1)
@@ -220,7 +237,7 @@ func (s *syncState) pull(ctx context.Context) {
 			defer wg.Done()
 			actx, cancel := context.WithTimeout(ctx, d.cfg.SyncTimeout)
 			defer cancel()
-			rep, err := d.cfg.Syncer.Sync(actx, i, req)
+			rep, err := s.syncer.Sync(actx, i, req)
 			if err != nil || rep == nil || rep.Error != "" {
 				d.stats.syncFailures.Add(1)
 				return
@@ -287,9 +304,13 @@ func (s *syncState) collect(wait bool, ctx context.Context) {
 	}
 }
 
+// node reports whether the detector syncs through its node's NodeSyncer.
+func (s *syncState) viaNode() bool { return s.node != nil }
+
 // send builds shard i's next request from the accumulated deltas and starts
-// its sender; it reports whether there was anything to send.
-func (s *syncState) send(i int) bool {
+// its sender; it reports whether there was anything to send. With force it
+// sends a request also when there is nothing in it.
+func (s *syncState) send(i int, force bool) bool {
 	d := s.d
 	sh := s.shards[i]
 	req := &psync.SyncRequest{PID: d.cfg.PID, Rank: d.cfg.Rank, Step: d.cur.step, Algorithm: d.cfg.Algorithm, Hostname: d.cfg.Hostname}
@@ -326,7 +347,7 @@ func (s *syncState) send(i int) bool {
 			delete(s.counters, name)
 		}
 	}
-	if len(req.Models) == 0 && len(req.Steps) == 0 && len(req.Counters) == 0 {
+	if len(req.Models) == 0 && len(req.Steps) == 0 && len(req.Counters) == 0 && !force {
 		return false
 	}
 	sh.seq++
@@ -345,7 +366,7 @@ func (s *syncState) sender(i int, sh *shardState, req *psync.SyncRequest) {
 	backoff := 50 * time.Millisecond
 	for {
 		actx, cancel := context.WithTimeout(s.ctx, d.cfg.SyncTimeout)
-		rep, err := d.cfg.Syncer.Sync(actx, i, req)
+		rep, err := s.syncer.Sync(actx, i, req)
 		cancel()
 		if err == nil && rep != nil && rep.Error != "" {
 			err = fmt.Errorf("pserver shard %d refused sync %d: %s", i, req.Seq, rep.Error)
@@ -452,9 +473,20 @@ func (s *syncState) close(ctx context.Context) error {
 	defer func() {
 		s.cancel()
 		s.wg.Wait()
+		s.leaveNode()
 	}()
 	if s.d.cfg.Syncer == nil {
 		return nil
+	}
+	if s.node != nil {
+		// What is in flight goes through the node; the rest goes
+		// straight, since the other detectors may have nothing to send
+		// now, or be waiting for this one's turn at the barrier.
+		s.collect(true, ctx)
+		if !s.anyInflight() {
+			s.leaveNode()
+			s.syncer = s.node.next
+		}
 	}
 	for round := 0; round < 2; round++ {
 		s.collect(true, ctx)
@@ -463,7 +495,7 @@ func (s *syncState) close(ctx context.Context) error {
 		}
 		any := false
 		for i, sh := range s.shards {
-			if sh.inflight == nil && s.send(i) {
+			if sh.inflight == nil && s.send(i, false) {
 				any = true
 			}
 		}
@@ -473,10 +505,25 @@ func (s *syncState) close(ctx context.Context) error {
 	}
 	s.collect(true, ctx)
 	s.updateLag()
-	for _, sh := range s.shards {
-		if sh.inflight != nil {
-			return errors.New("final sync with the pserver did not complete before the deadline")
-		}
+	if s.anyInflight() {
+		return errors.New("final sync with the pserver did not complete before the deadline")
 	}
 	return nil
+}
+
+func (s *syncState) anyInflight() bool {
+	for _, sh := range s.shards {
+		if sh.inflight != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// leaveNode leaves the node's syncer, once.
+func (s *syncState) leaveNode() {
+	if s.node != nil && !s.left {
+		s.left = true
+		s.node.Leave()
+	}
 }

@@ -30,6 +30,13 @@ func checkHistograms(deltas []psync.ModelDelta) error {
 				return fmt.Errorf("model %q: %w", deltas[i].Key, err)
 			}
 		}
+		for j := range deltas[i].More {
+			if h := deltas[i].More[j].Histogram; h != nil {
+				if err := h.Validate(); err != nil {
+					return fmt.Errorf("model %q, further rank %d: %w", deltas[i].Key, j+1, err)
+				}
+			}
+		}
 		if t := deltas[i].Tail; t != nil {
 			if err := t.Validate(); err != nil {
 				return fmt.Errorf("model %q: %w", deltas[i].Key, err)

@@ -24,6 +24,8 @@ type metrics struct {
 	anomalies    prometheus.Counter
 	badFrames    prometheus.Counter
 	missingSteps prometheus.Counter
+	nodeRequests prometheus.Counter
+	rankParts    prometheus.Counter
 	rankAnom     *prometheus.CounterVec
 	rankExec     *prometheus.CounterVec
 
@@ -78,6 +80,8 @@ func newMetrics(s *Server) *metrics {
 	m.anomalies = f("kipimo_anomalies_total", "Anomalies the detectors found, as reported in step summaries.")
 	m.badFrames = f("kipimo_bad_frames_total", "Frames the detectors rejected as malformed, as reported in step summaries.")
 	m.missingSteps = f("kipimo_missing_steps_total", "io_steps that never reached a detector (gaps in a rank's sequence of frames), as reported in step summaries.")
+	m.nodeRequests = f("kipimo_ps_node_syncs_total", "Applied sync requests that carried the merged deltas of several ranks (one ad process serving a node's ranks sends one per shard per step).")
+	m.rankParts = f("kipimo_ps_rank_syncs_total", "Ranks' deltas in applied sync requests: divided by kipimo_ps_sync_requests_total{result=\"applied\"}, the ranks per request.")
 	m.walErrors = f("kipimo_ps_wal_errors_total", "Failed appends to, or unreadable entries of, the sync log.")
 	m.replyErrors = f("kipimo_ps_reply_errors_total", "Sync replies that could not be published.")
 	m.snapshots = f("kipimo_ps_snapshots_total", "State snapshots written to the key-value bucket.")
@@ -123,16 +127,32 @@ func (m *metrics) observeRequest(req *psync.SyncRequest, merges uint64) {
 		m.merges.Add(float64(merges - m.lastMerge))
 		m.lastMerge = merges
 	}
-	id := DetectorID{req.PID, req.Rank}
+	m.rankMu.Unlock()
+	if len(req.Ranks) == 0 {
+		m.rankParts.Inc()
+		m.observeRank(DetectorID{req.PID, req.Rank}, req.Steps)
+		return
+	}
+	m.nodeRequests.Inc()
+	m.rankParts.Add(float64(len(req.Ranks)))
+	for i := range req.Ranks {
+		p := &req.Ranks[i]
+		m.observeRank(DetectorID{p.PID, p.Rank}, p.Steps)
+	}
+}
+
+// observeRank counts one rank's step summaries of an applied request.
+func (m *metrics) observeRank(id DetectorID, steps []psync.StepSummary) {
+	m.rankMu.Lock()
 	series := m.rankSeen[id]
-	if !series && len(m.rankSeen) < m.maxRanks && len(req.Steps) > 0 {
+	if !series && len(m.rankSeen) < m.maxRanks && len(steps) > 0 {
 		m.rankSeen[id] = true
 		series = true
 	}
 	m.rankMu.Unlock()
 	var anom, exec uint64
-	for i := range req.Steps {
-		st := &req.Steps[i]
+	for i := range steps {
+		st := &steps[i]
 		m.events.Add(float64(st.Events))
 		m.executions.Add(float64(st.Executions))
 		m.badFrames.Add(float64(st.BadFrames))
@@ -142,7 +162,7 @@ func (m *metrics) observeRequest(req *psync.SyncRequest, merges uint64) {
 	}
 	m.anomalies.Add(float64(anom))
 	if series {
-		pid, rank := strconv.FormatUint(uint64(req.PID), 10), strconv.FormatUint(uint64(req.Rank), 10)
+		pid, rank := strconv.FormatUint(uint64(id.PID), 10), strconv.FormatUint(uint64(id.Rank), 10)
 		m.rankAnom.WithLabelValues(pid, rank).Add(float64(anom))
 		m.rankExec.WithLabelValues(pid, rank).Add(float64(exec))
 	}

@@ -60,17 +60,27 @@ func NewState(window int) *State {
 // Seq applied for its detector; it reports whether it did. Seq 0 is never
 // applied (detectors number their requests from 1): a request with Seq 0
 // reads the global models of its keys (a detector in lockstep pulls them so).
+//
+// A node's request (req.Ranks) is applied whole or not at all: when any of
+// its ranks' Seq was already applied nothing is, and Reply lists those ranks
+// as stale.
 func (s *State) Apply(req *psync.SyncRequest) (bool, error) {
-	id := DetectorID{req.PID, req.Rank}
-	if req.Seq == 0 {
+	if req.Reads() {
 		return false, nil // a read: the reply carries the global models
 	}
-	if req.Seq <= s.LastSeq[id] {
+	if len(req.Ranks) == 0 && req.Seq <= s.LastSeq[DetectorID{req.PID, req.Rank}] {
 		s.Duplicates++
 		return false, nil
 	}
+	for i := range req.Ranks {
+		p := &req.Ranks[i]
+		if p.Seq != 0 && p.Seq <= s.LastSeq[DetectorID{p.PID, p.Rank}] {
+			s.Duplicates++
+			return false, nil
+		}
+	}
 	if err := checkHistograms(req.Models); err != nil {
-		return false, fmt.Errorf("sync request of %d/%d seq %d: %w", req.PID, req.Rank, req.Seq, err)
+		return false, fmt.Errorf("sync request of %s: %w", requester(req), err)
 	}
 	for i := range req.Models {
 		d := &req.Models[i]
@@ -79,25 +89,20 @@ func (s *State) Apply(req *psync.SyncRequest) (bool, error) {
 			m = &Model{Key: d.Key, PID: req.PID}
 			s.Models[d.Key] = m
 		}
-		m.Moments.Merge(d.Moments)
-		if d.Histogram != nil {
-			h, err := mergeHistogram(m.Histogram, d.Histogram)
-			if err != nil {
-				return false, err
-			}
-			m.Histogram = h
+		if err := mergeParts(m, d); err != nil {
+			return false, fmt.Errorf("sync request of %s: key %q: %w", requester(req), d.Key, err)
 		}
 		if d.Tail != nil {
 			if m.Tail == nil {
 				m.Tail = &stats.TailHist{}
 			}
 			if err := m.Tail.Merge(*d.Tail); err != nil {
-				return false, fmt.Errorf("sync request of %d/%d seq %d: key %q: %w", req.PID, req.Rank, req.Seq, d.Key, err)
+				return false, fmt.Errorf("sync request of %s: key %q: %w", requester(req), d.Key, err)
 			}
 		}
 		m.Anomalies += d.Anomalies
-		m.Merges++
-		s.Merges++
+		m.Merges += uint64(1 + len(d.More))
+		s.Merges += uint64(1 + len(d.More))
 	}
 	for i := range req.Counters {
 		c := &req.Counters[i]
@@ -107,26 +112,87 @@ func (s *State) Apply(req *psync.SyncRequest) (bool, error) {
 			s.Counters[c.Name] = m
 		}
 		m.Merge(c.Moments)
-		s.Merges++
+		for _, x := range c.More {
+			m.Merge(x)
+		}
+		s.Merges += uint64(1 + len(c.More))
 	}
-	for i := range req.Steps {
-		s.Agg.AddStep(id, &req.Steps[i])
+	if len(req.Ranks) == 0 {
+		id := DetectorID{req.PID, req.Rank}
+		for i := range req.Steps {
+			s.Agg.AddStep(id, &req.Steps[i])
+		}
+		s.LastSeq[id] = req.Seq
+	}
+	for i := range req.Ranks {
+		p := &req.Ranks[i]
+		id := DetectorID{p.PID, p.Rank}
+		for j := range p.Steps {
+			s.Agg.AddStep(id, &p.Steps[j])
+		}
+		if p.Seq != 0 {
+			s.LastSeq[id] = p.Seq
+		}
 	}
 	if req.TailRule != nil {
 		r := *req.TailRule
 		s.TailRule = &r
 	}
-	s.LastSeq[id] = req.Seq
 	s.Applied++
 	return true, nil
 }
 
+// mergeParts merges a delta's moments and histogram, then those of its
+// further ranks in order, into m.
+func mergeParts(m *Model, d *psync.ModelDelta) error {
+	m.Moments.Merge(d.Moments)
+	if d.Histogram != nil {
+		h, err := mergeHistogram(m.Histogram, d.Histogram)
+		if err != nil {
+			return err
+		}
+		m.Histogram = h
+	}
+	for i := range d.More {
+		p := &d.More[i]
+		m.Moments.Merge(p.Moments)
+		if p.Histogram != nil {
+			h, err := mergeHistogram(m.Histogram, p.Histogram)
+			if err != nil {
+				return err
+			}
+			m.Histogram = h
+		}
+	}
+	return nil
+}
+
+// requester names the sender of req in errors.
+func requester(req *psync.SyncRequest) string {
+	if len(req.Ranks) > 0 {
+		return fmt.Sprintf("node %q (%d ranks)", req.Node, len(req.Ranks))
+	}
+	return fmt.Sprintf("%d/%d seq %d", req.PID, req.Rank, req.Seq)
+}
+
 // Reply builds the answer to req: the global model of every key it carried.
+// A node's request that was not applied gets the ranks whose Seq had been
+// applied before in Stale.
 func (s *State) Reply(req *psync.SyncRequest, applied bool) *psync.SyncReply {
 	rep := &psync.SyncReply{
 		Applied: applied,
 		LastSeq: s.LastSeq[DetectorID{req.PID, req.Rank}],
 		Models:  make([]psync.GlobalModel, 0, len(req.Models)),
+	}
+	if len(req.Ranks) > 0 {
+		rep.LastSeq = 0
+		if !applied {
+			for _, p := range req.Ranks {
+				if p.Seq != 0 && p.Seq <= s.LastSeq[DetectorID{p.PID, p.Rank}] {
+					rep.Stale = append(rep.Stale, psync.RankSeq{PID: p.PID, Rank: p.Rank, Seq: p.Seq})
+				}
+			}
+		}
 	}
 	for i := range req.Models {
 		m := s.Models[req.Models[i].Key]

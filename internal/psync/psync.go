@@ -33,12 +33,46 @@ type ModelDelta struct {
 	// Tail is the delta's natural-range histogram (absent with Chimbuko's rules).
 	Tail      *stats.TailHist `json:"tail,omitempty"`
 	Anomalies uint64          `json:"anomalies"` // anomalies of this key in the delta
+	// More, in a node's request (SyncRequest.Ranks), holds the moments and
+	// histograms of the same key from the node's further ranks, in rank
+	// order: the pserver merges them one after the other after Moments and
+	// Histogram, exactly as it would merge the ranks' own requests, so the
+	// model comes out the same to the bit. Tail and Anomalies are the sums
+	// over all the ranks (their merge is exact and order-free).
+	More []ModelPart `json:"more,omitempty"`
+}
+
+// ModelPart is one further rank's moments and histogram of a key in a
+// node's request.
+type ModelPart struct {
+	Moments   stats.Moments    `json:"moments"`
+	Histogram *stats.Histogram `json:"histogram,omitempty"`
+}
+
+// RankPart is one rank's share of a node's request: the rank's own Seq for
+// this shard (the pserver dedupes on it as on a rank's own request) and the
+// rank's step summaries.
+type RankPart struct {
+	PID   uint32        `json:"pid"`
+	Rank  uint32        `json:"rank"`
+	Seq   uint64        `json:"seq"`
+	Steps []StepSummary `json:"steps,omitempty"`
+}
+
+// RankSeq names one rank's request by its Seq.
+type RankSeq struct {
+	PID  uint32 `json:"pid"`
+	Rank uint32 `json:"rank"`
+	Seq  uint64 `json:"seq"`
 }
 
 // CounterDelta is the detector's counter statistics since its last acknowledged sync.
 type CounterDelta struct {
 	Name    string        `json:"name"`
 	Moments stats.Moments `json:"moments"`
+	// More, in a node's request, holds the same counter's moments from the
+	// node's further ranks, merged in order after Moments.
+	More []stats.Moments `json:"more,omitempty"`
 }
 
 // StepSummary is one rank's summary of one io_step.
@@ -74,7 +108,10 @@ type FuncAnomalyMetrics struct {
 	LastTS   uint64        `json:"last_ts,omitempty"`  // exit of the last anomaly
 }
 
-// SyncRequest carries one detector's delta to one pserver shard.
+// SyncRequest carries one detector's delta to one pserver shard, or, with
+// Ranks, the merged deltas of the detectors of one node (one ad process
+// serving several ranks sends one request per shard per step instead of one
+// per rank).
 //
 // Seq numbers a detector's deltas from 1. A detector has at most one request
 // outstanding per shard and resends it unchanged until it is answered; a
@@ -93,6 +130,31 @@ type SyncRequest struct {
 	// TailRule is the rule the detector reads natural ranges with; the
 	// pserver reports final natural ranges with the last one it received.
 	TailRule *stats.TailRule `json:"tail_rule,omitempty"`
+	// Node names the ad process that merged the request from its ranks'
+	// requests (informative: deduplication is per rank).
+	Node string `json:"node,omitempty"`
+	// Ranks, when set, makes this a node's request: the ranks whose
+	// requests were merged, in rank order, each with its Seq and step
+	// summaries. PID, Rank, Seq and Steps of the request itself are then
+	// ignored. The pserver applies a node's request whole or not at all: if
+	// any rank's Seq was already applied it applies nothing and lists those
+	// ranks in SyncReply.Stale, and the node resends the rest.
+	Ranks []RankPart `json:"ranks,omitempty"`
+}
+
+// Reads reports whether the request only reads the global models of its
+// keys (Seq 0: the pserver applies nothing). A node's request reads when
+// every rank's Seq is 0.
+func (r *SyncRequest) Reads() bool {
+	if len(r.Ranks) == 0 {
+		return r.Seq == 0
+	}
+	for i := range r.Ranks {
+		if r.Ranks[i].Seq != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // GlobalModel is the merged model of one key.
@@ -110,4 +172,7 @@ type SyncReply struct {
 	LastSeq uint64        `json:"last_seq"` // last Seq applied for this detector
 	Models  []GlobalModel `json:"models,omitempty"`
 	Error   string        `json:"error,omitempty"`
+	// Stale, answering a node's request, lists the ranks whose Seq had
+	// already been applied; nothing of the request was applied.
+	Stale []RankSeq `json:"stale,omitempty"`
 }

@@ -1,0 +1,336 @@
+package ad_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kipimo-hpc/kipimo/internal/ad"
+	"github.com/kipimo-hpc/kipimo/internal/frame"
+	"github.com/kipimo-hpc/kipimo/internal/pserver"
+	"github.com/kipimo-hpc/kipimo/internal/psync"
+	"github.com/kipimo-hpc/kipimo/internal/stats"
+	"github.com/kipimo-hpc/kipimo/internal/workload"
+)
+
+// stateSyncer serves sync requests from real pserver shard states, each
+// request and reply going through their JSON wire form. It counts the
+// requests it applied per shard.
+type stateSyncer struct {
+	mu      sync.Mutex
+	shards  []*pserver.State
+	applied []int
+	// loseReply, when set, applies the request of the given call number
+	// (counted from 1) and then fails as if its reply were lost.
+	loseReply int
+	calls     int
+}
+
+func newStateSyncer(shards int) *stateSyncer {
+	s := &stateSyncer{applied: make([]int, shards)}
+	for range shards {
+		s.shards = append(s.shards, pserver.NewState(8))
+	}
+	return s
+}
+
+func (s *stateSyncer) Sync(_ context.Context, shard int, req *psync.SyncRequest) (*psync.SyncReply, error) {
+	b, err := json.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	var wire psync.SyncRequest
+	if err := json.Unmarshal(b, &wire); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	s.calls++
+	st := s.shards[shard]
+	applied, err := st.Apply(&wire)
+	rep := st.Reply(&wire, applied)
+	if applied {
+		s.applied[shard]++
+	}
+	lose := s.calls == s.loseReply
+	s.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	if lose {
+		return nil, errors.New("reply lost")
+	}
+	b, err = json.Marshal(rep)
+	if err != nil {
+		return nil, err
+	}
+	var out psync.SyncReply
+	return &out, json.Unmarshal(b, &out)
+}
+
+// frames generates every rank's frames of a small workload.
+func frames(t *testing.T, wcfg workload.Config) [][]frame.Frame {
+	t.Helper()
+	w, err := workload.New(wcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([][]frame.Frame, wcfg.Ranks)
+	for r := range out {
+		g := w.Rank(uint32(r))
+		for {
+			var f frame.Frame
+			if _, err := g.Next(&f); errors.Is(err, io.EOF) {
+				break
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			out[r] = append(out[r], f)
+		}
+	}
+	return out
+}
+
+// runLockstep runs one detector per rank in lockstep, each on its own
+// goroutine, syncing through syncer, and returns every rank's stats.
+func runLockstep(t *testing.T, byRank [][]frame.Frame, cfg ad.Config, syncer ad.Syncer) []ad.Stats {
+	t.Helper()
+	b := ad.NewBarrier()
+	ds := make([]*ad.Detector, len(byRank))
+	for r := range byRank {
+		c := cfg
+		c.Rank, c.Barrier, c.Syncer = uint32(r), b, syncer
+		d, err := ad.New(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Join(uint32(r))
+		ds[r] = d
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	errs := make([]error, len(ds))
+	var wg sync.WaitGroup
+	for r, d := range ds {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range byRank[r] {
+				if err := d.Process(ctx, &byRank[r][i]); err != nil {
+					errs[r] = err
+					break
+				}
+			}
+			errs[r] = errors.Join(errs[r], d.Close(ctx))
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	out := make([]ad.Stats, len(ds))
+	for i, d := range ds {
+		out[i] = d.Stats()
+	}
+	return out
+}
+
+// TestNodeSyncSameModel runs the same ranks in lockstep once with every
+// rank syncing on its own and once through a NodeSyncer, against real
+// pserver shard states, and requires the same global models, counters and
+// per-rank step summaries to the bit, with one request per shard per step
+// through the node.
+func TestNodeSyncSameModel(t *testing.T) {
+	wcfg := workload.DefaultConfig()
+	wcfg.Ranks, wcfg.Steps, wcfg.EventsPerStep, wcfg.ThreadsPerRank = 6, 6, 3000, 2
+	byRank := frames(t, wcfg)
+	for _, alg := range []string{ad.Tail, ad.SSTD, ad.HBOS} {
+		t.Run(alg, func(t *testing.T) {
+			cfg := ad.Config{PID: wcfg.PID, Algorithm: alg, Shards: 3, SyncWait: time.Second, SyncTimeout: 10 * time.Second}
+			perRank := newStateSyncer(cfg.Shards)
+			sa := runLockstep(t, byRank, cfg, perRank)
+			node := newStateSyncer(cfg.Shards)
+			ns := ad.NewNodeSyncer(node, "test-node", 0, 10*time.Second)
+			defer ns.Close()
+			sb := runLockstep(t, byRank, cfg, ns)
+			for r := range sa {
+				if sa[r].Anomalies != sb[r].Anomalies || sa[r].Executions != sb[r].Executions {
+					t.Errorf("rank %d: %d anomalies in %d executions per rank, %d in %d through the node", r, sa[r].Anomalies, sa[r].Executions, sb[r].Anomalies, sb[r].Executions)
+				}
+			}
+			for i := range cfg.Shards {
+				a, b := perRank.shards[i], node.shards[i]
+				if len(a.Models) == 0 {
+					t.Fatalf("shard %d holds no model", i)
+				}
+				if !reflect.DeepEqual(a.Models, b.Models) {
+					for k, m := range a.Models {
+						if !reflect.DeepEqual(m, b.Models[k]) {
+							t.Errorf("shard %d key %q:\nper rank %+v\nnode     %+v", i, k, *m, b.Models[k])
+							break
+						}
+					}
+				}
+				if !reflect.DeepEqual(a.Counters, b.Counters) {
+					t.Errorf("shard %d: counters differ", i)
+				}
+				if fa, fb := aggString(a.Agg), aggString(b.Agg); fa != fb {
+					t.Errorf("shard %d: rank aggregates differ:\n%s\n%s", i, fa, fb)
+				}
+			}
+			// In lockstep every step boundary (one per frame, and the end
+			// of the last step at Close) is one write and one read per
+			// shard for the whole node, each carrying every rank's request.
+			req, ranks := ns.Syncs()
+			if want := uint64(2 * cfg.Shards * (len(byRank[0]) + 1)); req != want {
+				t.Errorf("node sent %d requests, want 2 × shards × (frames+1) = %d", req, want)
+			}
+			if ranks != req*uint64(wcfg.Ranks) {
+				t.Errorf("node requests carried %d ranks' requests in %d requests, want %d each", ranks, req, wcfg.Ranks)
+			}
+			if perRank.applied[0] < wcfg.Ranks*wcfg.Steps {
+				t.Errorf("per-rank syncs applied %d requests on shard 0, want at least ranks × steps = %d", perRank.applied[0], wcfg.Ranks*wcfg.Steps)
+			}
+		})
+	}
+}
+
+// aggString prints the per-rank totals and per-(rank, function) anomaly
+// metrics of aggregates.
+func aggString(a *pserver.Aggregates) string {
+	var lines []string
+	for _, id := range a.RankIDs() {
+		lines = append(lines, fmt.Sprintf("%v %+v", id, *a.Ranks[id]))
+	}
+	for k, m := range a.RankFunc {
+		lines = append(lines, fmt.Sprintf("%v %+v", k, *m))
+	}
+	slices.Sort(lines)
+	return strings.Join(lines, "\n")
+}
+
+// delta is a one-key request of rank with seq whose values are vals.
+func delta(rank uint32, seq uint64, vals ...float64) *psync.SyncRequest {
+	var m stats.Moments
+	for _, v := range vals {
+		m.Push(v)
+	}
+	return &psync.SyncRequest{Rank: rank, Seq: seq, Algorithm: ad.SSTD, Models: []psync.ModelDelta{{Key: "f", Moments: m}},
+		Steps: []psync.StepSummary{{Step: seq, Executions: uint64(len(vals))}}}
+}
+
+// syncAll calls ns.Sync for every request at once and returns the errors.
+func syncAll(ns *ad.NodeSyncer, reqs ...*psync.SyncRequest) []error {
+	errs := make([]error, len(reqs))
+	var wg sync.WaitGroup
+	for i, r := range reqs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			rep, err := ns.Sync(ctx, 0, r)
+			if err == nil && (len(rep.Models) != 1 || rep.Models[0].Key != "f") {
+				err = fmt.Errorf("rank %d got models %+v", r.Rank, rep.Models)
+			}
+			errs[i] = err
+		}()
+	}
+	wg.Wait()
+	return errs
+}
+
+// TestNodeSyncExactlyOnce checks that a node's requests count every rank's
+// delta once when replies are lost and ranks resend, alone or mixed with
+// other ranks' new requests, and that a batch missing a member goes after
+// the linger.
+func TestNodeSyncExactlyOnce(t *testing.T) {
+	type round struct {
+		reqs     []*psync.SyncRequest
+		loseNext bool // the pserver applies the round's first request and loses its reply
+		wantErr  bool
+	}
+	tests := []struct {
+		name    string
+		members int
+		rounds  []round
+		want    float64 // values in the global model at the end
+		applied int     // requests the pserver applied
+	}{
+		{
+			name:    "every rank in one request",
+			members: 3,
+			rounds:  []round{{reqs: []*psync.SyncRequest{delta(0, 1, 1, 2), delta(1, 1, 3), delta(2, 1, 4, 5, 6)}}},
+			want:    6, applied: 1,
+		},
+		{
+			name:    "reply lost, all resent",
+			members: 2,
+			rounds: []round{
+				{reqs: []*psync.SyncRequest{delta(0, 1, 1), delta(1, 1, 2)}, loseNext: true, wantErr: true},
+				{reqs: []*psync.SyncRequest{delta(0, 1, 1), delta(1, 1, 2)}},
+			},
+			want: 2, applied: 1,
+		},
+		{
+			name:    "reply lost, one rank resends with another's new request",
+			members: 2,
+			rounds: []round{
+				{reqs: []*psync.SyncRequest{delta(0, 1, 1)}, loseNext: true, wantErr: true},
+				{reqs: []*psync.SyncRequest{delta(0, 1, 1), delta(1, 1, 2, 3)}},
+				{reqs: []*psync.SyncRequest{delta(0, 2, 4), delta(1, 2, 5)}},
+			},
+			want: 5, applied: 3,
+		},
+		{
+			name:    "a member with nothing to send does not hold the batch",
+			members: 4,
+			rounds:  []round{{reqs: []*psync.SyncRequest{delta(0, 1, 1), delta(2, 1, 2)}}},
+			want:    2, applied: 1,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ps := newStateSyncer(1)
+			ns := ad.NewNodeSyncer(ps, "test-node", 20*time.Millisecond, 5*time.Second)
+			defer ns.Close()
+			for range tc.members {
+				ns.Join()
+			}
+			for i, r := range tc.rounds {
+				if r.loseNext {
+					ps.mu.Lock()
+					ps.loseReply = ps.calls + 1
+					ps.mu.Unlock()
+				}
+				errs := syncAll(ns, r.reqs...)
+				for _, err := range errs {
+					if (err != nil) != r.wantErr {
+						t.Fatalf("round %d: error %v, want error %v", i, err, r.wantErr)
+					}
+				}
+			}
+			st := ps.shards[0]
+			if got := st.Models["f"].Moments.N; got != tc.want {
+				t.Errorf("global model holds %v values, want %v", got, tc.want)
+			}
+			if ps.applied[0] != tc.applied {
+				t.Errorf("pserver applied %d requests, want %d", ps.applied[0], tc.applied)
+			}
+			var execs uint64
+			for _, rt := range st.Agg.Ranks {
+				execs += rt.Executions
+			}
+			if float64(execs) != tc.want {
+				t.Errorf("step summaries count %d executions, want %v", execs, tc.want)
+			}
+		})
+	}
+}
