@@ -152,6 +152,7 @@ type Collector struct {
 	detectors  []*Detector
 	rankLabels int
 	sinkDrops  func() uint64
+	node       atomic.Pointer[NodeSyncer] // the node's syncer, when there is one
 }
 
 // NewCollector returns a collector labelling at most rankLabels ranks
@@ -228,6 +229,8 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 		ch <- c.desc(m)
 	}
 	ch <- sinkDropDesc
+	ch <- nodeSyncsDesc
+	ch <- nodeSyncRanksDesc
 }
 
 // Collect implements prometheus.Collector.
@@ -260,5 +263,10 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	if c.sinkDrops != nil {
 		ch <- prometheus.MustNewConstMetric(sinkDropDesc, prometheus.CounterValue, float64(c.sinkDrops()))
+	}
+	if ns := c.node.Load(); ns != nil {
+		req, ranks := ns.Syncs()
+		ch <- prometheus.MustNewConstMetric(nodeSyncsDesc, prometheus.CounterValue, float64(req))
+		ch <- prometheus.MustNewConstMetric(nodeSyncRanksDesc, prometheus.CounterValue, float64(ranks))
 	}
 }
