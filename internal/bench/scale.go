@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -67,6 +68,12 @@ type ScalePoint struct {
 	SyncP50Ms float64 `json:"ps_sync_p50_ms"`
 	SyncP99Ms float64 `json:"ps_sync_p99_ms"`
 	Syncs     float64 `json:"ps_syncs"`
+	// SyncsPerStep is Syncs per io_step, and RanksPerSync the ranks'
+	// requests each applied request carried (kipimo run is one node: its
+	// detectors send one merged write and, in lockstep, one read per shard
+	// per step).
+	SyncsPerStep float64 `json:"ps_syncs_per_step"`
+	RanksPerSync float64 `json:"ps_ranks_per_sync"`
 	// ProvLagSeconds is how long provdb took, after the detectors ended,
 	// to have stored everything they sent: the drain phase.
 	ProvLagSeconds float64 `json:"provdb_lag_seconds"`
@@ -148,6 +155,18 @@ func ScaleOne(ctx context.Context, dir string, ranks, steps, eventsPerStep, thre
 	pt.Syncs = h.count
 	pt.SyncP50Ms = h.quantile(0.5) * 1e3
 	pt.SyncP99Ms = h.quantile(0.99) * 1e3
+	pt.SyncsPerStep = h.count / float64(steps)
+	parts, err := scrapeCounter(ctx, p.DashboardURL()+"metrics", "kipimo_ps_rank_syncs_total")
+	if err != nil {
+		return pt, err
+	}
+	applied, err := scrapeCounter(ctx, p.DashboardURL()+"metrics", `kipimo_ps_sync_requests_total{result="applied"}`)
+	if err != nil {
+		return pt, err
+	}
+	if applied > 0 {
+		pt.RanksPerSync = parts / applied
+	}
 	return pt, nil
 }
 
@@ -175,19 +194,51 @@ func (h histogram) quantile(q float64) float64 {
 }
 
 func scrapeHistogram(ctx context.Context, url, name string) (histogram, error) {
+	body, err := fetchMetrics(ctx, url)
+	if err != nil {
+		return histogram{}, err
+	}
+	return parseHistogram(bytes.NewReader(body), name)
+}
+
+// scrapeCounter reads the value of one series (name with its labels, as
+// exposed) from the metrics at url; a series not exposed reads 0.
+func scrapeCounter(ctx context.Context, url, series string) (float64, error) {
+	body, err := fetchMetrics(ctx, url)
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err != nil {
+				return 0, fmt.Errorf("metrics %s: %s: %w", url, series, err)
+			}
+			return f, nil
+		}
+	}
+	return 0, nil
+}
+
+// fetchMetrics reads the Prometheus text exposition at url.
+func fetchMetrics(ctx context.Context, url string) ([]byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return histogram{}, fmt.Errorf("metrics %s: %w", url, err)
+		return nil, fmt.Errorf("metrics %s: %w", url, err)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return histogram{}, fmt.Errorf("metrics %s: %w", url, err)
+		return nil, fmt.Errorf("metrics %s: %w", url, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return histogram{}, fmt.Errorf("metrics %s: %s", url, resp.Status)
+		return nil, fmt.Errorf("metrics %s: %s", url, resp.Status)
 	}
-	return parseHistogram(resp.Body, name)
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return nil, fmt.Errorf("metrics %s: %w", url, err)
+	}
+	return body, nil
 }
 
 // parseHistogram reads histogram name (without labels) from Prometheus's

@@ -82,7 +82,10 @@ func BenchmarkScale(b *testing.B) {
 func TestParseHistogram(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	h := prometheus.NewHistogram(prometheus.HistogramOpts{Name: "x_seconds", Buckets: []float64{0.001, 0.01, 0.1}})
-	reg.MustRegister(h)
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "y_total"}, []string{"result"})
+	reg.MustRegister(h, c)
+	c.WithLabelValues("applied").Add(7)
+	c.WithLabelValues("duplicate").Add(2)
 	// 60 observations at 0.5 ms, 30 at 5 ms, 9 at 50 ms, 1 at 1 s: counted
 	// here, apart from the exposition.
 	for range 60 {
@@ -121,6 +124,11 @@ func TestParseHistogram(t *testing.T) {
 	}
 	if got.count != 100 {
 		t.Errorf("count %g, want 100", got.count)
+	}
+	for series, want := range map[string]float64{`y_total{result="applied"}`: 7, `y_total{result="duplicate"}`: 2, `y_total{result="bad"}`: 0} {
+		if v, err := scrapeCounter(context.Background(), srv.URL, series); err != nil || v != want {
+			t.Errorf("%s = %g (%v), want %g", series, v, err, want)
+		}
 	}
 	if _, err := parseHistogram(strings.NewReader("y_bucket{le=\"1\"} 3\n"), "x_seconds"); err == nil {
 		t.Error("a missing histogram parsed")

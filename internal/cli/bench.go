@@ -76,9 +76,9 @@ Progress goes to stderr.`,
 					return json.NewEncoder(cmd.OutOrStdout()).Encode(pts)
 				}
 				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
-				fmt.Fprintln(tw, "ranks\twall s\tµs/rank-step\tevents/s\tpeak RSS MiB\tsync p50 ms\tsync p99 ms\tprovdb lag s\tdetect s\tdrain s\tprofiles s\tother s\tprecision\trecall")
+				fmt.Fprintln(tw, "ranks\twall s\tµs/rank-step\tevents/s\tpeak RSS MiB\tsyncs/step\tranks/sync\tsync p50 ms\tsync p99 ms\tprovdb lag s\tdetect s\tdrain s\tprofiles s\tother s\tprecision\trecall")
 				for _, p := range pts {
-					fmt.Fprintf(tw, "%d\t%.1f\t%.0f\t%.3g\t%.0f\t%.3g\t%.3g\t%.2f\t%.1f\t%.1f\t%.1f\t%.1f\t%.3f\t%.3f\n", p.Ranks, p.WallSeconds, p.MicrosPerRankStep, p.EventsPerSecond, p.PeakRSSMiB, p.SyncP50Ms, p.SyncP99Ms, p.ProvLagSeconds, p.DetectSeconds, p.DrainSeconds, p.ProfileSeconds, p.OtherSeconds, p.Precision, p.Recall)
+					fmt.Fprintf(tw, "%d\t%.1f\t%.0f\t%.3g\t%.0f\t%.1f\t%.0f\t%.3g\t%.3g\t%.2f\t%.1f\t%.1f\t%.1f\t%.1f\t%.3f\t%.3f\n", p.Ranks, p.WallSeconds, p.MicrosPerRankStep, p.EventsPerSecond, p.PeakRSSMiB, p.SyncsPerStep, p.RanksPerSync, p.SyncP50Ms, p.SyncP99Ms, p.ProvLagSeconds, p.DetectSeconds, p.DrainSeconds, p.ProfileSeconds, p.OtherSeconds, p.Precision, p.Recall)
 				}
 				return tw.Flush()
 			}
