@@ -22,6 +22,7 @@ import (
 	"github.com/kipimo-hpc/kipimo/internal/psync"
 	"github.com/kipimo-hpc/kipimo/internal/replay/steps"
 	"github.com/kipimo-hpc/kipimo/internal/replay/tautrace"
+	"github.com/kipimo-hpc/kipimo/internal/stats"
 	"github.com/kipimo-hpc/kipimo/internal/workload"
 )
 
@@ -33,13 +34,14 @@ type ckSyncer struct {
 	ps *fakePServer
 
 	mu      sync.Mutex
+	tails   map[string]*stats.TailHist // merged as the pserver merges them
 	log     map[[2]uint64][]string
 	hold    *[2]uint64
 	release chan struct{}
 }
 
 func newCkSyncer() *ckSyncer {
-	return &ckSyncer{ps: newFakePServer(), log: map[[2]uint64][]string{}, release: make(chan struct{})}
+	return &ckSyncer{ps: newFakePServer(), tails: map[string]*stats.TailHist{}, log: map[[2]uint64][]string{}, release: make(chan struct{})}
 }
 
 // holdNext makes the next request of rank on shard wait for unhold.
@@ -81,10 +83,29 @@ func (s *ckSyncer) Sync(ctx context.Context, shard int, req *psync.SyncRequest) 
 	if err != nil {
 		return nil, err
 	}
-	rep := s.ps.handle(shard, req)
 	s.mu.Lock()
+	defer s.mu.Unlock()
+	rep := s.ps.handle(shard, req)
+	for _, m := range req.Models {
+		if m.Tail == nil || !rep.Applied {
+			continue
+		}
+		h := s.tails[m.Key]
+		if h == nil {
+			h = &stats.TailHist{}
+			s.tails[m.Key] = h
+		}
+		if err := h.Merge(*m.Tail); err != nil {
+			return nil, err
+		}
+	}
+	for i := range rep.Models {
+		if h := s.tails[rep.Models[i].Key]; h != nil {
+			c := h.Clone()
+			rep.Models[i].Tail = &c
+		}
+	}
 	s.log[id] = append(s.log[id], string(b))
-	s.mu.Unlock()
 	return rep, nil
 }
 
@@ -144,6 +165,30 @@ func tauWorkload() (ckWorkload, error) {
 	return out, err
 }
 
+// lateNames is w with the names of its first n frames moved to frame n,
+// as a detector that starts late sees a stream: its first frames wait for
+// their names.
+func lateNames(w ckWorkload, n int) (ckWorkload, error) {
+	out := ckWorkload{name: w.name + "-late-names", frames: make([][][]byte, len(w.frames))}
+	for r, fs := range w.frames {
+		var funcs, ctrs []frame.Name
+		for i, b := range fs {
+			var f frame.Frame
+			if _, err := frame.DecodeBinary(b, &f); err != nil {
+				return out, err
+			}
+			if i < n {
+				funcs, ctrs = append(funcs, f.Funcs...), append(ctrs, f.Counters...)
+				f.Funcs, f.Counters = nil, nil
+			} else if i == n {
+				f.Funcs, f.Counters = append(funcs, f.Funcs...), append(ctrs, f.Counters...)
+			}
+			out.frames[r] = append(out.frames[r], frame.AppendBinary(nil, &f))
+		}
+	}
+	return out, nil
+}
+
 func loadCkWorkloads(t testing.TB) map[string]ckWorkload {
 	ckWorkloads.once.Do(func() {
 		m := map[string]ckWorkload{}
@@ -157,6 +202,7 @@ func loadCkWorkloads(t testing.TB) map[string]ckWorkload {
 		cb, _ := chimbench(14, 4000)
 		add(ckWorkload{name: "chimbench", frames: [][][]byte{encodeFrames(cb)}}, nil)
 		add(tauWorkload())
+		add(lateNames(m["synthetic"], 3))
 		ckWorkloads.m = m
 	})
 	if ckWorkloads.err != nil {
@@ -168,7 +214,7 @@ func loadCkWorkloads(t testing.TB) map[string]ckWorkload {
 // ckState is what a checkpoint held, counted from the detectors at the cut
 // (so that a case can require what it claims to test).
 type ckState struct {
-	openStacks, pending, settling, inflight, detached int
+	openStacks, pending, settling, inflight, detached, held int
 }
 
 func stateOf(ds []*Detector) ckState {
@@ -184,6 +230,7 @@ func stateOf(ds []*Detector) ckState {
 			}
 		}
 		s.pending += len(d.rec.pending)
+		s.held += len(d.held)
 		for _, sh := range d.sync.shards {
 			if sh.inflight != nil {
 				s.inflight++
@@ -337,11 +384,11 @@ func TestCheckpointRestoresExactly(t *testing.T) {
 		want     func(ckState) bool // what the checkpoint must hold
 		wantDesc string
 	}{
-		{"synthetic/tail/mid-run", "synthetic", Config{ProfileEvery: 3}, 7, false, true,
+		{"synthetic/tail/mid-run", "synthetic", Config{ProfileEvery: 3}, 6, false, true,
 			func(s ckState) bool { return s.openStacks > 0 && s.pending > 0 }, "open stacks and pending windows"},
 		{"synthetic/tail/settling", "synthetic", Config{SettleCount: 50000, MaxPendingSteps: 6}, 3, false, true,
 			func(s ckState) bool { return s.settling > 0 && s.openStacks > 0 }, "settling candidates"},
-		{"synthetic/tail/in-flight", "synthetic", Config{NormalRate: 0.001}, 6, true, true,
+		{"synthetic/tail/in-flight", "synthetic", Config{NormalRate: 0.001}, 10, true, true,
 			func(s ckState) bool { return s.inflight > 0 && s.pending > 0 }, "a sync in flight"},
 		{"synthetic/hbos/call-path/3-shards/in-flight", "synthetic", Config{Algorithm: HBOS, ByCallPath: true, Shards: 3}, 5, true, true,
 			func(s ckState) bool { return s.inflight > 0 }, "a sync in flight"},
@@ -349,10 +396,14 @@ func TestCheckpointRestoresExactly(t *testing.T) {
 			func(s ckState) bool { return s.openStacks > 0 }, "open stacks"},
 		{"synthetic/sstd-chimbuko/inclusive", "synthetic", Config{Algorithm: SSTD, Chimbuko: true, Statistic: Inclusive}, 4, false, true,
 			func(s ckState) bool { return s.openStacks > 0 }, "open stacks"},
+		{"synthetic-late-names/tail/held", "synthetic-late-names", Config{}, 2, false, true,
+			func(s ckState) bool { return s.held > 0 }, "frames held for their names"},
+		{"synthetic-late-names/hbos/held/in-flight", "synthetic-late-names", Config{Algorithm: HBOS}, 4, true, true,
+			func(s ckState) bool { return s.inflight > 0 }, "a sync in flight"},
 		{"synthetic/tail/no-pserver", "synthetic", Config{}, 9, false, false,
 			func(s ckState) bool { return s.openStacks > 0 }, "open stacks"},
-		{"chimbench/tail/normals", "chimbench", Config{NormalRate: 0.01, ProfileEvery: 4}, 11, false, true,
-			func(s ckState) bool { return s.settling > 0 && s.openStacks > 0 }, "settling candidates"},
+		{"chimbench/tail/normals", "chimbench", Config{NormalRate: 0.01, ProfileEvery: 4}, 10, false, true,
+			func(s ckState) bool { return s.pending > 0 && s.settling > 0 }, "pending windows and settling candidates"},
 		{"chimbench/hbos/in-flight", "chimbench", Config{Algorithm: HBOS}, 9, true, true,
 			func(s ckState) bool { return s.inflight > 0 }, "a sync in flight"},
 		{"tau/tail/mid-run", "tau-hecatoncheir", Config{NormalRate: 0.05}, 0, false, true,
