@@ -3,6 +3,7 @@ package instrument
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/kipimo-hpc/kipimo/internal/frame"
+	"github.com/kipimo-hpc/kipimo/internal/mpitest"
 	"github.com/kipimo-hpc/kipimo/internal/natsx"
 )
 
@@ -175,4 +177,76 @@ func TestLateConsumerLearnsEveryName(t *testing.T) {
 		})
 	}
 	t.Logf("bytes per frame sent: %v", bytesPerFrame)
+}
+
+// BenchmarkLAMMPSNamesBytes reports what the dictionary costs on the wire
+// for LAMMPS (Debian's lmp, 2 ranks, its MPI calls only), re-sent every 16
+// frames (the default) and never, at a 100 ms period: B/record is the bytes
+// of function, counter and metadata entries per frame received (the rest of
+// a frame does not depend on the setting; the whole frame's mean is
+// logged). The re-send adds about the dictionary's size / 16 per frame
+// whatever the period; a longer period only makes frames larger. Run with
+// -benchtime 1x.
+func BenchmarkLAMMPSNamesBytes(b *testing.B) {
+	lmp := requireLAMMPS(b)
+	lib := library(b)
+	input, err := filepath.Abs(filepath.Join("testdata", "lj.in"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ns := startNATS(b)
+	nc := connect(b, ns)
+	base := mpitest.Env(os.Environ())
+	runs := 0
+	for _, period := range []time.Duration{100 * time.Millisecond} {
+		for _, every := range []int{-1, 16} {
+			b.Run(fmt.Sprintf("period=%s/every=%d", period, every), func(b *testing.B) {
+				var dict, total, frames int
+				for b.Loop() {
+					runs++
+					run := fmt.Sprint("lmpnames", runs)
+					var mu sync.Mutex
+					dict, total, frames = 0, 0, 0
+					sub, err := nc.Subscribe(natsx.Subjects{Run: run}.AllFrames(), func(m *nats.Msg) {
+						var f frame.Frame
+						if len(m.Data) == 0 {
+							return
+						}
+						if _, err := frame.DecodeBinary(m.Data, &f); err != nil {
+							b.Errorf("frame: %v", err)
+							return
+						}
+						bare := f
+						bare.Funcs, bare.Counters, bare.Metadata = nil, nil, nil
+						mu.Lock()
+						dict += len(m.Data) - len(frame.AppendBinary(nil, &bare))
+						total += len(m.Data)
+						frames++
+						mu.Unlock()
+					})
+					if err != nil {
+						b.Fatal(err)
+					}
+					if err := sub.SetPendingLimits(-1, -1); err != nil {
+						b.Fatal(err)
+					}
+					env := lib.Environ(Env{NATSURL: ns.ClientURL(), Run: run, Period: period, NamesEvery: every}, base)
+					if _, code := runProgram(b, env, "mpirun", "-np", "2", lmp, "-in", input, "-log", "none", "-var", "steps", "3000"); code != 0 {
+						b.Fatalf("lmp: status %d", code)
+					}
+					if err := nc.Flush(); err != nil {
+						b.Fatal(err)
+					}
+					time.Sleep(200 * time.Millisecond) // the last frames' handlers
+					if err := sub.Unsubscribe(); err != nil {
+						b.Fatal(err)
+					}
+				}
+				mu := float64(frames)
+				b.ReportMetric(float64(dict)/mu, "B/record")
+				b.ReportMetric(0, "ns/op")
+				b.Logf("%d frames, %.0f B per frame, %.1f of them the dictionary's", frames, float64(total)/mu, float64(dict)/mu)
+			})
+		}
+	}
 }
