@@ -36,7 +36,10 @@ import (
 // back without anything being applied twice.
 //
 // The request the pserver answers is sent by the goroutine whose call
-// completed the batch, or by the linger timer's. A NodeSyncer is safe for
+// completed the batch, or by the linger timer's; timeout bounds each round
+// trip to the pserver, while callers wait for their batch until their
+// context is cancelled (waiting for the node's other detectors is not a
+// failure). A NodeSyncer is safe for
 // concurrent use; Join and Leave keep the member count, and Close stops the
 // timers (calls after Close fail).
 type NodeSyncer struct {
@@ -203,9 +206,7 @@ func (ns *NodeSyncer) flush(shard, kind int, b *nodeBatch) {
 }
 
 func (ns *NodeSyncer) sendTimed(shard int, calls []*nodeCall) {
-	ctx, cancel := context.WithTimeout(context.Background(), ns.timeout)
-	defer cancel()
-	ns.send(ctx, shard, calls)
+	ns.send(context.Background(), shard, calls)
 }
 
 // abandon removes c from its batch if the batch has not been sent.
@@ -226,7 +227,8 @@ func (ns *NodeSyncer) abandon(shard, kind int, c *nodeCall) {
 }
 
 // send delivers calls as one request (as several when the pserver reports
-// some ranks stale) and hands every call its answer.
+// some ranks stale), each attempt bounded by the syncer's timeout, and
+// hands every call its answer.
 func (ns *NodeSyncer) send(ctx context.Context, shard int, calls []*nodeCall) {
 	slices.SortStableFunc(calls, func(a, b *nodeCall) int {
 		return cmp.Or(cmp.Compare(a.req.PID, b.req.PID), cmp.Compare(a.req.Rank, b.req.Rank))
@@ -235,7 +237,9 @@ func (ns *NodeSyncer) send(ctx context.Context, shard int, calls []*nodeCall) {
 		req, err := mergeRequests(ns.node, calls)
 		var rep *psync.SyncReply
 		if err == nil {
-			rep, err = ns.next.Sync(ctx, shard, req)
+			actx, cancel := context.WithTimeout(ctx, ns.timeout)
+			rep, err = ns.next.Sync(actx, shard, req)
+			cancel()
 		}
 		if err == nil && rep == nil {
 			err = fmt.Errorf("pserver shard %d: empty reply", shard)

@@ -235,7 +235,7 @@ func (s *syncState) pull(ctx context.Context) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			actx, cancel := context.WithTimeout(ctx, d.cfg.SyncTimeout)
+			actx, cancel := s.attempt(ctx)
 			defer cancel()
 			rep, err := s.syncer.Sync(actx, i, req)
 			if err != nil || rep == nil || rep.Error != "" {
@@ -304,6 +304,17 @@ func (s *syncState) collect(wait bool, ctx context.Context) {
 	}
 }
 
+// attempt bounds one sync attempt by SyncTimeout. Through the node's
+// syncer only the pserver's round trip is bounded (the node's syncer does
+// it): waiting for the node's other detectors is not a failure, and a
+// request given up for it would be sent again in a batch of its own.
+func (s *syncState) attempt(ctx context.Context) (context.Context, context.CancelFunc) {
+	if s.node != nil && s.syncer == Syncer(s.node) {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, s.d.cfg.SyncTimeout)
+}
+
 // node reports whether the detector syncs through its node's NodeSyncer.
 func (s *syncState) viaNode() bool { return s.node != nil }
 
@@ -365,7 +376,7 @@ func (s *syncState) sender(i int, sh *shardState, req *psync.SyncRequest) {
 	d := s.d
 	backoff := 50 * time.Millisecond
 	for {
-		actx, cancel := context.WithTimeout(s.ctx, d.cfg.SyncTimeout)
+		actx, cancel := s.attempt(s.ctx)
 		rep, err := s.syncer.Sync(actx, i, req)
 		cancel()
 		if err == nil && rep != nil && rep.Error != "" {
