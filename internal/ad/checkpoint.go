@@ -1215,8 +1215,14 @@ func (r *ckReader) thread(cs *callStacks, t *thread) {
 	}
 	for i := range t.stack {
 		t.stack[i] = r.uvarint()
-		if r.err == nil && t.rec(t.stack[i]) == nil {
-			r.fail("open execution %d of thread %d is not held", t.stack[i], t.tid)
+		if r.err != nil {
+			return
+		}
+		// open executions, outermost first: entered in that order, held,
+		// and not exited
+		if e := t.rec(t.stack[i]); e == nil || e.flags&flagDone != 0 || (i > 0 && t.stack[i] <= t.stack[i-1]) {
+			r.fail("open execution %d of thread %d is not held, exited or out of order", t.stack[i], t.tid)
+			return
 		}
 	}
 	nc := r.count(5)
@@ -1468,7 +1474,7 @@ func (r *ckReader) pending(d *Detector) {
 			return
 		}
 		p.t = d.stacks.threads[ti]
-		if p.pinnedTo < p.seq || p.pinnedTo-p.seq > uint64(d.cfg.Window) {
+		if p.pinnedTo < p.seq || p.pinnedTo-p.seq > uint64(d.cfg.Window) || p.pinnedTo >= p.t.next() {
 			r.fail("record %s pins executions %d..%d (window %d)", p.rec.EventID, p.seq, p.pinnedTo, d.cfg.Window)
 			return
 		}
