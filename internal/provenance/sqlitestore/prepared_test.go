@@ -136,6 +136,110 @@ func TestWritePreparedAllOrNothing(t *testing.T) {
 	}
 }
 
+// TestPreparedTx checks a transaction that spans several Writes: what they
+// insert is stored by Commit and not before (a reader sees none of it
+// while the transaction is open), Rollback keeps none of it, a failed Write
+// takes back the earlier Writes of its transaction, and an ended
+// transaction refuses further use.
+func TestPreparedTx(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(ctx, filepath.Join(t.TempDir(), "prov.db"), Options{Synchronous: "NORMAL"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	execs := storetest.Generate(storetest.GenConfig{Seed: 5, N: 400, Ranks: 4, Steps: 10, Window: 2, Anomaly: true})
+	pid := uint32(0) // each case writes records of its own program
+	prep := func(lo, hi int) *Prepared {
+		part := slices.Clone(execs[lo:hi])
+		for i := range part {
+			part[i].PID = pid
+		}
+		p, err := s.Prepare(provenance.Batch{Kind: provenance.KindAnomalies, Execs: part})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	count := func() int64 {
+		n, err := s.Count(ctx, provenance.Query{Kind: provenance.KindAnomalies})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	for _, tc := range []struct {
+		name string
+		end  func(tx *PreparedTx) error
+		want int64 // records stored after end, of the 200 written
+	}{
+		{"commit", (*PreparedTx).Commit, 200},
+		{"rollback", (*PreparedTx).Rollback, 0},
+		{"failed write", func(tx *PreparedTx) error {
+			if err := tx.Write(ctx, []*Prepared{{batch: provenance.Batch{Kind: "bogus"}}}); err == nil {
+				t.Error("a batch of no known kind was written")
+			}
+			return nil
+		}, 0},
+	} {
+		pid++
+		t.Run(tc.name, func(t *testing.T) {
+			before := count()
+			tx, err := s.BeginPrepared(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Records 0-99 are written twice, in two Writes.
+			for _, ps := range [][]*Prepared{{prep(0, 100)}, {prep(0, 100), prep(300, 400)}} {
+				if err := tx.Write(ctx, ps); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := tx.Records(); got != 300 {
+				t.Errorf("Records() = %d after writing 300, duplicates included", got)
+			}
+			if n := count(); n != before {
+				t.Errorf("a reader sees %d records before the end, want %d", n, before)
+			}
+			if err := tc.end(tx); err != nil {
+				t.Fatal(err)
+			}
+			if n := count() - before; n != tc.want {
+				t.Errorf("%d records stored, want %d", n, tc.want)
+			}
+			if err := tx.Write(ctx, []*Prepared{prep(100, 200)}); err == nil {
+				t.Error("an ended transaction took a write")
+			}
+			if err := tx.Commit(); err == nil {
+				t.Error("an ended transaction committed")
+			}
+			if err := tx.Rollback(); err != nil {
+				t.Errorf("Rollback after the end: %v", err)
+			}
+			// The writer is free again.
+			if err := s.WritePrepared(ctx, nil); err != nil {
+				t.Fatal(err)
+			}
+			s2, err := s.BeginPrepared(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s2.Rollback(); err != nil {
+				t.Fatal(err)
+			}
+			if tc.want > 0 {
+				// Written again, nothing is added.
+				if err := s.WritePrepared(ctx, []*Prepared{prep(0, 100), prep(300, 400)}); err != nil {
+					t.Fatal(err)
+				}
+				if n := count() - before; n != tc.want {
+					t.Errorf("%d records after writing the same again, want %d", n, tc.want)
+				}
+			}
+		})
+	}
+}
+
 // BenchmarkSQLiteWritePrepared measures what provdb's writer does, apart
 // from the work Prepare does on other goroutines: prepared batches of 250
 // anomaly records (5+5 window), 16 of them (4,000 records) per transaction,
