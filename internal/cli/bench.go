@@ -3,9 +3,12 @@ package cli
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"sort"
+	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
@@ -23,6 +26,8 @@ func newBenchCmd() *cobra.Command {
 		ranks     []int
 		steps     int
 		events    int
+		simulate  bool
+		sim       bench.SimConfig
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -46,11 +51,31 @@ prints per size: wall time, time per rank-step, events/s, peak RSS of the
 process, the pserver's sync latency p50/p99 (bucket bounds of its histogram),
 provdb's lag (time from the detectors' end to everything stored) and where
 the time went: detection, draining provenance, writing the TAU profiles.
+
+With --simulate, bench runs a deployment at scale in this one process, each
+part on a NATS connection of its own as it would be deployed: one NATS server
+with JetStream, --sim-shards pserver instances (one shard each, write-ahead
+log on), --sim-provdbs provdb services on one durable consumer and one SQLite
+store, one ad per node of --sim-ranks-per-node ranks (its own connection,
+merged per-node syncs and provenance sink, as the ad daemon), and a publisher
+of every rank's synthetic frames (--sim-events-per-step events per rank), one
+wave per io_step. A node's detectors move in lockstep (one merged write and one
+read per shard per step) unless --sim-free runs them as the ad daemon does. It prints per component the messages and bytes per second
+in and out (the NATS server's per-connection counts), its memory (the growth
+of the Go heap when it started, and the live heap its code allocated at the
+end of the last wave, from the heap profile), the pserver's sync requests per
+wave against nodes x shards, sync p50/p99, provdb's records/s and lag, and
+checks that every frame was processed, provdb stored every record the
+detectors sent, and the pserver counts each rank's anomalies as its detector
+does. The defaults are 16,384 ranks, 64 per node, 4 shards, 2 provdb.
 Progress goes to stderr.`,
 		Example: `  kipimo bench
   kipimo bench --json
   kipimo bench --scale
-  kipimo bench --scale --scale-ranks 128,1024 --json`,
+  kipimo bench --scale --scale-ranks 128,1024 --json
+  kipimo bench --simulate
+  kipimo bench --simulate --sim-ranks 1024 --sim-shards 2 --sim-provdbs 1 --json
+  kipimo bench --simulate --sim-step-period 1s --sim-steps 10`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			dir := out
@@ -66,6 +91,17 @@ Progress goes to stderr.`,
 			if zerolog.GlobalLevel() == zerolog.InfoLevel {
 				zerolog.SetGlobalLevel(zerolog.WarnLevel)
 				defer zerolog.SetGlobalLevel(zerolog.InfoLevel)
+			}
+			if simulate {
+				sim.Out, sim.Log = dir, log
+				res, err := bench.Simulate(cmd.Context(), sim)
+				if err != nil {
+					return err
+				}
+				if jsonOut {
+					return json.NewEncoder(cmd.OutOrStdout()).Encode(res)
+				}
+				return writeSimulation(cmd.OutOrStdout(), res)
 			}
 			if scale {
 				pts, err := bench.Scale(cmd.Context(), bench.ScaleConfig{Out: dir, Ranks: ranks, Steps: steps, EventsPerStep: events, Log: log})
@@ -128,5 +164,57 @@ Progress goes to stderr.`,
 	f.IntSliceVar(&ranks, "scale-ranks", bench.DefaultScaleRanks, "--scale: rank counts to run, in increasing order")
 	f.IntVar(&steps, "scale-steps", 5, "--scale: io_steps per run")
 	f.IntVar(&events, "scale-events-per-step", 1000, "--scale: events per rank per io_step")
+	f.BoolVar(&simulate, "simulate", false, "simulate a deployment at scale in this process instead (see the --sim- flags)")
+	f.IntVar(&sim.Ranks, "sim-ranks", 16384, "--simulate: ranks")
+	f.IntVar(&sim.RanksPerNode, "sim-ranks-per-node", 64, "--simulate: ranks served by each ad (one per node)")
+	f.IntVar(&sim.Shards, "sim-shards", 4, "--simulate: pserver instances, one shard each")
+	f.IntVar(&sim.ProvDBs, "sim-provdbs", 2, "--simulate: provdb services on the one durable consumer")
+	f.IntVar(&sim.Steps, "sim-steps", 5, "--simulate: io_steps (waves of one frame per rank)")
+	f.IntVar(&sim.EventsPerStep, "sim-events-per-step", 600, "--simulate: the synthetic workload's events-per-step setting (600 gives about 110 events per rank per io_step; at least 100)")
+	f.DurationVar(&sim.StepPeriod, "sim-step-period", 0, "--simulate: least time between the starts of two waves (0: each wave as soon as the previous one is processed)")
+	f.BoolVar(&sim.Free, "sim-free", false, "--simulate: each node's detectors at their own pace, as the ad daemon runs them, instead of in lockstep within the node (then a node's writes per step are at most one per shard, not exactly)")
+	f.DurationVar(&sim.NodeSyncLinger, "sim-node-sync-linger", 250*time.Millisecond, "--simulate --sim-free: how long a node's merged sync waits for its ranks that have not sent yet")
 	return cmd
+}
+
+// writeSimulation prints a simulation's figures as text tables.
+func writeSimulation(w io.Writer, r *bench.SimResult) error {
+	mode := "in lockstep within each node"
+	if !r.Lockstep {
+		mode = "each detector at its own pace"
+	}
+	fmt.Fprintf(w, "%d ranks on %d nodes (%d ranks each, %s), %d pserver shards, %d provdb, %d io_steps (workload events-per-step %d)\n",
+		r.Ranks, r.Nodes, r.RanksPerNode, mode, r.Shards, r.ProvDBs, r.Steps, r.EventsPerStep)
+	fmt.Fprintf(w, "published %d frames, %d events, %.1f MiB; setup %.1f s, detection %.1f s, provdb lag at the end %.2f s, wall %.1f s (heap sample %.1f s)\n\n",
+		r.Frames, r.Events, float64(r.FrameBytes)/(1<<20), r.SetupSeconds, r.DetectSeconds, r.DrainSeconds, r.WallSeconds, r.HeapSampleSeconds)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "component\tinstances\tin msg/s\tin MB/s\tout msg/s\tout MB/s\tbusiest out msg/s\theap at start MiB\tlive heap MiB\tcarries")
+	for _, c := range r.Components {
+		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%.2f\t%.0f\t%.2f\t%.0f\t%.1f\t%.1f\t%s\n", c.Name, c.Instances, c.InMsgsPerSec, c.InBytesPerSec/1e6,
+			c.OutMsgsPerSec, c.OutBytesPerSec/1e6, c.MaxInstanceOutMsgsPerSec, c.StartHeapMiB, c.LiveHeapMiB, c.Carries)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "live Go heap %.0f MiB (%.0f MiB attributed by the heap profile), peak RSS of the process %.0f MiB\n\n", r.HeapLiveMiB, r.HeapAttributedMiB, r.PeakRSSMiB)
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "wave\tseconds\tnode writes per shard\tall shards\tnodes x shards\tranks in them\tsettled\tprovdb pending msgs")
+	for _, s := range r.StepsMeasured {
+		var total uint64
+		parts := make([]string, len(s.Writes))
+		for i, x := range s.Writes {
+			total += x
+			parts[i] = fmt.Sprint(x)
+		}
+		fmt.Fprintf(tw, "%d\t%.2f\t%s\t%d\t%d\t%d\t%v\t%d\n", s.Step, s.Seconds, strings.Join(parts, " "), total, r.ExpectedWritesPerStep, s.RankParts, s.Settled, s.ProvPending)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "node writes per io_step %.1f (nodes x shards = %d); node writes at close %d, per-rank writes at close %d; reads or duplicates %d\n", r.WritesPerStep, r.ExpectedWritesPerStep, r.CloseNodeWrites, r.RankWrites, r.Duplicates)
+	fmt.Fprintf(w, "sync p50 %.3g ms, p99 %.3g ms (bucket bounds, all shards); p99 per shard %v ms; requests delivered per shard per s %.0f\n", r.SyncP50Ms, r.SyncP99Ms, r.ShardP99Ms, r.ShardOutMsgsPerSec)
+	fmt.Fprintf(w, "anomalies %d, records %d, published %d, dropped %d, stored %d (%d anomalies); provdb %.0f records/s, written per instance %v\n",
+		r.Anomalies, r.Records, r.RecordsPublished, r.RecordsDropped, r.RecordsStored, r.StoredAnomalies, r.ProvRecordsPerSec, r.ProvWritten)
+	fmt.Fprintf(w, "checks: ranks missing frames %d, ranks whose anomaly count differs at the pserver %d\n", r.FramesMissing, r.RankAnomalyMismatches)
+	return nil
 }
