@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -22,11 +23,14 @@ type rawFrames struct {
 	frames []*frame.Frame
 	bad    []error
 	eos    chan struct{}
+	// tenth is closed when the 10th frame has arrived
+	tenth chan struct{}
 }
 
-func subscribeFrames(t *testing.T, nc *nats.Conn, run string) *rawFrames {
-	t.Helper()
-	r := &rawFrames{eos: make(chan struct{})}
+// subscribeFrames subscribes to rank 0's frames of run until the test ends;
+// safe to call from any goroutine.
+func subscribeFrames(t *testing.T, nc *nats.Conn, run string) (*rawFrames, error) {
+	r := &rawFrames{eos: make(chan struct{}), tenth: make(chan struct{})}
 	sub, err := nc.Subscribe(natsx.Subjects{Run: run}.Frames(0, 0), func(m *nats.Msg) {
 		r.mu.Lock()
 		defer r.mu.Unlock()
@@ -40,18 +44,21 @@ func subscribeFrames(t *testing.T, nc *nats.Conn, run string) *rawFrames {
 			return
 		}
 		r.frames = append(r.frames, f)
+		if len(r.frames) == 10 {
+			close(r.tenth)
+		}
 	})
 	if err != nil {
-		t.Fatal(err)
-	}
-	if err := sub.SetPendingLimits(-1, -1); err != nil {
-		t.Fatal(err)
-	}
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
+		return nil, fmt.Errorf("subscribe to %s's frames: %w", run, err)
 	}
 	t.Cleanup(func() { sub.Unsubscribe() })
-	return r
+	if err := sub.SetPendingLimits(-1, -1); err != nil {
+		return nil, err
+	}
+	if err := nc.Flush(); err != nil {
+		return nil, fmt.Errorf("subscribe to %s's frames: %w", run, err)
+	}
+	return r, nil
 }
 
 // dictEntries is a stream's dictionary: "func <id>", "counter <id>",
@@ -93,7 +100,26 @@ func TestLateConsumerLearnsEveryName(t *testing.T) {
 			ns := startNATS(t)
 			nc := connect(t, ns)
 			run := fmt.Sprintf("names%d", tc.every+1)
-			got := subscribeFrames(t, nc, run)
+			got, err := subscribeFrames(t, nc, run)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// A second consumer subscribes once ten frames have gone by.
+			nc2 := connect(t, ns)
+			type subscribed struct {
+				r   *rawFrames
+				err error
+			}
+			lateSub := make(chan subscribed, 1)
+			go func() {
+				select {
+				case <-got.tenth:
+					r, err := subscribeFrames(t, nc2, run)
+					lateSub <- subscribed{r, err}
+				case <-time.After(30 * time.Second):
+					lateSub <- subscribed{err: fmt.Errorf("ten frames did not arrive within 30 s")}
+				}
+			}()
 			status := t.TempDir()
 			env := lib.Environ(Env{NATSURL: ns.ClientURL(), Run: run, Period: time.Second, StatusDir: status, NamesEvery: tc.every}, os.Environ())
 			if out, code := runProgram(t, env, prog, fmt.Sprint(steps)); code != 0 || out != fmt.Sprintf("names done %d\n", steps) {
@@ -134,7 +160,49 @@ func TestLateConsumerLearnsEveryName(t *testing.T) {
 					t.Errorf("name or value %q never sent", w)
 				}
 			}
-			// A consumer starting at frame k.
+			// The consumer that subscribed after frame 10.
+			ls := <-lateSub
+			if ls.err != nil {
+				t.Fatal(ls.err)
+			}
+			lateGot := ls.r
+			select {
+			case <-lateGot.eos:
+			case <-time.After(20 * time.Second):
+				t.Fatal("the late consumer did not see the stream end within 20 s")
+			}
+			lateGot.mu.Lock()
+			lf := lateGot.frames
+			lateGot.mu.Unlock()
+			if len(lf) < tc.n {
+				t.Fatalf("the late consumer got %d frames; the test needs %d", len(lf), tc.n)
+			}
+			k := slices.IndexFunc(frames, func(f *frame.Frame) bool { return f.Step == lf[0].Step })
+			if k < 10 || frames[len(frames)-1].Step != lf[len(lf)-1].Step {
+				t.Fatalf("the late consumer got io_steps %d..%d, the first %d..%d", lf[0].Step, lf[len(lf)-1].Step, frames[0].Step, frames[len(frames)-1].Step)
+			}
+			if k+tc.n <= len(frames) {
+				sent, have := dictEntries{}, dictEntries{}
+				for _, f := range frames[:k+tc.n] {
+					sent.add(f)
+				}
+				for _, f := range lf[:tc.n] {
+					have.add(f)
+				}
+				var lost []string
+				for key := range sent {
+					if _, ok := have[key]; !ok {
+						lost = append(lost, key)
+					}
+				}
+				if !tc.late && len(lost) > 0 {
+					t.Errorf("the consumer that started at frame %d lacks %d names after %d frames: %v", k, len(lost), tc.n, lost)
+				}
+				if tc.late && len(lost) == 0 {
+					t.Errorf("without re-sends the consumer that started at frame %d lacks no name", k)
+				}
+			}
+			// A consumer starting at any frame k.
 			var missing, wrong int
 			example := ""
 			for k := 1; k+tc.n <= len(frames); k++ {
