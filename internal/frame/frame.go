@@ -49,7 +49,9 @@ const (
 )
 
 // Name is one dictionary entry: an id, local to a (pid, rank), and its name.
-// Dictionary entries are sent once, in the first frame that uses the id.
+// An entry goes with the first frame that uses the id; publishers send the
+// whole dictionary again every few frames, for consumers that start late
+// (an entry repeated names the id as before).
 type Name struct {
 	ID   uint32 `json:"id"`
 	Name string `json:"name"`
