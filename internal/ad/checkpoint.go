@@ -172,9 +172,19 @@ func Restore(cfg Config, data []byte) (*Detector, error) {
 	return d, nil
 }
 
-// LastStep returns the io_step of the last frame processed and whether there
-// was one: a restored detector resumes with the frame after it.
-func (d *Detector) LastStep() (uint64, bool) { return d.lastStep, d.lastSeen }
+// LastStep returns the latest io_step of the frames the detector has taken,
+// processed or held for their names, and whether there was one: a detector
+// restored from a checkpoint of it resumes with the frame after it (the
+// held frames are in the checkpoint). Called by the detector's owner.
+func (d *Detector) LastStep() (uint64, bool) {
+	step, ok := d.lastStep, d.lastSeen
+	for _, f := range d.held {
+		if !ok || f.Step > step {
+			step, ok = f.Step, true
+		}
+	}
+	return step, ok
+}
 
 // ---- writer ----
 
@@ -334,15 +344,17 @@ func (w *ckWriter) stacks(cs *callStacks) {
 	}
 }
 
-func (w *ckWriter) exec(prev *uint64, e *execRec) {
+// exec writes execution seq; its parent and the parent's event id are
+// differences from its own (small numbers).
+func (w *ckWriter) exec(seq uint64, prev *uint64, e *execRec) {
 	w.delta(prev, e.entry)
 	w.varint(int64(e.exit - e.entry))
 	w.uvarint(e.childIncl)
-	w.uvarint(e.parent)
+	w.varint(int64(seq - e.parent))
 	w.u32(e.step)
 	w.u32(e.idx)
-	w.u32(e.pstep)
-	w.u32(e.pidx)
+	w.varint(int64(e.step) - int64(e.pstep))
+	w.varint(int64(e.idx) - int64(e.pidx))
 	w.u32(e.fid)
 	w.u32(e.path)
 	w.u32(uint32(e.key))
@@ -387,14 +399,14 @@ func (w *ckWriter) thread(t *thread) {
 	w.uvarint(uint64(len(t.ring)))
 	var prev uint64
 	for i := range t.ring {
-		w.exec(&prev, &t.ring[i])
+		w.exec(t.base+uint64(i), &prev, &t.ring[i])
 	}
 	seqs := slices.Sorted(maps.Keys(t.detached))
 	w.uvarint(uint64(len(seqs)))
 	prev = 0
 	for _, s := range seqs {
 		w.uvarint(s)
-		w.exec(&prev, t.detached[s])
+		w.exec(s, &prev, t.detached[s])
 	}
 	pins := slices.Sorted(maps.Keys(t.pins))
 	w.uvarint(uint64(len(pins)))
@@ -1120,15 +1132,15 @@ func (r *ckReader) exec(cs *callStacks, seq uint64, prev *uint64, e *execRec) {
 	e.entry = r.delta(prev)
 	e.exit = e.entry + uint64(r.varint())
 	e.childIncl = r.uvarint()
-	e.parent = r.uvarint()
+	e.parent = seq - uint64(r.varint())
 	if r.err == nil && e.parent > seq {
 		// a parent is entered before its children: chains of parents end
 		r.fail("execution %d has parent %d", seq, e.parent-1)
 	}
 	e.step = r.u32()
 	e.idx = r.u32()
-	e.pstep = r.u32()
-	e.pidx = r.u32()
+	e.pstep = uint32(int64(e.step) - r.varint())
+	e.pidx = uint32(int64(e.idx) - r.varint())
 	e.fid = uint32(r.below(maxFID, "function id"))
 	e.path = r.u32()
 	if r.err == nil && e.path != pathOverflow && int(e.path) >= len(cs.nodes) {

@@ -344,6 +344,13 @@ func ckRun(t *testing.T, w ckWorkload, cfg Config, cut int, hold, pserver, resto
 				if ds[r], err = Restore(c, cp); err != nil {
 					t.Fatal(err)
 				}
+				var last frame.Frame
+				if _, err := frame.DecodeBinary(w.frames[r][step], &last); err != nil {
+					t.Fatal(err)
+				}
+				if s, ok := ds[r].LastStep(); !ok || s != last.Step {
+					t.Fatalf("rank %d: restored detector's last step is %d (%v), the checkpoint's frame's is %d", r, s, ok, last.Step)
+				}
 			}
 			if hold {
 				ps.unhold()
@@ -600,6 +607,9 @@ func TestRestoreRefusesMismatchedConfig(t *testing.T) {
 	if err := d.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := d.Checkpoint(); !errors.Is(err, ErrClosed) {
+		t.Errorf("checkpoint of a closed detector: %v, want ErrClosed", err)
+	}
 }
 
 // reCRC replaces b's trailer with the checksum of the rest.
@@ -688,4 +698,104 @@ func TestCheckpointCoversRecordFields(t *testing.T) {
 			}
 		})
 	}
+}
+
+// benchCheckpoint measures Checkpoint and Restore of a detector that has
+// processed steps frames of enc (one rank), with a pserver double: the
+// size of the checkpoint (B/checkpoint, the bytes a restart reads per rank)
+// and the time to write and to restore it.
+func benchCheckpoint(b *testing.B, cfg Config, enc [][]byte, steps int) {
+	ps := newCkSyncer()
+	cfg.Syncer, cfg.SyncWait, cfg.Hostname = ps, time.Minute, "bench"
+	d, err := New(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var f frame.Frame
+	var events uint64
+	for _, e := range enc[:steps] {
+		if _, err := frame.DecodeBinary(e, &f); err != nil {
+			b.Fatal(err)
+		}
+		events += uint64(f.NumEvents())
+		if err := d.Process(context.Background(), &f); err != nil {
+			b.Fatal(err)
+		}
+	}
+	defer func() {
+		if err := d.Close(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+	}()
+	cp, err := d.Checkpoint()
+	if err != nil {
+		b.Fatal(err)
+	}
+	st := stateOf([]*Detector{d})
+	var held int
+	for _, t := range d.stacks.threads {
+		held += len(t.ring) + len(t.detached)
+	}
+	b.Run("checkpoint", func(b *testing.B) {
+		for b.Loop() {
+			if cp, err = d.Checkpoint(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(len(cp)), "B/checkpoint")
+		// where the bytes go: call stacks (threads, their executions and
+		// profiles, call-path nodes, names) and models
+		var ws, wm ckWriter
+		ws.stacks(d.stacks)
+		wm.models(d.models)
+		var prof ckWriter
+		for _, t := range d.stacks.threads {
+			prof.timers(t.paths)
+			prof.timers(t.over)
+		}
+		b.ReportMetric(float64(len(ws.b)), "B-stacks")
+		b.ReportMetric(float64(len(prof.b)), "B-profiles")
+		b.ReportMetric(float64(len(wm.b)), "B-models")
+		b.ReportMetric(float64(len(d.models.list)), "models")
+		b.ReportMetric(float64(len(d.stacks.nodes)), "paths")
+		b.ReportMetric(float64(held), "executions")
+		b.ReportMetric(float64(st.pending), "pending")
+		b.ReportMetric(float64(len(cp))/b.Elapsed().Seconds()*float64(b.N)/1e6, "MB/s")
+	})
+	b.Run("restore", func(b *testing.B) {
+		c := cfg
+		c.Syncer = nil
+		for b.Loop() {
+			c.Syncer = newFakePServer()
+			r, err := Restore(c, cp)
+			if err != nil {
+				b.Fatal(err)
+			}
+			r.sync.cancel()
+			r.sync.wg.Wait()
+		}
+		b.ReportMetric(float64(len(cp)), "B/checkpoint")
+		b.ReportMetric(float64(len(cp))/b.Elapsed().Seconds()*float64(b.N)/1e6, "MB/s")
+	})
+	_ = events
+}
+
+// BenchmarkCheckpointChimbench: one rank of the chimbench-v1 stream (4
+// threads, 100,000 events per step) after 10 steps.
+func BenchmarkCheckpointChimbench(b *testing.B) {
+	enc, _ := chimbenchEncoded()
+	for _, algo := range []string{Tail, HBOS} {
+		b.Run(algo, func(b *testing.B) { benchCheckpoint(b, Config{Algorithm: algo}, enc, 10) })
+	}
+}
+
+// BenchmarkCheckpointSynthetic: rank 0 of the synthetic workload (2 CPU
+// threads and 2 GPU streams, halo exchanges, 30,000 events per step) after
+// 15 steps.
+func BenchmarkCheckpointSynthetic(b *testing.B) {
+	w, err := syntheticWorkload(2, 16, 30000)
+	if err != nil {
+		b.Fatal(err)
+	}
+	benchCheckpoint(b, Config{}, w.frames[0], 15)
 }
