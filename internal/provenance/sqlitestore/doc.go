@@ -54,46 +54,85 @@ var blockDecoder, _ = zstd.NewReader(nil, zstd.WithDecoderConcurrency(0),
 
 // blockBuilder assembles the documents of one block. The zero value is an
 // empty builder; reset empties it keeping its memory.
+//
+// The documents go straight after room left for the block's header (its
+// count and lengths), which is written in front of them once they are all
+// known, so that the block is compressed where it was built, with no copy.
 type blockBuilder struct {
 	lens []int
-	docs []byte
-	raw  []byte // the block before compression
+	raw  []byte // headerRoom bytes, then the documents
 }
 
-func (b *blockBuilder) reset() { b.lens, b.docs = b.lens[:0], b.docs[:0] }
+// headerRoom is the room left for a block's header: enough for the count
+// and the lengths of execRowsPerInsert documents of any size. A block of
+// more documents has its header put in front by a copy.
+const headerRoom = binary.MaxVarintLen64 * (1 + execRowsPerInsert)
+
+func (b *blockBuilder) reset() {
+	b.lens = b.lens[:0]
+	if len(b.raw) < headerRoom {
+		b.raw = make([]byte, headerRoom, headerRoom+64<<10)
+	}
+	b.raw = b.raw[:headerRoom]
+}
 
 // add appends a document and returns its slot.
 func (b *blockBuilder) add(doc []byte) int {
+	if len(b.raw) < headerRoom {
+		b.reset()
+	}
 	b.lens = append(b.lens, len(doc))
-	b.docs = append(b.docs, doc...)
+	b.raw = append(b.raw, doc...)
 	return len(b.lens) - 1
+}
+
+// appendExec appends e's JSON document and returns its slot.
+func (b *blockBuilder) appendExec(e *provenance.Exec) (int, error) {
+	if len(b.raw) < headerRoom {
+		b.reset()
+	}
+	n := len(b.raw)
+	var err error
+	if b.raw, err = provenance.AppendExecJSON(b.raw, e); err != nil {
+		b.raw = b.raw[:n]
+		return 0, err
+	}
+	b.lens = append(b.lens, len(b.raw)-n)
+	return len(b.lens) - 1, nil
 }
 
 // appendCompressed appends the compressed block to dst.
 func (b *blockBuilder) appendCompressed(dst []byte) []byte {
-	b.raw = binary.AppendUvarint(b.raw[:0], uint64(len(b.lens)))
-	for _, n := range b.lens {
-		b.raw = binary.AppendUvarint(b.raw, uint64(n))
+	if len(b.raw) < headerRoom {
+		b.reset()
 	}
-	b.raw = append(b.raw, b.docs...)
+	var h [headerRoom]byte
+	hdr := binary.AppendUvarint(h[:0], uint64(len(b.lens)))
+	for _, n := range b.lens {
+		hdr = binary.AppendUvarint(hdr, uint64(n))
+	}
+	var raw []byte
+	if len(hdr) <= headerRoom {
+		raw = b.raw[headerRoom-len(hdr):]
+		copy(raw, hdr)
+	} else {
+		raw = append(hdr, b.raw[headerRoom:]...)
+	}
 	dst = append(dst, blockS2)
 	n := len(dst)
-	dst = slices.Grow(dst, s2.MaxEncodedLen(len(b.raw)))
-	z := s2.Encode(dst[n:cap(dst)], b.raw)
+	dst = slices.Grow(dst, s2.MaxEncodedLen(len(raw)))
+	z := s2.Encode(dst[n:cap(dst)], raw)
 	return dst[:n+len(z)]
 }
 
 // build encodes the documents of group (at most execRowsPerInsert
 // executions) into b, appends their compressed block to dst and returns it.
-// *js is a scratch buffer for one document.
-func (b *blockBuilder) build(dst []byte, group []provenance.Exec, js *[]byte) ([]byte, error) {
+func (b *blockBuilder) build(dst []byte, group []provenance.Exec) ([]byte, error) {
 	b.reset()
 	for i := range group {
-		var err error
-		if *js, err = provenance.AppendExecJSON((*js)[:0], &group[i]); err != nil {
+		if _, err := b.appendExec(&group[i]); err != nil {
 			return dst, err
 		}
-		b.add(*js)
 	}
 	return b.appendCompressed(dst), nil
 }

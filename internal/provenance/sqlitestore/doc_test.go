@@ -3,6 +3,7 @@ package sqlitestore
 import (
 	"bytes"
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -57,6 +58,62 @@ func TestBlockRoundTrip(t *testing.T) {
 				t.Fatalf("after reset: %q, %v", again, err)
 			}
 		})
+	}
+}
+
+// TestBlockBuild checks build, which encodes documents in place, against
+// documents encoded one by one, and a block whose header does not fit the
+// room left for it (more documents than a write puts in one block).
+func TestBlockBuild(t *testing.T) {
+	execs := benchExecs(execRowsPerInsert)
+	var b blockBuilder
+	z, err := b.build([]byte("keep"), execs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.HasPrefix(z, []byte("keep")) {
+		t.Fatal("build overwrote dst")
+	}
+	for round := range 2 { // the second time on the builder's reused memory
+		got, err := decodeBlock(z[4:])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != len(execs) {
+			t.Fatalf("round %d: %d documents back, want %d", round, len(got), len(execs))
+		}
+		for i := range execs {
+			want, err := json.Marshal(&execs[i])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got[i], want) {
+				t.Fatalf("round %d: document %d differs from json.Marshal's", round, i)
+			}
+		}
+		if z, err = b.build(z[:4], execs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// 1,000 documents: a header of 1,002 bytes, beyond headerRoom.
+	b.reset()
+	var want [][]byte
+	for i := range 1000 {
+		d := []byte(fmt.Sprint(i))
+		b.add(d)
+		want = append(want, d)
+	}
+	got, err := decodeBlock(b.appendCompressed(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%d documents back, want %d", len(got), len(want))
+	}
+	for i := range want {
+		if !bytes.Equal(got[i], want[i]) {
+			t.Fatalf("document %d: %q, want %q", i, got[i], want[i])
+		}
 	}
 }
 

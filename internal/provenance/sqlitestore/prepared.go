@@ -29,8 +29,7 @@ func (p *Prepared) Len() int { return p.batch.Len() }
 
 // scratch holds one Prepare's buffers between calls.
 type scratch struct {
-	b  blockBuilder
-	js []byte
+	b blockBuilder
 }
 
 var scratches = sync.Pool{New: func() any { return new(scratch) }}
@@ -50,7 +49,7 @@ func (s *Store) Prepare(b provenance.Batch) (*Prepared, error) {
 	defer scratches.Put(sc)
 	p.blocks = make([][]byte, 0, (len(b.Execs)+execRowsPerInsert-1)/execRowsPerInsert)
 	for lo := 0; lo < len(b.Execs); lo += execRowsPerInsert {
-		z, err := sc.b.build(nil, b.Execs[lo:min(lo+execRowsPerInsert, len(b.Execs))], &sc.js)
+		z, err := sc.b.build(nil, b.Execs[lo:min(lo+execRowsPerInsert, len(b.Execs))])
 		if err != nil {
 			return nil, fmt.Errorf("prepare %s batch: %w", b.Kind, err)
 		}

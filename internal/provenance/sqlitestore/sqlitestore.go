@@ -52,7 +52,6 @@ type Store struct {
 	insBlock map[provenance.Kind]*sql.Stmt
 
 	mu    sync.Mutex // held by Write: one writer, and the buffers below
-	js    []byte     // one execution's JSON
 	block blockBuilder
 	// zblock is the compressed block; refs the rows' doc references; args
 	// the insert's arguments.
@@ -352,7 +351,7 @@ func (s *Store) writeExecs(ctx context.Context, tx *sql.Tx, kind provenance.Kind
 		group := execs[:min(len(execs), execRowsPerInsert)]
 		execs = execs[len(group):]
 		var err error
-		if s.zblock, err = s.block.build(s.zblock[:0], group, &s.js); err != nil {
+		if s.zblock, err = s.block.build(s.zblock[:0], group); err != nil {
 			return err
 		}
 		if err := w.writeGroup(ctx, group, s.zblock); err != nil {
@@ -392,8 +391,7 @@ func (w *execWriter) writeGroup(ctx context.Context, group []provenance.Exec, zb
 			var fresh []provenance.Exec
 			if fresh, err = w.unstored(ctx, group); err == nil && len(fresh) > 0 {
 				var b blockBuilder
-				var js []byte
-				if zblock, err = b.build(nil, fresh, &js); err == nil {
+				if zblock, err = b.build(nil, fresh); err == nil {
 					_, _, err = w.insert(ctx, fresh, zblock)
 				}
 			}
