@@ -100,10 +100,9 @@ func (d *Detector) Checkpoint() ([]byte, error) {
 
 // Restore returns a detector configured by cfg whose state is the
 // checkpoint's (see Checkpoint): the caller owns it as it would own one from
-// New, feeds it the frames after the checkpoint's last step (Stats().Frames
-// and the last io_step, LastStep, say where that is) and closes it. Requests
-// that were in flight are resent at once, with their Seq, by senders the
-// detector owns (Close stops them).
+// New, feeds it the frames after the checkpoint's last one (LastStep says
+// which) and closes it. Requests that were in flight are resent at once,
+// with their Seq, by senders the detector owns (Close stops them).
 //
 // cfg is validated as by New. Settings the state depends on must equal the
 // checkpointed ones, or Restore refuses with ErrCheckpointMismatch naming
@@ -119,7 +118,8 @@ func (d *Detector) Checkpoint() ([]byte, error) {
 // A checkpoint that is truncated, corrupted, of another version or
 // inconsistent is refused with an error wrapping ErrBadCheckpoint that names
 // the byte offset; nothing in it is trusted before it is checked, so a bad
-// checkpoint never panics and never allocates more than its size allows.
+// checkpoint never panics, and Restore allocates in proportion to the
+// checkpoint's size (every length is checked against the bytes left).
 func Restore(cfg Config, data []byte) (*Detector, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("detector config: %w", err)
