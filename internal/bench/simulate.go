@@ -170,21 +170,25 @@ type SimResult struct {
 	// arrival to its reply (its log append included), bucket upper bounds
 	// of kipimo_ps_sync_latency_seconds over all shards; per shard in
 	// ShardP99Ms.
+	// A quantile beyond the histogram's last finite bound (2 s) reads as
+	// that bound, and SyncBeyond names it ("p50", "p99" or "shard 2 p99").
 	SyncP50Ms  float64   `json:"sync_p50_ms"`
 	SyncP99Ms  float64   `json:"sync_p99_ms"`
 	ShardP99Ms []float64 `json:"shard_sync_p99_ms"`
+	SyncBeyond []string  `json:"sync_beyond_last_bucket,omitempty"`
 	// ShardOutMsgsPerSec are the messages the server delivered to each
 	// shard's connection per second of active time (its sync requests and
 	// JetStream acks).
 	ShardOutMsgsPerSec []float64 `json:"shard_out_msgs_per_s"`
 
-	// Anomalies and Records are the detectors' totals; RecordsPublished
+	// Anomalies, DetectorEvents and Records are the detectors' totals; RecordsPublished
 	// what the nodes' sinks published, RecordsDropped what they dropped;
 	// RecordsStored what the store holds of the detectors' kinds
 	// (anomalies, normal executions, metadata, profiles), StoredAnomalies
 	// of anomalies alone; ProvRecordsPerSec the store's rate over the
 	// active time; ProvWritten per provdb instance.
 	Anomalies         uint64  `json:"anomalies"`
+	DetectorEvents    uint64  `json:"detector_events"`
 	Records           uint64  `json:"records"`
 	RecordsPublished  uint64  `json:"records_published"`
 	RecordsDropped    uint64  `json:"records_dropped"`
@@ -891,6 +895,7 @@ func (s *simulation) measure(ctx context.Context, res *SimResult, stats []ad.Sta
 	want := uint64(s.cfg.Steps)
 	for _, st := range stats {
 		res.Anomalies += st.Anomalies
+		res.DetectorEvents += st.Events
 		res.Records += st.Records
 		if st.Frames != want {
 			res.FramesMissing++
@@ -919,7 +924,7 @@ func (s *simulation) measure(ctx context.Context, res *SimResult, stats []ad.Sta
 		if err != nil {
 			return fmt.Errorf("simulate: pserver %d: %w", i, err)
 		}
-		res.ShardP99Ms = append(res.ShardP99Ms, h.quantile(0.99)*1e3)
+		res.ShardP99Ms = append(res.ShardP99Ms, res.boundMs(h, 0.99, fmt.Sprintf("shard %d p99", i)))
 		if active > 0 {
 			name := fmt.Sprintf("%s-%d", simPServer, i)
 			res.ShardOutMsgsPerSec = append(res.ShardOutMsgsPerSec, float64(c1[name].outMsgs-c0[name].outMsgs)/active)
@@ -934,7 +939,7 @@ func (s *simulation) measure(ctx context.Context, res *SimResult, stats []ad.Sta
 			merged.count += h.count
 		}
 	}
-	res.SyncP50Ms, res.SyncP99Ms = merged.quantile(0.5)*1e3, merged.quantile(0.99)*1e3
+	res.SyncP50Ms, res.SyncP99Ms = res.boundMs(merged, 0.5, "p50"), res.boundMs(merged, 0.99, "p99")
 	var all, inWaves uint64
 	for _, w := range res.NodeWrites {
 		all += w
@@ -1045,6 +1050,25 @@ func (s *simulation) measure(ctx context.Context, res *SimResult, stats []ad.Sta
 		return a < b
 	})
 	return nil
+}
+
+// boundMs is quantile q of h in ms; one beyond the last finite bound reads
+// as that bound and is named in SyncBeyond.
+func (res *SimResult) boundMs(h histogram, q float64, name string) float64 {
+	v := h.quantile(q)
+	if math.IsInf(v, 1) {
+		res.SyncBeyond = append(res.SyncBeyond, name)
+		for i := len(h.bounds) - 1; i >= 0; i-- {
+			if !math.IsInf(h.bounds[i], 1) {
+				return h.bounds[i] * 1e3
+			}
+		}
+		return 0
+	}
+	if math.IsNaN(v) {
+		return 0
+	}
+	return v * 1e3
 }
 
 // liveHeapMiB is the Go heap live after a collection.

@@ -213,6 +213,9 @@ func writeSimulation(w io.Writer, r *bench.SimResult) error {
 	}
 	fmt.Fprintf(w, "node writes per io_step %.1f (nodes x shards = %d); node writes at close %d, per-rank writes at close %d; reads or duplicates %d\n", r.WritesPerStep, r.ExpectedWritesPerStep, r.CloseNodeWrites, r.RankWrites, r.Duplicates)
 	fmt.Fprintf(w, "sync p50 %.3g ms, p99 %.3g ms (bucket bounds, all shards); p99 per shard %v ms; requests delivered per shard per s %.0f\n", r.SyncP50Ms, r.SyncP99Ms, r.ShardP99Ms, r.ShardOutMsgsPerSec)
+	if len(r.SyncBeyond) > 0 {
+		fmt.Fprintf(w, "beyond the latency histogram's last bound (shown as that bound): %s\n", strings.Join(r.SyncBeyond, ", "))
+	}
 	fmt.Fprintf(w, "anomalies %d, records %d, published %d, dropped %d, stored %d (%d anomalies); provdb %.0f records/s, written per instance %v\n",
 		r.Anomalies, r.Records, r.RecordsPublished, r.RecordsDropped, r.RecordsStored, r.StoredAnomalies, r.ProvRecordsPerSec, r.ProvWritten)
 	fmt.Fprintf(w, "checks: ranks missing frames %d, ranks whose anomaly count differs at the pserver %d\n", r.FramesMissing, r.RankAnomalyMismatches)
