@@ -255,9 +255,12 @@ type ckOutput struct {
 // restore it is dropped as a crashed process would be (its senders stopped,
 // nothing flushed) and replaced by a detector restored from the checkpoint.
 // With hold, rank 0's request on shard 0 of step cut stays in flight across
-// the cut. Before each later step the test waits for the replies to the
+// the cut; with extras, each detector is also given a frame of another rank
+// (rejected, counted in the next step's summary) and asked for its profiles
+// (published with the next step's records) just before the cut. Before each
+// later step the test waits for the replies to the
 // requests in flight, so that both runs see them at the same step.
-func ckRun(t *testing.T, w ckWorkload, cfg Config, cut int, hold, pserver, restore bool) ckOutput {
+func ckRun(t *testing.T, w ckWorkload, cfg Config, cut int, hold, pserver, extras, restore bool) ckOutput {
 	t.Helper()
 	ctx := context.Background()
 	var ps *ckSyncer
@@ -321,6 +324,16 @@ func ckRun(t *testing.T, w ckWorkload, cfg Config, cut int, hold, pserver, resto
 			break
 		}
 		if step == cut-1 {
+			if extras {
+				for r, d := range ds {
+					foreign := f
+					foreign.Rank = uint32(r + 100)
+					if err := d.Process(ctx, &foreign); err == nil {
+						t.Fatal("a frame of another rank was taken")
+					}
+					d.requestProfiles.Store(true)
+				}
+			}
 			out.state = stateOf(ds)
 			for r, d := range ds {
 				cp, err := d.Checkpoint()
@@ -389,34 +402,37 @@ func TestCheckpointRestoresExactly(t *testing.T) {
 		cut      int
 		hold     bool
 		pserver  bool
+		extras   bool               // a rejected frame and a profile request at the cut
 		want     func(ckState) bool // what the checkpoint must hold
 		wantDesc string
 	}{
-		{"synthetic/tail/mid-run", "synthetic", Config{ProfileEvery: 3}, 6, false, true,
+		{"synthetic/tail/mid-run", "synthetic", Config{ProfileEvery: 3}, 6, false, true, false,
 			func(s ckState) bool { return s.openStacks > 0 && s.pending > 0 }, "open stacks and pending windows"},
-		{"synthetic/tail/settling", "synthetic", Config{SettleCount: 50000, MaxPendingSteps: 6}, 3, false, true,
+		{"synthetic/tail/settling", "synthetic", Config{SettleCount: 50000, MaxPendingSteps: 6}, 3, false, true, false,
 			func(s ckState) bool { return s.settling > 0 && s.openStacks > 0 }, "settling candidates"},
-		{"synthetic/tail/in-flight", "synthetic", Config{NormalRate: 0.001}, 10, true, true,
+		{"synthetic/tail/in-flight", "synthetic", Config{NormalRate: 0.001}, 10, true, true, false,
 			func(s ckState) bool { return s.inflight > 0 && s.pending > 0 }, "a sync in flight"},
-		{"synthetic/hbos/call-path/3-shards/in-flight", "synthetic", Config{Algorithm: HBOS, ByCallPath: true, Shards: 3}, 5, true, true,
+		{"synthetic/hbos/call-path/3-shards/in-flight", "synthetic", Config{Algorithm: HBOS, ByCallPath: true, Shards: 3}, 5, true, true, false,
 			func(s ckState) bool { return s.inflight > 0 }, "a sync in flight"},
-		{"synthetic/copod/window-8", "synthetic", Config{Algorithm: COPOD, Window: 8}, 8, false, true,
+		{"synthetic/copod/window-8", "synthetic", Config{Algorithm: COPOD, Window: 8}, 8, false, true, false,
 			func(s ckState) bool { return s.openStacks > 0 }, "open stacks"},
-		{"synthetic/sstd-chimbuko/inclusive", "synthetic", Config{Algorithm: SSTD, Chimbuko: true, Statistic: Inclusive}, 4, false, true,
+		{"synthetic/sstd-chimbuko/inclusive", "synthetic", Config{Algorithm: SSTD, Chimbuko: true, Statistic: Inclusive}, 4, false, true, false,
 			func(s ckState) bool { return s.openStacks > 0 }, "open stacks"},
-		{"synthetic-late-names/tail/held", "synthetic-late-names", Config{}, 2, false, true,
+		{"synthetic-late-names/tail/held", "synthetic-late-names", Config{}, 2, false, true, false,
 			func(s ckState) bool { return s.held > 0 }, "frames held for their names"},
-		{"synthetic-late-names/hbos/held/in-flight", "synthetic-late-names", Config{Algorithm: HBOS}, 4, true, true,
+		{"synthetic-late-names/hbos/held/in-flight", "synthetic-late-names", Config{Algorithm: HBOS}, 4, true, true, false,
 			func(s ckState) bool { return s.inflight > 0 }, "a sync in flight"},
-		{"synthetic/tail/no-pserver", "synthetic", Config{}, 9, false, false,
+		{"synthetic/tail/bad-frame/profile-request", "synthetic", Config{}, 5, false, true, true,
 			func(s ckState) bool { return s.openStacks > 0 }, "open stacks"},
-		{"chimbench/tail/normals", "chimbench", Config{NormalRate: 0.01, ProfileEvery: 4}, 10, false, true,
+		{"synthetic/tail/no-pserver", "synthetic", Config{}, 9, false, false, false,
+			func(s ckState) bool { return s.openStacks > 0 }, "open stacks"},
+		{"chimbench/tail/normals", "chimbench", Config{NormalRate: 0.01, ProfileEvery: 4}, 10, false, true, false,
 			func(s ckState) bool { return s.pending > 0 && s.settling > 0 }, "pending windows and settling candidates"},
-		{"chimbench/hbos/in-flight", "chimbench", Config{Algorithm: HBOS}, 9, true, true,
+		{"chimbench/hbos/in-flight", "chimbench", Config{Algorithm: HBOS}, 9, true, true, false,
 			func(s ckState) bool { return s.inflight > 0 }, "a sync in flight"},
-		{"tau/tail/mid-run", "tau-hecatoncheir", Config{NormalRate: 0.05}, 0, false, true,
+		{"tau/tail/mid-run", "tau-hecatoncheir", Config{NormalRate: 0.05}, 0, false, true, false,
 			func(s ckState) bool { return s.openStacks > 0 }, "open stacks"},
-		{"tau/tail/in-flight", "tau-hecatoncheir", Config{SettleCount: 200}, 0, true, true,
+		{"tau/tail/in-flight", "tau-hecatoncheir", Config{SettleCount: 200}, 0, true, true, false,
 			func(s ckState) bool { return s.inflight > 0 && s.openStacks > 0 }, "a sync in flight"},
 	}
 	for _, tc := range tests {
@@ -429,8 +445,8 @@ func TestCheckpointRestoresExactly(t *testing.T) {
 			if cut < 1 || cut >= len(w.frames[0]) {
 				t.Fatalf("cut %d of %d steps", cut, len(w.frames[0]))
 			}
-			ref := ckRun(t, w, tc.cfg, cut, tc.hold, tc.pserver, false)
-			got := ckRun(t, w, tc.cfg, cut, tc.hold, tc.pserver, true)
+			ref := ckRun(t, w, tc.cfg, cut, tc.hold, tc.pserver, tc.extras, false)
+			got := ckRun(t, w, tc.cfg, cut, tc.hold, tc.pserver, tc.extras, true)
 			if !tc.want(ref.state) {
 				t.Fatalf("the checkpoint at step %d does not hold %s: %+v", cut, tc.wantDesc, ref.state)
 			}
@@ -513,7 +529,7 @@ func TestCheckpointOfRestoredDetector(t *testing.T) {
 	for _, name := range []string{"synthetic", "chimbench", "tau-hecatoncheir"} {
 		t.Run(name, func(t *testing.T) {
 			w := ws[name]
-			out := ckRun(t, w, Config{Algorithm: COPOD}, len(w.frames[0])/2, true, true, false)
+			out := ckRun(t, w, Config{Algorithm: COPOD}, len(w.frames[0])/2, true, true, true, false)
 			for r, cp := range out.cps {
 				d, err := Restore(Config{Rank: uint32(r), Algorithm: COPOD, Syncer: newFakePServer(), SyncTimeout: time.Minute}, cp)
 				if err != nil {
