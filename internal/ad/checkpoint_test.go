@@ -216,6 +216,7 @@ func loadCkWorkloads(t testing.TB) map[string]ckWorkload {
 // (so that a case can require what it claims to test).
 type ckState struct {
 	openStacks, pending, settling, inflight, detached, held int
+	launches, counters, comms                               int // GPU launches, attached events
 }
 
 func stateOf(ds []*Detector) ckState {
@@ -231,6 +232,11 @@ func stateOf(ds []*Detector) ckState {
 			}
 		}
 		s.pending += len(d.rec.pending)
+		s.launches += len(d.stacks.launches)
+		for _, t := range d.stacks.threads {
+			s.counters += len(t.counters)
+			s.comms += len(t.comms)
+		}
 		s.held += len(d.held)
 		for _, sh := range d.sync.shards {
 			if sh.inflight != nil {
@@ -407,7 +413,9 @@ func TestCheckpointRestoresExactly(t *testing.T) {
 		wantDesc string
 	}{
 		{"synthetic/tail/mid-run", "synthetic", Config{ProfileEvery: 3}, 6, false, true, false,
-			func(s ckState) bool { return s.openStacks > 0 && s.pending > 0 }, "open stacks and pending windows"},
+			func(s ckState) bool {
+				return s.openStacks > 0 && s.pending > 0 && s.launches > 0 && s.counters > 0 && s.comms > 0
+			}, "open stacks, pending windows, GPU launches and attached counters and comms"},
 		{"synthetic/tail/settling", "synthetic", Config{SettleCount: 50000, MaxPendingSteps: 6}, 3, false, true, false,
 			func(s ckState) bool { return s.settling > 0 && s.openStacks > 0 }, "settling candidates"},
 		{"synthetic/tail/in-flight", "synthetic", Config{NormalRate: 0.001}, 10, true, true, false,
