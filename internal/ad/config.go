@@ -213,6 +213,14 @@ type Config struct {
 	// when the pserver is answering (default 1s); while it is not, detection
 	// goes on at once with the local model merged into the last global one.
 	SyncWait time.Duration
+	// ExactSync sends every step's deltas at the step's end and waits for
+	// the pserver's answer, however long, before labelling (as in
+	// lockstep, without the other detectors). The requests a detector
+	// sends are then a function of its frames alone, so a detector
+	// restored from a checkpoint and fed the frames after it resends the
+	// very requests, with the same Seqs, that the pserver may have applied
+	// already (durable frames set it).
+	ExactSync bool
 	// SyncTimeout bounds one sync attempt (default 2s); failed attempts are
 	// retried with exponential backoff from 50ms up to SyncBackoffMax (5s).
 	SyncTimeout    time.Duration

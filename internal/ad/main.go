@@ -87,6 +87,12 @@ type DaemonConfig struct {
 	Overflow      string // --overflow: "block" or "drop"
 	PendingFrames int    // --pending-frames: frames buffered per rank before NATS drops them
 	PerRankSync   bool   // --per-rank-sync: each rank syncs on its own instead of one merged sync per shard per step
+	Frames        string // --frames: "core" or "durable" (FramesCore, FramesDurable)
+	// --frame-storage, --frame-stream-max-bytes, --frame-stream-max-age:
+	// the run's frame stream, with durable frames
+	FrameStorage    string
+	FrameStream     FrameStreamConfig
+	CheckpointEvery int // --checkpoint-every: io_steps between a rank's checkpoints, with durable frames
 	// --node-sync-linger: how long the node's merged sync waits for ranks that have not sent yet
 	NodeSyncLinger time.Duration
 	MetricsAddr    string // --metrics-addr: Prometheus /metrics listener; "" serves none
@@ -97,14 +103,18 @@ type DaemonConfig struct {
 // required; the detector options are AddFlags's).
 func DefaultDaemonConfig() DaemonConfig {
 	return DaemonConfig{
-		NATS:           "nats://127.0.0.1:4222",
-		Ranks:          "0",
-		Detector:       Config{Shards: 1, SyncWait: time.Second, SyncTimeout: 2 * time.Second},
-		Queue:          64,
-		Overflow:       "block",
-		PendingFrames:  256,
-		NodeSyncLinger: 20 * time.Millisecond,
-		RankLabels:     64,
+		NATS:            "nats://127.0.0.1:4222",
+		Ranks:           "0",
+		Detector:        Config{Shards: 1, SyncWait: time.Second, SyncTimeout: 2 * time.Second},
+		Queue:           64,
+		Overflow:        "block",
+		PendingFrames:   256,
+		NodeSyncLinger:  20 * time.Millisecond,
+		Frames:          FramesCore,
+		FrameStorage:    "file",
+		FrameStream:     DefaultFrameStreamConfig(),
+		CheckpointEvery: 10,
+		RankLabels:      64,
 	}
 }
 
@@ -129,6 +139,24 @@ func (c DaemonConfig) Validate() error {
 	}
 	if c.Queue < 1 {
 		bad("--queue %d must be at least 1", c.Queue)
+	}
+	if c.Frames != FramesCore && c.Frames != FramesDurable {
+		bad("--frames %q: want %s or %s", c.Frames, FramesCore, FramesDurable)
+	}
+	if c.FrameStorage != "file" && c.FrameStorage != "memory" {
+		bad("--frame-storage %q: want file or memory", c.FrameStorage)
+	}
+	if c.FrameStream.MaxBytes < 1<<20 {
+		bad("--frame-stream-max-bytes %d: at least 1 MiB", c.FrameStream.MaxBytes)
+	}
+	if c.FrameStream.MaxAge < time.Second {
+		bad("--frame-stream-max-age %s: at least 1s", c.FrameStream.MaxAge)
+	}
+	if c.CheckpointEvery < 1 {
+		bad("--checkpoint-every %d: at least 1", c.CheckpointEvery)
+	}
+	if c.Frames == FramesDurable && c.Ranks == "auto" {
+		bad("--frames durable needs the ranks listed (--ranks), not auto")
 	}
 	if c.NodeSyncLinger <= 0 || c.NodeSyncLinger > time.Minute {
 		bad("--node-sync-linger %s must be positive and at most 1m", c.NodeSyncLinger)
@@ -212,6 +240,11 @@ func parseArgs(args []string, lookup func(string) (string, bool), stderr io.Writ
 	fs.IntVar(&c.PendingFrames, "pending-frames", c.PendingFrames, "frames buffered per rank before NATS drops them (counted)")
 	fs.BoolVar(&c.PerRankSync, "per-rank-sync", c.PerRankSync, "every rank syncs with the pserver on its own (by default the ranks served here send one merged sync per shard per step)")
 	fs.DurationVar(&c.NodeSyncLinger, "node-sync-linger", c.NodeSyncLinger, "how long a merged sync waits for ranks that have not sent theirs yet")
+	fs.StringVar(&c.Frames, "frames", c.Frames, "how frames arrive: core (NATS messages; frames published while this ad is down are lost, and counted as missing steps) or durable (the run's JetStream frame stream, a durable consumer and a checkpoint of every rank: a restarted ad resumes where it left off)")
+	fs.StringVar(&c.FrameStorage, "frame-storage", c.FrameStorage, "--frames durable: where the frame stream is kept, file or memory")
+	fs.Int64Var(&c.FrameStream.MaxBytes, "frame-stream-max-bytes", c.FrameStream.MaxBytes, "--frames durable: bound of the frame stream; past it the oldest frames are dropped (counted as missing steps by detectors that had not read them)")
+	fs.DurationVar(&c.FrameStream.MaxAge, "frame-stream-max-age", c.FrameStream.MaxAge, "--frames durable: frames older than this are dropped from the stream")
+	fs.IntVar(&c.CheckpointEvery, "checkpoint-every", c.CheckpointEvery, "--frames durable: io_steps between a rank's checkpoints (after a restart, at most this many steps are processed again)")
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", "", "serve Prometheus /metrics on this address (e.g. 127.0.0.1:9464)")
 	fs.IntVar(&c.RankLabels, "rank-labels", c.RankLabels, "ranks with their own metric label; the rest are summed as rank=\"other\"")
 	jsonOut := fs.Bool("json", false, "print a JSON summary on stdout at the end")
@@ -295,10 +328,16 @@ func Run(ctx context.Context, cfg DaemonConfig, log zerolog.Logger) (Summary, er
 		defer cancel()
 		return sum, errors.Join(err, sink.Shutdown(sctx))
 	}
+	var durable *Durable
+	if cfg.Frames == FramesDurable {
+		fsc := cfg.FrameStream
+		fsc.Memory = cfg.FrameStorage == "memory"
+		durable = &Durable{JS: js, Stream: fsc, CheckpointEvery: cfg.CheckpointEvery}
+	}
 	stats, serr := Serve(ctx, ServeConfig{
 		Conn: nc, Run: cfg.Run, PID: cfg.PID, Ranks: ranks, Discover: discover, Detector: dc,
 		PendingFrames: cfg.PendingFrames, PerRankSync: cfg.PerRankSync, NodeSyncLinger: cfg.NodeSyncLinger,
-		Collector: coll, Logger: log,
+		Durable: durable, Collector: coll, Logger: log,
 	})
 	sctx, cancel := daemon.ShutdownContext(ctx)
 	defer cancel()

@@ -152,7 +152,8 @@ type Collector struct {
 	detectors  []*Detector
 	rankLabels int
 	sinkDrops  func() uint64
-	node       atomic.Pointer[NodeSyncer] // the node's syncer, when there is one
+	node       atomic.Pointer[NodeSyncer]  // the node's syncer, when there is one
+	durable    atomic.Pointer[durableNode] // the node's durable frames, when read so
 }
 
 // NewCollector returns a collector labelling at most rankLabels ranks
@@ -231,6 +232,9 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- sinkDropDesc
 	ch <- nodeSyncsDesc
 	ch <- nodeSyncRanksDesc
+	for _, d := range []*prometheus.Desc{checkpointsDesc, checkpointBytesDesc, restoredDesc, replayedDesc} {
+		ch <- d
+	}
 }
 
 // Collect implements prometheus.Collector.
@@ -268,5 +272,8 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		req, ranks := ns.Syncs()
 		ch <- prometheus.MustNewConstMetric(nodeSyncsDesc, prometheus.CounterValue, float64(req))
 		ch <- prometheus.MustNewConstMetric(nodeSyncRanksDesc, prometheus.CounterValue, float64(ranks))
+	}
+	if dn := c.durable.Load(); dn != nil {
+		dn.collect(ch)
 	}
 }

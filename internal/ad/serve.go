@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/kipimo-hpc/kipimo/internal/frame"
@@ -76,6 +77,10 @@ type ServeConfig struct {
 	// NodeSyncLinger is how long a node's sync batch waits for ranks that
 	// have not sent yet (default 20ms; in lockstep a batch waits for all).
 	NodeSyncLinger time.Duration
+	// Durable, when set, reads the frames from the run's JetStream stream
+	// and checkpoints every rank (see Durable). Not with Discover or
+	// Lockstep.
+	Durable *Durable
 	// Ready, when set, is called once every subscription is in place.
 	Ready  func()
 	Logger zerolog.Logger
@@ -103,6 +108,9 @@ func Serve(ctx context.Context, cfg ServeConfig) ([]Stats, error) {
 	if cfg.Lockstep && cfg.Discover {
 		return nil, errors.New("serve detectors: lockstep needs the ranks known from the start (not discovery)")
 	}
+	if cfg.Durable != nil && (cfg.Discover || cfg.Lockstep) {
+		return nil, errors.New("serve detectors: durable frames need the ranks given (not discovery) and no lockstep")
+	}
 	if cfg.PendingFrames <= 0 {
 		cfg.PendingFrames = 256
 	}
@@ -129,25 +137,76 @@ func Serve(ctx context.Context, cfg ServeConfig) ([]Stats, error) {
 	}
 	subj := natsx.Subjects{Run: cfg.Run}
 	type rankState struct {
-		d   *Detector
-		sub *nats.Subscription
+		d     *Detector
+		sub   *nats.Subscription
+		dur   *rankDurable
+		ckSeq uint64 // stream sequence its checkpoint covers
 	}
-	ranks := make([]*rankState, 0, len(cfg.Ranks))
 	seen := map[uint32]bool{}
-	var barrier *Barrier
-	if cfg.Lockstep {
-		barrier = NewBarrier()
-	}
 	for _, r := range cfg.Ranks {
 		if seen[r] {
 			return nil, fmt.Errorf("serve detectors: rank %d given twice", r)
 		}
 		seen[r] = true
+	}
+	var dn *durableNode
+	if cfg.Durable != nil {
+		var err error
+		if dn, err = openDurable(ctx, cfg); err != nil {
+			return nil, fmt.Errorf("serve detectors: %w", err)
+		}
+		cfg.Detector.ExactSync = true
+		if cfg.Collector != nil {
+			cfg.Collector.setDurable(dn)
+		}
+	}
+	ranks := make([]*rankState, 0, len(cfg.Ranks))
+	// With durable frames, the stream sequence the consumer starts at: the
+	// first frame some rank's checkpoint does not cover.
+	var fromSeq uint64
+	first := true
+	var barrier *Barrier
+	if cfg.Lockstep {
+		barrier = NewBarrier()
+	}
+	for _, r := range cfg.Ranks {
 		dc := cfg.Detector
 		dc.PID, dc.Rank = cfg.PID, r
 		dc.Logger = cfg.Logger.With().Uint32("rank", r).Logger()
 		dc.Barrier = barrier
-		d, err := New(dc)
+		var ckpt []byte
+		var ckSeq uint64
+		if dn != nil {
+			data, seq, ended, err := dn.load(ctx, cfg.PID, r)
+			if err != nil {
+				return nil, fmt.Errorf("serve detectors: %w", err)
+			}
+			if ended {
+				cfg.Logger.Info().Uint32("rank", r).Msg("rank's stream ended before: not served again")
+				continue
+			}
+			ckpt, ckSeq = data, seq
+			if ckpt == nil {
+				fromSeq = 0 // this rank needs the stream from its start
+			} else if first {
+				fromSeq = seq + 1
+			} else if fromSeq > 0 {
+				fromSeq = min(fromSeq, seq+1)
+			}
+			first = false
+		}
+		var d *Detector
+		var err error
+		if ckpt != nil {
+			d, err = Restore(dc, ckpt)
+			if err == nil {
+				dn.restored.Add(1)
+				last, _ := d.LastStep()
+				dc.Logger.Info().Uint64("io_step", last).Int("bytes", len(ckpt)).Msg("detector restored from its checkpoint")
+			}
+		} else {
+			d, err = New(dc)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("serve detectors: rank %d: %w", r, err)
 		}
@@ -157,7 +216,7 @@ func Serve(ctx context.Context, cfg ServeConfig) ([]Stats, error) {
 		if cfg.Collector != nil {
 			cfg.Collector.Add(d)
 		}
-		ranks = append(ranks, &rankState{d: d})
+		ranks = append(ranks, &rankState{d: d, ckSeq: ckSeq})
 	}
 	var subs []*nats.Subscription
 	defer func() {
@@ -165,8 +224,20 @@ func Serve(ctx context.Context, cfg ServeConfig) ([]Stats, error) {
 			_ = s.Unsubscribe()
 		}
 	}()
+	if dn != nil {
+		if err := dn.openConsumer(ctx, cfg, fromSeq); err != nil {
+			return nil, fmt.Errorf("serve detectors: %w", err)
+		}
+	}
 	// Frames first: a detector answering its probe is receiving frames.
+	srcs := map[uint32]*durableSource{}
 	for _, rs := range ranks {
+		if dn != nil {
+			src := &durableSource{ch: make(chan jetstream.Msg, cfg.PendingFrames), lastSeq: rs.ckSeq}
+			srcs[rs.d.cfg.Rank] = src
+			rs.dur = &rankDurable{node: dn, src: src, pid: cfg.PID, rank: rs.d.cfg.Rank}
+			continue
+		}
 		s, err := cfg.Conn.SubscribeSync(subj.Frames(cfg.PID, rs.d.cfg.Rank))
 		if err != nil {
 			return nil, fmt.Errorf("subscribe to the frames of rank %d: %w", rs.d.cfg.Rank, err)
@@ -211,12 +282,18 @@ func Serve(ctx context.Context, cfg ServeConfig) ([]Stats, error) {
 
 	var wg sync.WaitGroup
 	errs := make([]error, len(ranks))
+	rankCtx, cancelRanks := context.WithCancel(ctx)
+	defer cancelRanks()
 	for i, rs := range ranks {
 		wg.Add(1)
 		labels := pprof.Labels("component", "ad", "rank", strconv.FormatUint(uint64(rs.d.cfg.Rank), 10))
-		go pprof.Do(ctx, labels, func(ctx context.Context) {
+		go pprof.Do(rankCtx, labels, func(ctx context.Context) {
 			defer wg.Done()
-			errs[i] = serveRank(ctx, rs.d, subSource{rs.sub}, endAll, cfg.CloseTimeout)
+			var src msgSource = subSource{rs.sub}
+			if rs.dur != nil {
+				src = rs.dur.src
+			}
+			errs[i] = serveRank(ctx, rs.d, src, endAll, cfg.CloseTimeout, rs.dur)
 		})
 	}
 	done := make(chan struct{})
@@ -224,6 +301,26 @@ func Serve(ctx context.Context, cfg ServeConfig) ([]Stats, error) {
 		wg.Wait()
 		close(done)
 	}()
+	var consumeErr error
+	stopConsumer := func() {}
+	if dn != nil {
+		// The consumer stops once every rank's goroutine has returned; if
+		// it fails, the ranks stop too (checkpointed, to resume later).
+		cctx, stop := context.WithCancel(ctx)
+		consumed := make(chan struct{})
+		go pprof.Do(cctx, pprof.Labels("component", "ad-frames"), func(cctx context.Context) {
+			defer close(consumed)
+			if err := dn.consume(cctx, cfg.Run, srcs, 4*len(ranks)+64); err != nil {
+				consumeErr = err
+				cfg.Logger.Error().Err(err).Msg("frame consumer stopped; stopping the detectors")
+				cancelRanks()
+			}
+		})
+		stopConsumer = func() {
+			stop()
+			<-consumed
+		}
+	}
 wait:
 	for {
 		select {
@@ -236,12 +333,13 @@ wait:
 			break wait
 		}
 	}
+	stopConsumer()
 	out := make([]Stats, len(ranks))
 	for i, rs := range ranks {
 		out[i] = rs.d.Stats()
 	}
 	cfg.Logger.Info().Int("ranks", len(ranks)).Msg("detectors stopped")
-	return out, errors.Join(errs...)
+	return out, errors.Join(append(errs, consumeErr)...)
 }
 
 // control is the run's control subscription: endAll closes on end_of_run,
@@ -330,7 +428,13 @@ func respondCallstack(m *nats.Msg, d *Detector) {
 // serveRank feeds one detector until its stream ends or ctx is done, then
 // closes it. After an end_of_run control message the frames already queued
 // are processed first.
-func serveRank(ctx context.Context, d *Detector, sub msgSource, endAll <-chan struct{}, closeTimeout time.Duration) error {
+//
+// With durable frames (dur not nil) frames the detector's checkpoint
+// already covers are skipped, a checkpoint is taken every
+// Durable.CheckpointEvery steps, and when ctx is cancelled before the
+// stream ends the detector is checkpointed and left open (not closed): a
+// restarted ad resumes it.
+func serveRank(ctx context.Context, d *Detector, sub msgSource, endAll <-chan struct{}, closeTimeout time.Duration, dur *rankDurable) error {
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
@@ -380,17 +484,38 @@ func serveRank(ctx context.Context, d *Detector, sub msgSource, endAll <-chan st
 			}
 			continue
 		}
+		if dur != nil && dur.skip(d, f.Step) {
+			continue
+		}
 		if err := d.Process(ctx, &f); err != nil {
 			if errors.Is(err, ErrClosed) {
 				break
 			}
 			d.cfg.Logger.Warn().Err(err).Uint64("io_step", f.Step).Msg("frame rejected")
 		}
+		if dur != nil {
+			if err := dur.processed(ctx, d); err != nil && ctx.Err() == nil {
+				// The frames stay unacknowledged: the next checkpoint
+				// covers them.
+				d.cfg.Logger.Warn().Err(err).Msg("checkpoint failed")
+			}
+		}
 	}
 	cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
 	defer ccancel()
+	if dur != nil && ctx.Err() != nil && !d.stats.ended.Load() {
+		err := dur.checkpoint(cctx, d)
+		d.suspend()
+		if err != nil {
+			return fmt.Errorf("final checkpoint of rank %d: %w", d.cfg.Rank, err)
+		}
+		return nil
+	}
 	if err := d.Close(cctx); err != nil {
 		return fmt.Errorf("close detector of rank %d: %w", d.cfg.Rank, err)
+	}
+	if dur != nil {
+		return dur.ended(cctx)
 	}
 	return nil
 }

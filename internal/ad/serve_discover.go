@@ -149,7 +149,7 @@ func serveDiscovered(ctx context.Context, cfg ServeConfig) ([]Stats, error) {
 		labels := pprof.Labels("component", "ad", "rank", strconv.FormatUint(uint64(k.rank), 10))
 		go pprof.Do(ctx, labels, func(ctx context.Context) {
 			defer wg.Done()
-			if err := serveRank(ctx, d, r.q, endAll, cfg.CloseTimeout); err != nil {
+			if err := serveRank(ctx, d, r.q, endAll, cfg.CloseTimeout, nil); err != nil {
 				mu.Lock()
 				errs = append(errs, err)
 				mu.Unlock()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -93,6 +94,12 @@ type NATSSink struct {
 	startMu  sync.Mutex
 	started  bool
 	stopOnce sync.Once
+	// incarnation tells this sink's batch ids from those of an earlier
+	// process of the same ranks: a restarted detector re-publishes the
+	// records after its checkpoint in batches cut differently, which must
+	// not be taken for the earlier ones (provdb stores a record once by its
+	// event id).
+	incarnation string
 }
 
 type pubKey struct {
@@ -109,7 +116,7 @@ func NewNATSSink(js jetstream.JetStream, run string, queueLen int, overflow Over
 	if queueLen <= 0 {
 		queueLen = 64
 	}
-	return &NATSSink{js: js, run: run, overflow: overflow, queue: make(chan *Batch, queueLen),
+	return &NATSSink{js: js, run: run, incarnation: strconv.FormatInt(time.Now().UnixNano(), 36), overflow: overflow, queue: make(chan *Batch, queueLen),
 		flushReq: make(chan chan error), log: log, pubs: map[pubKey]*provstream.Publisher{}, done: make(chan struct{})}, nil
 }
 
@@ -228,7 +235,7 @@ func (s *NATSSink) publish(ctx context.Context, b *Batch) {
 		p := s.pubs[k]
 		if p == nil {
 			var err error
-			p, err = provstream.NewPublisher(s.js, s.run, kind, fmt.Sprintf("ad.%d.%d", b.PID, b.Rank))
+			p, err = provstream.NewPublisher(s.js, s.run, kind, fmt.Sprintf("ad.%d.%d.%s", b.PID, b.Rank, s.incarnation))
 			if err != nil {
 				s.failed.Add(uint64(n))
 				return

@@ -29,9 +29,12 @@ func (d *Detector) endStep(ctx context.Context, final bool) {
 	}
 	// 2. sync (bounded wait, or in lockstep with the other detectors) and
 	// detection models
-	if d.cfg.Barrier != nil && d.cfg.Syncer != nil {
+	switch {
+	case d.cfg.Barrier != nil && d.cfg.Syncer != nil:
 		d.sync.lockstep(ctx)
-	} else {
+	case d.cfg.ExactSync && d.cfg.Syncer != nil:
+		d.sync.exact(ctx)
+	default:
 		d.sync.step(ctx, final)
 	}
 	for _, m := range d.models.list {

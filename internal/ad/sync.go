@@ -215,6 +215,20 @@ func (s *syncState) lockstep(ctx context.Context) {
 	_ = b.Wait(ctx)
 }
 
+// exact waits for what is in flight, sends every accumulated delta and
+// waits for the answers (until ctx is done): each request holds exactly
+// the steps since the previous one (Config.ExactSync).
+func (s *syncState) exact(ctx context.Context) {
+	defer s.updateLag()
+	s.collect(true, ctx)
+	for i, sh := range s.shards {
+		if sh.inflight == nil {
+			s.send(i, false)
+		}
+	}
+	s.collect(true, ctx)
+}
+
 // pull reads the global model of every key of the detector, each shard's
 // keys in one request with no deltas (Seq 0: the pserver answers without
 // applying anything). Nothing is in flight when it is called.

@@ -63,6 +63,9 @@ type helpResult struct {
 }
 
 func TestMain(m *testing.M) {
+	if dir := os.Getenv(natsServerEnv); dir != "" {
+		runNATSServer(dir, os.Getenv(natsPortEnv))
+	}
 	code := m.Run()
 	if binDir != "" {
 		os.RemoveAll(binDir)

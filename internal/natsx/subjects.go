@@ -8,6 +8,14 @@ import "fmt"
 // ProvStream is the JetStream stream that holds a run's provenance subjects.
 func ProvStream(run string) string { return "KIPIMO_PROV_" + run }
 
+// FrameStream is the JetStream stream that holds a run's frames when
+// detectors read them durably.
+func FrameStream(run string) string { return "KIPIMO_FRAMES_" + run }
+
+// CheckpointBucket is the JetStream object store of a run's detector
+// checkpoints.
+func CheckpointBucket(run string) string { return "KIPIMO_CKPT_" + run }
+
 // Subjects are the NATS subjects of one run. The run id must be a single
 // subject token: letters, digits, '-' and '_'.
 type Subjects struct{ Run string }

@@ -1,0 +1,411 @@
+package ad
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kipimo-hpc/kipimo/internal/natsx"
+)
+
+// Frame transports a node's detectors can read their frames from.
+const (
+	// FramesCore reads frames as core NATS messages: nothing is stored, and
+	// a detector that is down loses the frames published meanwhile (the
+	// gaps are counted as missing steps).
+	FramesCore = "core"
+	// FramesDurable reads frames from the run's JetStream stream through a
+	// durable consumer, checkpointing every rank's state (see Durable).
+	FramesDurable = "durable"
+)
+
+// FrameStreamConfig bounds the run's frame stream. The application is never
+// blocked by it: past a bound the oldest frames are dropped, and a detector
+// that had not read them counts them as missing steps.
+type FrameStreamConfig struct {
+	// Memory keeps the frames in the server's memory instead of files.
+	Memory bool
+	// MaxBytes bounds the stream (default 1 GiB).
+	MaxBytes int64
+	// MaxAge bounds how long a frame is kept (default 1h).
+	MaxAge time.Duration
+}
+
+// DefaultFrameStreamConfig is the frame stream's default bounds.
+func DefaultFrameStreamConfig() FrameStreamConfig {
+	return FrameStreamConfig{MaxBytes: 1 << 30, MaxAge: time.Hour}
+}
+
+// EnsureFrameStream creates, or updates to c, the stream natsx.FrameStream(run)
+// that holds kipimo.<run>.frames.>: limits retention, the oldest frames
+// discarded past a bound. Event sources keep publishing with core NATS
+// publishes, which the stream stores. Safe to call from several processes.
+func EnsureFrameStream(ctx context.Context, js jetstream.JetStream, run string, c FrameStreamConfig) (jetstream.Stream, error) {
+	if err := natsx.ValidRun(run); err != nil {
+		return nil, fmt.Errorf("frame stream: %w", err)
+	}
+	d := DefaultFrameStreamConfig()
+	if c.MaxBytes <= 0 {
+		c.MaxBytes = d.MaxBytes
+	}
+	if c.MaxAge <= 0 {
+		c.MaxAge = d.MaxAge
+	}
+	storage := jetstream.FileStorage
+	if c.Memory {
+		storage = jetstream.MemoryStorage
+	}
+	cfg := jetstream.StreamConfig{
+		Name:        natsx.FrameStream(run),
+		Description: "Kipimo frames of run " + run,
+		Subjects:    []string{natsx.Subjects{Run: run}.AllFrames()},
+		Storage:     storage,
+		Retention:   jetstream.LimitsPolicy,
+		Discard:     jetstream.DiscardOld,
+		MaxBytes:    c.MaxBytes,
+		MaxAge:      c.MaxAge,
+		MaxMsgSize:  -1,
+	}
+	s, err := js.CreateOrUpdateStream(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("create frame stream %s: %w", cfg.Name, err)
+	}
+	return s, nil
+}
+
+// Durable makes the frames of a node's detectors survive a restart of the
+// ad process: they are read from the run's frame stream through a durable
+// consumer of the node's ranks, and every rank's detector writes a
+// checkpoint of its whole state (Detector.Checkpoint) to the run's object
+// store every CheckpointEvery io_steps, after the records of those steps
+// have reached the provenance stream (the sink's Flush), and only then
+// acknowledges the frames. A restarted ad with the same ranks restores each
+// rank from its checkpoint and takes the frames after it: those it had
+// processed after the checkpoint come again and are processed again. Their
+// sync requests carry the same Seqs as before (the detectors sync exactly
+// once per step, Config.ExactSync), which the pserver applies once; their
+// records have the same natural keys, which provdb stores once.
+type Durable struct {
+	// JS is the JetStream context of the node's connection.
+	JS jetstream.JetStream
+	// Stream bounds the run's frame stream, created or updated at start.
+	Stream FrameStreamConfig
+	// CheckpointEvery is how many io_steps a rank's detector processes
+	// between checkpoints (default 10).
+	CheckpointEvery int
+	// AckWait is how long the server waits for a frame's acknowledgement
+	// before it delivers the frame again (default 10m: frames are
+	// acknowledged at checkpoints).
+	AckWait time.Duration
+}
+
+// durableNode is the durable state of one Serve: the consumer of its ranks'
+// frames, the checkpoint store and the counts /metrics reports.
+type durableNode struct {
+	cfg    Durable
+	store  jetstream.ObjectStore
+	stream jetstream.Stream
+	cons   jetstream.Consumer
+
+	checkpoints     atomic.Uint64
+	checkpointBytes atomic.Uint64
+	restored        atomic.Uint64
+	replayed        atomic.Uint64 // frames already processed before a restart, skipped
+}
+
+// checkpointKey names a rank's checkpoint in the run's object store.
+func checkpointKey(pid, rank uint32) string {
+	return strconv.FormatUint(uint64(pid), 10) + "." + strconv.FormatUint(uint64(rank), 10)
+}
+
+// endedKey marks a rank whose stream ended and whose detector closed.
+func endedKey(pid, rank uint32) string { return checkpointKey(pid, rank) + ".ended" }
+
+// consumerName names the durable consumer of a node's ranks: the same ranks
+// give the same consumer, so a restarted ad resumes it.
+func consumerName(pid uint32, ranks []uint32) string {
+	h := fnv.New64a()
+	for _, r := range ranks {
+		h.Write([]byte(strconv.FormatUint(uint64(r), 10) + ","))
+	}
+	return fmt.Sprintf("ad-%d-%d-%d-%x", pid, ranks[0], len(ranks), h.Sum64())
+}
+
+// openDurable creates or opens the frame stream, the checkpoint store and
+// the node's consumer.
+func openDurable(ctx context.Context, cfg ServeConfig) (*durableNode, error) {
+	dc := *cfg.Durable
+	if dc.JS == nil {
+		return nil, errors.New("durable frames: no JetStream context")
+	}
+	if dc.CheckpointEvery <= 0 {
+		dc.CheckpointEvery = 10
+	}
+	if dc.AckWait <= 0 {
+		dc.AckWait = 10 * time.Minute
+	}
+	stream, err := EnsureFrameStream(ctx, dc.JS, cfg.Run, dc.Stream)
+	if err != nil {
+		return nil, err
+	}
+	store, err := dc.JS.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
+		Bucket:      natsx.CheckpointBucket(cfg.Run),
+		Description: "Kipimo detector checkpoints of run " + cfg.Run,
+		Storage:     jetstream.FileStorage,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint store of run %s: %w", cfg.Run, err)
+	}
+	return &durableNode{cfg: dc, store: store, stream: stream}, nil
+}
+
+// openConsumer (re)creates the node's durable consumer so that it delivers
+// the frames of its ranks from stream sequence from on (from 0: all). It
+// starts afresh each time: frames a killed ad had received but not
+// acknowledged come again at once, not after their acknowledgement wait.
+func (dn *durableNode) openConsumer(ctx context.Context, cfg ServeConfig, from uint64) error {
+	subj := natsx.Subjects{Run: cfg.Run}
+	filters := make([]string, len(cfg.Ranks))
+	for i, r := range cfg.Ranks {
+		filters[i] = subj.Frames(cfg.PID, r)
+	}
+	name := consumerName(cfg.PID, cfg.Ranks)
+	if err := dn.stream.DeleteConsumer(ctx, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return fmt.Errorf("frame consumer %s of run %s: %w", name, cfg.Run, err)
+	}
+	cc := jetstream.ConsumerConfig{
+		Durable:        name,
+		Description:    fmt.Sprintf("ad of program %d, %d ranks from %d", cfg.PID, len(cfg.Ranks), cfg.Ranks[0]),
+		FilterSubjects: filters,
+		DeliverPolicy:  jetstream.DeliverAllPolicy,
+		AckPolicy:      jetstream.AckExplicitPolicy,
+		AckWait:        dn.cfg.AckWait,
+		// Every rank may hold a checkpoint interval of frames, plus what
+		// waits in its queue.
+		MaxAckPending: len(cfg.Ranks) * (dn.cfg.CheckpointEvery + cfg.PendingFrames + 2),
+	}
+	if from > 0 {
+		cc.DeliverPolicy, cc.OptStartSeq = jetstream.DeliverByStartSequencePolicy, from
+	}
+	cons, err := dn.stream.CreateOrUpdateConsumer(ctx, cc)
+	if err != nil {
+		return fmt.Errorf("frame consumer %s of run %s: %w", name, cfg.Run, err)
+	}
+	dn.cons = cons
+	return nil
+}
+
+// A stored checkpoint is the stream sequence of the last frame it covers
+// (8 bytes, little endian) followed by Detector.Checkpoint's bytes.
+
+// load returns rank's checkpoint (nil when there is none) with the stream
+// sequence of the last frame it covers, and whether the rank's detector had
+// closed at the end of its stream.
+func (dn *durableNode) load(ctx context.Context, pid, rank uint32) (data []byte, seq uint64, ended bool, err error) {
+	if _, err := dn.store.GetInfo(ctx, endedKey(pid, rank)); err == nil {
+		return nil, 0, true, nil
+	} else if !errors.Is(err, jetstream.ErrObjectNotFound) {
+		return nil, 0, false, fmt.Errorf("checkpoint of rank %d: %w", rank, err)
+	}
+	b, err := dn.store.GetBytes(ctx, checkpointKey(pid, rank))
+	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		return nil, 0, false, nil
+	}
+	if err != nil {
+		return nil, 0, false, fmt.Errorf("checkpoint of rank %d: %w", rank, err)
+	}
+	if len(b) < 8 {
+		return nil, 0, false, fmt.Errorf("checkpoint of rank %d: %d bytes: %w", rank, len(b), ErrBadCheckpoint)
+	}
+	return b[8:], binary.LittleEndian.Uint64(b), false, nil
+}
+
+// consume delivers the node's frames to the ranks' sources until ctx is
+// done or the consumer fails; a rank whose queue is full holds the others
+// back (the frames wait in the stream).
+func (dn *durableNode) consume(ctx context.Context, run string, srcs map[uint32]*durableSource, batch int) error {
+	it, err := dn.cons.Messages(jetstream.PullMaxMessages(batch))
+	if err != nil {
+		return fmt.Errorf("consume frames: %w", err)
+	}
+	stop := context.AfterFunc(ctx, it.Stop)
+	defer stop()
+	defer it.Stop()
+	prefix := natsx.Subjects{Run: run}.FramesPrefix()
+	for {
+		m, err := it.Next()
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+				return nil
+			}
+			return fmt.Errorf("consume frames: %w", err)
+		}
+		k, err := parseFrameSubject(m.Subject(), prefix)
+		src := srcs[k.rank]
+		if err != nil || src == nil {
+			_ = m.Term() // not one of ours: never again
+			continue
+		}
+		select {
+		case src.ch <- m:
+		case <-ctx.Done():
+			return nil
+		}
+	}
+}
+
+// durableSource is one rank's frames from the node's consumer. The
+// frames it hands out stay unacknowledged until the rank's next checkpoint.
+type durableSource struct {
+	ch      chan jetstream.Msg
+	unacked []jetstream.Msg // owned by the rank's goroutine
+	lastSeq uint64          // stream sequence of the last frame taken
+}
+
+func (s *durableSource) take(m jetstream.Msg) *nats.Msg {
+	s.unacked = append(s.unacked, m)
+	if md, err := m.Metadata(); err == nil {
+		s.lastSeq = md.Sequence.Stream
+	}
+	return &nats.Msg{Subject: m.Subject(), Data: m.Data(), Header: m.Headers()}
+}
+
+func (s *durableSource) nextContext(ctx context.Context) (*nats.Msg, error) {
+	select {
+	case m := <-s.ch:
+		return s.take(m), nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func (s *durableSource) next(d time.Duration) (*nats.Msg, error) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case m := <-s.ch:
+		return s.take(m), nil
+	case <-t.C:
+		return nil, nats.ErrTimeout
+	}
+}
+
+func (s *durableSource) pending() int { return len(s.ch) }
+func (s *durableSource) dropped() int { return 0 }
+
+// ackAll acknowledges every frame handed out so far.
+func (s *durableSource) ackAll() {
+	for _, m := range s.unacked {
+		_ = m.Ack()
+	}
+	clear(s.unacked)
+	s.unacked = s.unacked[:0]
+}
+
+// rankDurable is what serveRank does for a rank with durable frames.
+type rankDurable struct {
+	node  *durableNode
+	src   *durableSource
+	pid   uint32
+	rank  uint32
+	steps int // io_steps processed since the last checkpoint
+}
+
+// skip reports whether a frame of io_step step was processed before the
+// detector's checkpoint (a frame delivered again after a restart).
+func (r *rankDurable) skip(d *Detector, step uint64) bool {
+	last, ok := d.LastStep()
+	if ok && step <= last {
+		r.node.replayed.Add(1)
+		return true
+	}
+	return false
+}
+
+// processed counts a processed io_step and checkpoints every
+// CheckpointEvery of them.
+func (r *rankDurable) processed(ctx context.Context, d *Detector) error {
+	r.steps++
+	if r.steps < r.node.cfg.CheckpointEvery {
+		return nil
+	}
+	return r.checkpoint(ctx, d)
+}
+
+// checkpoint makes the records handed to the sink durable, stores the
+// detector's checkpoint, then acknowledges the frames it covers.
+func (r *rankDurable) checkpoint(ctx context.Context, d *Detector) error {
+	r.steps = 0
+	if d.cfg.Sink != nil {
+		if err := d.cfg.Sink.Flush(ctx); err != nil {
+			return fmt.Errorf("checkpoint of rank %d: flush records: %w", r.rank, err)
+		}
+	}
+	ck, err := d.Checkpoint()
+	if err != nil {
+		return err
+	}
+	data := binary.LittleEndian.AppendUint64(make([]byte, 0, 8+len(ck)), r.src.lastSeq)
+	data = append(data, ck...)
+	if _, err := r.node.store.PutBytes(ctx, checkpointKey(r.pid, r.rank), data); err != nil {
+		return fmt.Errorf("store checkpoint of rank %d: %w", r.rank, err)
+	}
+	r.node.checkpoints.Add(1)
+	r.node.checkpointBytes.Add(uint64(len(data)))
+	r.src.ackAll()
+	return nil
+}
+
+// ended marks the rank's stream as ended, its detector closed (records and
+// profiles flushed by Close), and acknowledges everything.
+func (r *rankDurable) ended(ctx context.Context) error {
+	if _, err := r.node.store.PutBytes(ctx, endedKey(r.pid, r.rank), []byte("ended\n")); err != nil {
+		return fmt.Errorf("mark rank %d ended: %w", r.rank, err)
+	}
+	r.src.ackAll()
+	return nil
+}
+
+var (
+	checkpointsDesc     = prometheus.NewDesc("kipimo_ad_checkpoints_total", "Detector checkpoints stored (durable frames).", nil, nil)
+	checkpointBytesDesc = prometheus.NewDesc("kipimo_ad_checkpoint_bytes_total", "Bytes of the detector checkpoints stored.", nil, nil)
+	restoredDesc        = prometheus.NewDesc("kipimo_ad_restored_ranks_total", "Ranks whose detector was restored from a checkpoint at start.", nil, nil)
+	replayedDesc        = prometheus.NewDesc("kipimo_ad_replayed_frames_total", "Frames delivered again after a restart that the checkpoint already covered (skipped).", nil, nil)
+)
+
+func (dn *durableNode) collect(ch chan<- prometheus.Metric) {
+	for _, x := range []struct {
+		d *prometheus.Desc
+		v uint64
+	}{{checkpointsDesc, dn.checkpoints.Load()}, {checkpointBytesDesc, dn.checkpointBytes.Load()}, {restoredDesc, dn.restored.Load()}, {replayedDesc, dn.replayed.Load()}} {
+		ch <- prometheus.MustNewConstMetric(x.d, prometheus.CounterValue, float64(x.v))
+	}
+}
+
+// suspend stops the detector's pserver senders and leaves its node's syncer
+// without ending its steps or flushing anything: the state stays as its last
+// checkpoint left it, for a restarted ad to resume. The detector is closed
+// to further use.
+func (d *Detector) suspend() {
+	d.closeMu.Lock()
+	defer d.closeMu.Unlock()
+	if d.closed {
+		return
+	}
+	d.closed = true
+	d.sync.cancel()
+	d.sync.wg.Wait()
+	d.sync.leaveNode()
+}
+
+// setDurable makes the collector report the node's checkpoints.
+func (c *Collector) setDurable(dn *durableNode) { c.durable.Store(dn) }

@@ -1,0 +1,350 @@
+package deploytest
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kipimo-hpc/kipimo/internal/natsx"
+	"github.com/kipimo-hpc/kipimo/internal/provenance"
+	"github.com/kipimo-hpc/kipimo/internal/provenance/sqlitestore"
+)
+
+// natsServerEnv, set to a directory, makes the test binary run an embedded
+// NATS server with JetStream in it on natsPortEnv instead of the tests: a
+// NATS server the restart tests can kill.
+const (
+	natsServerEnv = "KIPIMO_TEST_NATS_SERVER_DIR"
+	natsPortEnv   = "KIPIMO_TEST_NATS_SERVER_PORT"
+)
+
+// runNATSServer serves NATS until killed (called from TestMain).
+func runNATSServer(dir, port string) {
+	cfg := natsx.DefaultServerConfig(dir)
+	p, err := strconv.Atoi(port)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "nats server port:", err)
+		os.Exit(2)
+	}
+	cfg.Port = p
+	srv, err := natsx.StartServer(cfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "nats server:", err)
+		os.Exit(2)
+	}
+	fmt.Println("ready", srv.ClientURL())
+	select {}
+}
+
+// proc is a program the test started and may kill.
+type proc struct {
+	name string
+	cmd  *exec.Cmd
+	log  *os.File
+	done chan error
+}
+
+// start runs program with args, its output in dir/<name>.log.
+func start(t *testing.T, dir, name, program string, args ...string) *proc {
+	t.Helper()
+	logf, err := os.Create(filepath.Join(dir, name+".log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(program, args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.Env = cleanEnv()
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", name, err)
+	}
+	p := &proc{name: name, cmd: cmd, log: logf, done: make(chan error, 1)}
+	go func() { p.done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-p.done
+		logf.Close()
+		if t.Failed() {
+			b, _ := os.ReadFile(logf.Name())
+			t.Logf("%s log (last 3000 bytes):\n%s", name, tail(b, 3000))
+		}
+	})
+	return p
+}
+
+func tail(b []byte, n int) []byte {
+	if len(b) > n {
+		return b[len(b)-n:]
+	}
+	return b
+}
+
+// kill sends SIGKILL and waits for the process to be gone.
+func (p *proc) kill(t *testing.T) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatalf("kill %s: %v", p.name, err)
+	}
+	<-p.done
+	p.done <- nil // for the cleanup
+}
+
+// wait waits for the process to exit by itself within d.
+func (p *proc) wait(t *testing.T, d time.Duration) {
+	t.Helper()
+	select {
+	case err := <-p.done:
+		p.done <- err
+		if err != nil {
+			t.Fatalf("%s: %v", p.name, err)
+		}
+	case <-time.After(d):
+		t.Fatalf("%s still running after %s", p.name, d)
+	}
+}
+
+// freePort returns a loopback port nothing listens on now.
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// startNATS runs a NATS server with JetStream on file storage in dir, as a
+// process of its own, and waits until it listens.
+func startNATS(t *testing.T, dir string, port int) *proc {
+	t.Helper()
+	logf, err := os.Create(filepath.Join(dir, fmt.Sprintf("nats-%d.log", time.Now().UnixNano())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(cleanEnv(), natsServerEnv+"="+filepath.Join(dir, "nats"), natsPortEnv+"="+strconv.Itoa(port))
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &proc{name: "nats", cmd: cmd, log: logf, done: make(chan error, 1)}
+	ready := make(chan bool, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		ok := sc.Scan() && strings.HasPrefix(sc.Text(), "ready")
+		ready <- ok
+		_, _ = io.Copy(io.Discard, out)
+	}()
+	go func() { p.done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-p.done
+		logf.Close()
+	})
+	select {
+	case ok := <-ready:
+		if !ok {
+			t.Fatal("NATS server did not start")
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("NATS server did not start within 30s")
+	}
+	return p
+}
+
+// metric reads one counter from a Prometheus endpoint (0 when absent).
+func metric(t *testing.T, url, name string) float64 {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatalf("metrics %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return f
+		}
+	}
+	return 0
+}
+
+// anomalyKey is what identifies a stored anomaly across runs.
+type anomalyKey struct {
+	rank, tid uint32
+	fn        string
+	entry     uint64
+}
+
+// storedAnomalies reads every anomaly of a provenance store.
+func storedAnomalies(t *testing.T, path string) map[anomalyKey]bool {
+	t.Helper()
+	ctx := context.Background()
+	st, err := sqlitestore.Open(ctx, path, sqlitestore.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	out := map[anomalyKey]bool{}
+	err = st.Each(ctx, provenance.Query{Kind: provenance.KindAnomalies, Limit: provenance.NoLimit}, func(e provenance.Exec) error {
+		out[anomalyKey{e.RID, e.TID, e.Func, e.Entry}] = true
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// restartRun is one run of the restart scenario: the programs and where
+// they keep their data.
+type restartRun struct {
+	t       *testing.T
+	dir     string
+	run     string
+	natsURL string
+	psHTTP  string
+	store   string
+	bins    map[string]string
+	ads     map[string]*proc
+}
+
+func (r *restartRun) startAD(name, ranks string) *proc {
+	p := start(r.t, r.dir, fmt.Sprintf("%s-%d", name, time.Now().UnixNano()), r.bins["ad"],
+		"--run", r.run, "--nats", r.natsURL, "--ranks", ranks, "--frames", "durable", "--checkpoint-every", "3",
+		"--log-level", "warn")
+	r.ads[name] = p
+	return p
+}
+
+// TestDurableFramesSurviveADKill runs the pipeline as separate processes
+// (NATS with JetStream on file storage, pserver, provdb, two ad with durable
+// frames serving ranks 0-3 and 4-7) under a realtime replay of a generated
+// run, twice: once uninterrupted, once with the second ad killed with
+// SIGKILL mid-run and started again. Both must store the same anomalies,
+// no function must lose its name, and the store must hold what the pserver
+// counted.
+func TestDurableFramesSurviveADKill(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the pipeline as processes for ~40 s")
+	}
+	bins := map[string]string{}
+	for _, b := range Binaries {
+		path, err := buildBinary(t, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bins[b] = path
+	}
+	gen := t.TempDir()
+	cmd := exec.Command(bins["kipimo"], "gen", "--ranks", "8", "--steps", "40", "--events-per-step", "6000", "--seed", "3", "--out", gen)
+	cmd.Env = cleanEnv()
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("kipimo gen: %v\n%s", err, out)
+	}
+	runOnce := func(name string, kill bool) (map[anomalyKey]bool, float64) {
+		dir := t.TempDir()
+		port := freePort(t)
+		r := &restartRun{t: t, dir: dir, run: name, natsURL: fmt.Sprintf("nats://127.0.0.1:%d", port), bins: bins, ads: map[string]*proc{}}
+		startNATS(t, dir, port)
+		psPort := freePort(t)
+		r.psHTTP = fmt.Sprintf("127.0.0.1:%d", psPort)
+		r.store = filepath.Join(dir, "prov.db")
+		start(t, dir, "pserver", bins["pserver"], "--run", name, "--nats", r.natsURL, "--http", r.psHTTP, "--log-level", "warn")
+		prov := start(t, dir, "provdb", bins["provdb"], "--run", name, "--nats", r.natsURL, "--store", r.store, "--http", "", "--log-level", "warn")
+		a := r.startAD("ad-a", "0-3")
+		b := r.startAD("ad-b", "4-7")
+		waitListening(t, r.psHTTP)
+		// The ads create the frame stream at start: wait for their
+		// consumers before publishing.
+		time.Sleep(2 * time.Second)
+		rp := start(t, dir, "replay", bins["kipimo"], "replay", "--nats", r.natsURL, "--run", name, "--speed", "0.15x", "--progress=false", gen)
+		if kill {
+			time.Sleep(2 * time.Second)
+			b.kill(t)
+			time.Sleep(time.Second)
+			b = r.startAD("ad-b2", "4-7")
+		}
+		rp.wait(t, 2*time.Minute)
+		a.wait(t, 2*time.Minute)
+		b.wait(t, 2*time.Minute)
+		// provdb has stored everything once the pserver's count and the
+		// store agree and stay so.
+		var stored map[anomalyKey]bool
+		var counted float64
+		deadline := time.Now().Add(time.Minute)
+		for {
+			counted = metric(t, "http://"+r.psHTTP+"/metrics", "kipimo_anomalies_total")
+			stored = storedAnomalies(t, r.store)
+			if float64(len(stored)) == counted && counted > 0 || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+		_ = prov
+		return stored, counted
+	}
+	want, wantCount := runOnce("uninterrupted", false)
+	got, gotCount := runOnce("killed", true)
+	t.Logf("uninterrupted: %d stored, %v counted; killed and restarted: %d stored, %v counted", len(want), wantCount, len(got), gotCount)
+	if float64(len(got)) != gotCount {
+		t.Errorf("after the restart the store holds %d anomalies and the pserver counts %v", len(got), gotCount)
+	}
+	var missing, extra []string
+	for k := range want {
+		if !got[k] {
+			missing = append(missing, fmt.Sprint(k))
+		}
+	}
+	for k := range got {
+		if !want[k] {
+			extra = append(extra, fmt.Sprint(k))
+		}
+		if strings.HasPrefix(k.fn, "fid_") {
+			t.Errorf("anomaly stored under an invented name: %v", k)
+		}
+	}
+	sort.Strings(missing)
+	sort.Strings(extra)
+	if len(missing)+len(extra) > 0 {
+		t.Errorf("the restarted run lost %d and added %d anomalies; lost %.5q, added %.5q", len(missing), len(extra), missing, extra)
+	}
+}
+
+// waitListening waits until addr accepts connections.
+func waitListening(t *testing.T, addr string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
+			c.Close()
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("%s not listening after 30s", addr)
+}
