@@ -305,6 +305,16 @@ func TestDurableFramesSurviveADKill(t *testing.T) {
 			time.Sleep(500 * time.Millisecond)
 		}
 		_ = prov
+		if float64(len(stored)) != counted {
+			perRank := map[uint32]int{}
+			for k := range stored {
+				perRank[k.rank]++
+			}
+			for rank := range uint32(8) {
+				t.Logf("%s: rank %d: %d stored, %v counted", name, rank, perRank[rank],
+					metric(t, "http://"+r.psHTTP+"/metrics", fmt.Sprintf(`kipimo_rank_anomalies_total{pid="0",rank="%d"}`, rank)))
+			}
+		}
 		return stored, counted
 	}
 	want, wantCount := runOnce("uninterrupted", false)
