@@ -114,6 +114,9 @@ type SimStep struct {
 	// the wave; RankParts the ranks' requests in them, over all shards.
 	Writes    []uint64 `json:"node_writes_per_shard"`
 	RankParts uint64   `json:"rank_parts"`
+	// Requests are all the requests each shard handled during the wave:
+	// writes, reads and resent ones.
+	Requests []uint64 `json:"requests_per_shard"`
 	// Settled tells whether every detector had its syncs answered when the
 	// wave ended (else some of its writes count in the next wave).
 	Settled bool `json:"settled"`
@@ -172,10 +175,17 @@ type SimResult struct {
 	// ShardP99Ms.
 	// A quantile beyond the histogram's last finite bound (2 s) reads as
 	// that bound, and SyncBeyond names it ("p50", "p99" or "shard 2 p99").
-	SyncP50Ms  float64   `json:"sync_p50_ms"`
-	SyncP99Ms  float64   `json:"sync_p99_ms"`
-	ShardP99Ms []float64 `json:"shard_sync_p99_ms"`
-	SyncBeyond []string  `json:"sync_beyond_last_bucket,omitempty"`
+	// These are over the waves; CloseSyncP50Ms and CloseSyncP99Ms over
+	// what the shards answered after the last wave (the detectors'
+	// close). WaveSyncs and CloseSyncs are the replies counted in each.
+	SyncP50Ms      float64   `json:"sync_p50_ms"`
+	SyncP99Ms      float64   `json:"sync_p99_ms"`
+	CloseSyncP50Ms float64   `json:"close_sync_p50_ms"`
+	CloseSyncP99Ms float64   `json:"close_sync_p99_ms"`
+	WaveSyncs      uint64    `json:"wave_syncs"`
+	CloseSyncs     uint64    `json:"close_syncs"`
+	ShardP99Ms     []float64 `json:"shard_sync_p99_ms"`
+	SyncBeyond     []string  `json:"sync_beyond_last_bucket,omitempty"`
 	// ShardOutMsgsPerSec are the messages the server delivered to each
 	// shard's connection per second of active time (its sync requests and
 	// JetStream acks).
@@ -196,6 +206,12 @@ type SimResult struct {
 	StoredAnomalies   int64   `json:"stored_anomalies"`
 	ProvRecordsPerSec float64 `json:"provdb_records_per_s"`
 	ProvWritten       []int64 `json:"provdb_written_per_instance"`
+	// ProvDrainRecordsPerSec is provdb's rate after the detectors closed,
+	// when it had a backlog (its capacity here), StoredByKind the records
+	// stored of each kind (func_stats and counter_stats from the pserver
+	// included).
+	ProvDrainRecordsPerSec float64          `json:"provdb_drain_records_per_s"`
+	StoredByKind           map[string]int64 `json:"stored_by_kind"`
 
 	// FramesMissing counts ranks that did not process every frame;
 	// RankAnomalyMismatches ranks whose anomaly count at pserver shard 0
@@ -207,7 +223,11 @@ type SimResult struct {
 	// HeapLiveMiB is the Go heap live after the collection of the heap
 	// sample, HeapAttributedMiB the part of it the profile attributes
 	// (sampling estimate); PeakRSSMiB the process's peak resident memory.
-	HeapLiveMiB       float64 `json:"heap_live_mib"`
+	HeapLiveMiB float64 `json:"heap_live_mib"`
+	// StackMiB is the goroutines' stacks (not in the heap) at the heap
+	// sample, Goroutines their number.
+	StackMiB          float64 `json:"stack_mib"`
+	Goroutines        int     `json:"goroutines"`
 	HeapAttributedMiB float64 `json:"heap_attributed_mib"`
 	PeakRSSMiB        float64 `json:"peak_rss_process_mib"`
 }
@@ -330,6 +350,11 @@ type simulation struct {
 
 	serveCancel context.CancelFunc
 	heapStart   map[string]float64
+	// waveHist are the shards' latency histograms at the end of the last
+	// wave; provAtDetectEnd the records provdb had written when the
+	// detectors had all closed.
+	waveHist        []histogram
+	provAtDetectEnd int64
 }
 
 func (s *simulation) logf(format string, args ...any) {
@@ -388,6 +413,9 @@ func (s *simulation) run(ctx context.Context) (*SimResult, error) {
 			// Every detector is alive and holds its state: sample the heap.
 			t := time.Now()
 			heap, res.HeapLiveMiB = heapByComponent()
+			var ms runtime.MemStats
+			runtime.ReadMemStats(&ms)
+			res.StackMiB, res.Goroutines = float64(ms.StackInuse)/(1<<20), runtime.NumGoroutine()
 			heapPause = time.Since(t)
 			return nil
 		}
@@ -403,6 +431,11 @@ func (s *simulation) run(ctx context.Context) (*SimResult, error) {
 		return res, err
 	}
 	res.DetectSeconds = (time.Since(detectStart) - heapPause).Seconds()
+	for _, p := range s.provs {
+		for _, v := range p.Stats().Written {
+			s.provAtDetectEnd += v
+		}
+	}
 	res.HeapSampleSeconds = heapPause.Seconds()
 	drainStart := time.Now()
 	for _, ps := range s.pss {
@@ -528,9 +561,13 @@ func (s *simulation) startNodes(ctx context.Context, nodes int) error {
 	sctx, cancel := context.WithCancel(ctx)
 	s.serveCancel = cancel
 	ready := make(chan struct{}, nodes)
-	// Every node's final flush shares this process's cores with all the
-	// others: bound it as kipimo run bounds its one process's.
-	closeTimeout := 10*time.Second + time.Duration(s.cfg.Ranks)*5*time.Millisecond
+	// Every node's close shares this process's cores with all the others'
+	// (deployed, each node has its own): at its close each detector sends
+	// its last deltas to every shard on its own and flushes its records,
+	// so the bound grows with every rank of the run, 20 ms each (5 ms, as
+	// kipimo run allows, was exceeded at 16,384 ranks on a loaded 2-core
+	// machine).
+	closeTimeout := 10*time.Second + time.Duration(s.cfg.Ranks)*20*time.Millisecond
 	for i := range nodes {
 		name := fmt.Sprintf("%s-%04d", simAD, i)
 		// Each rank's detector takes its frames from a queue that holds
@@ -685,6 +722,46 @@ type simWaves struct {
 	prev  []psCounters
 }
 
+// psHistograms reads every shard's sync latency histogram.
+func (s *simulation) psHistograms() ([]histogram, error) {
+	out := make([]histogram, len(s.pss))
+	for i := range s.pss {
+		body, err := s.psMetrics(i)
+		if err != nil {
+			return nil, err
+		}
+		if out[i], err = parseHistogram(bytes.NewReader(body), "kipimo_ps_sync_latency_seconds"); err != nil {
+			return nil, fmt.Errorf("simulate: pserver %d: %w", i, err)
+		}
+	}
+	return out, nil
+}
+
+// mergeHistograms adds histograms of the same bounds; sub, when given,
+// is subtracted bucket by bucket (a later reading minus an earlier one).
+func mergeHistograms(hs []histogram, sub []histogram) histogram {
+	var m histogram
+	for i, h := range hs {
+		if m.bounds == nil {
+			m = histogram{bounds: h.bounds, counts: make([]float64, len(h.counts))}
+		}
+		if !slices.Equal(m.bounds, h.bounds) {
+			continue
+		}
+		for j := range h.counts {
+			m.counts[j] += h.counts[j]
+		}
+		m.count += h.count
+		if i < len(sub) && slices.Equal(sub[i].bounds, h.bounds) {
+			for j := range h.counts {
+				m.counts[j] -= sub[i].counts[j]
+			}
+			m.count -= sub[i].count
+		}
+	}
+	return m
+}
+
 // psCounters are one shard's request counters.
 type psCounters struct {
 	applied, nodes, parts, duplicates float64
@@ -757,9 +834,10 @@ func (w *simWaves) end(ctx context.Context, step int) error {
 	if err != nil {
 		return err
 	}
-	sw := SimStep{Step: step, Seconds: el.Seconds(), Settled: settled, Writes: make([]uint64, len(cur))}
+	sw := SimStep{Step: step, Seconds: el.Seconds(), Settled: settled, Writes: make([]uint64, len(cur)), Requests: make([]uint64, len(cur))}
 	for i := range cur {
 		sw.Writes[i] = uint64(cur[i].nodes - w.prev[i].nodes)
+		sw.Requests[i] = uint64(cur[i].applied + cur[i].duplicates - w.prev[i].applied - w.prev[i].duplicates)
 		sw.RankParts += uint64(cur[i].parts - w.prev[i].parts)
 	}
 	if pend, err := s.provPending(ctx); err == nil {
@@ -767,6 +845,11 @@ func (w *simWaves) end(ctx context.Context, step int) error {
 	}
 	w.prev = cur
 	w.res.StepsMeasured = append(w.res.StepsMeasured, sw)
+	if step == s.cfg.Steps-1 {
+		if s.waveHist, err = s.psHistograms(); err != nil {
+			return err
+		}
+	}
 	var total uint64
 	for _, x := range sw.Writes {
 		total += x
@@ -911,35 +994,29 @@ func (s *simulation) measure(ctx context.Context, res *SimResult, stats []ad.Sta
 	if err != nil {
 		return err
 	}
-	var merged histogram
+	final, err := s.psHistograms()
+	if err != nil {
+		return err
+	}
 	for i, c := range counters {
 		res.NodeWrites = append(res.NodeWrites, uint64(c.nodes))
 		res.RankWrites += uint64(c.applied - c.nodes)
 		res.Duplicates += uint64(c.duplicates)
-		body, err := s.psMetrics(i)
-		if err != nil {
-			return err
+		var wave []histogram
+		if i < len(s.waveHist) {
+			wave = []histogram{s.waveHist[i]}
 		}
-		h, err := parseHistogram(bytes.NewReader(body), "kipimo_ps_sync_latency_seconds")
-		if err != nil {
-			return fmt.Errorf("simulate: pserver %d: %w", i, err)
-		}
-		res.ShardP99Ms = append(res.ShardP99Ms, res.boundMs(h, 0.99, fmt.Sprintf("shard %d p99", i)))
+		res.ShardP99Ms = append(res.ShardP99Ms, res.boundMs(mergeHistograms(wave, nil), 0.99, fmt.Sprintf("shard %d p99", i)))
 		if active > 0 {
 			name := fmt.Sprintf("%s-%d", simPServer, i)
 			res.ShardOutMsgsPerSec = append(res.ShardOutMsgsPerSec, float64(c1[name].outMsgs-c0[name].outMsgs)/active)
 		}
-		if merged.bounds == nil {
-			merged = histogram{bounds: h.bounds, counts: make([]float64, len(h.counts))}
-		}
-		if slices.Equal(merged.bounds, h.bounds) {
-			for j := range h.counts {
-				merged.counts[j] += h.counts[j]
-			}
-			merged.count += h.count
-		}
 	}
-	res.SyncP50Ms, res.SyncP99Ms = res.boundMs(merged, 0.5, "p50"), res.boundMs(merged, 0.99, "p99")
+	waves := mergeHistograms(s.waveHist, nil)
+	closing := mergeHistograms(final, s.waveHist)
+	res.SyncP50Ms, res.SyncP99Ms = res.boundMs(waves, 0.5, "p50"), res.boundMs(waves, 0.99, "p99")
+	res.CloseSyncP50Ms, res.CloseSyncP99Ms = res.boundMs(closing, 0.5, "close p50"), res.boundMs(closing, 0.99, "close p99")
+	res.WaveSyncs, res.CloseSyncs = uint64(waves.count), uint64(closing.count)
 	var all, inWaves uint64
 	for _, w := range res.NodeWrites {
 		all += w
@@ -965,10 +1042,15 @@ func (s *simulation) measure(ctx context.Context, res *SimResult, stats []ad.Sta
 		}
 	}
 	// provdb.
-	for _, k := range []provenance.Kind{provenance.KindAnomalies, provenance.KindNormalExecs, provenance.KindMetadata, provenance.KindProfiles} {
+	res.StoredByKind = map[string]int64{}
+	for _, k := range provenance.Kinds {
 		n, err := s.store.Count(ctx, provenance.Query{Kind: k, Limit: provenance.NoLimit})
 		if err != nil {
 			return fmt.Errorf("simulate: count stored %s: %w", k, err)
+		}
+		res.StoredByKind[string(k)] = n
+		if k != provenance.KindAnomalies && k != provenance.KindNormalExecs && k != provenance.KindMetadata && k != provenance.KindProfiles {
+			continue
 		}
 		res.RecordsStored += n
 		if k == provenance.KindAnomalies {
@@ -986,6 +1068,9 @@ func (s *simulation) measure(ctx context.Context, res *SimResult, stats []ad.Sta
 	}
 	if active > 0 {
 		res.ProvRecordsPerSec = float64(written) / active
+	}
+	if res.DrainSeconds > 0 {
+		res.ProvDrainRecordsPerSec = float64(written-s.provAtDetectEnd) / res.DrainSeconds
 	}
 	// Traffic per component, from the server's per-connection counts.
 	comps := map[string]*SimComponent{}

@@ -196,9 +196,9 @@ func writeSimulation(w io.Writer, r *bench.SimResult) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "live Go heap %.0f MiB (%.0f MiB attributed by the heap profile), peak RSS of the process %.0f MiB\n\n", r.HeapLiveMiB, r.HeapAttributedMiB, r.PeakRSSMiB)
+	fmt.Fprintf(w, "live Go heap %.0f MiB (%.0f MiB attributed by the heap profile), goroutine stacks %.0f MiB (%d goroutines), peak RSS of the process %.0f MiB\n\n", r.HeapLiveMiB, r.HeapAttributedMiB, r.StackMiB, r.Goroutines, r.PeakRSSMiB)
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "wave\tseconds\tnode writes per shard\tall shards\tnodes x shards\tranks in them\tsettled\tprovdb pending msgs")
+	fmt.Fprintln(tw, "wave\tseconds\tnode writes per shard\tall shards\tnodes x shards\tranks in them\trequests per shard\tsettled\tprovdb pending msgs")
 	for _, s := range r.StepsMeasured {
 		var total uint64
 		parts := make([]string, len(s.Writes))
@@ -206,18 +206,30 @@ func writeSimulation(w io.Writer, r *bench.SimResult) error {
 			total += x
 			parts[i] = fmt.Sprint(x)
 		}
-		fmt.Fprintf(tw, "%d\t%.2f\t%s\t%d\t%d\t%d\t%v\t%d\n", s.Step, s.Seconds, strings.Join(parts, " "), total, r.ExpectedWritesPerStep, s.RankParts, s.Settled, s.ProvPending)
+		reqs := make([]string, len(s.Requests))
+		for i, x := range s.Requests {
+			reqs[i] = fmt.Sprint(x)
+		}
+		fmt.Fprintf(tw, "%d\t%.2f\t%s\t%d\t%d\t%d\t%s\t%v\t%d\n", s.Step, s.Seconds, strings.Join(parts, " "), total, r.ExpectedWritesPerStep, s.RankParts, strings.Join(reqs, " "), s.Settled, s.ProvPending)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	fmt.Fprintf(w, "node writes per io_step %.1f (nodes x shards = %d); node writes at close %d, per-rank writes at close %d; reads or duplicates %d\n", r.WritesPerStep, r.ExpectedWritesPerStep, r.CloseNodeWrites, r.RankWrites, r.Duplicates)
-	fmt.Fprintf(w, "sync p50 %.3g ms, p99 %.3g ms (bucket bounds, all shards); p99 per shard %v ms; requests delivered per shard per s %.0f\n", r.SyncP50Ms, r.SyncP99Ms, r.ShardP99Ms, r.ShardOutMsgsPerSec)
+	fmt.Fprintf(w, "sync latency in the pserver (bucket bounds): during the waves p50 %.3g ms, p99 %.3g ms (%d replies; p99 per shard %v ms); at the detectors' close p50 %.3g ms, p99 %.3g ms (%d replies)\n",
+		r.SyncP50Ms, r.SyncP99Ms, r.WaveSyncs, r.ShardP99Ms, r.CloseSyncP50Ms, r.CloseSyncP99Ms, r.CloseSyncs)
+	fmt.Fprintf(w, "messages delivered per shard per s %.0f\n", r.ShardOutMsgsPerSec)
 	if len(r.SyncBeyond) > 0 {
 		fmt.Fprintf(w, "beyond the latency histogram's last bound (shown as that bound): %s\n", strings.Join(r.SyncBeyond, ", "))
 	}
-	fmt.Fprintf(w, "anomalies %d, records %d, published %d, dropped %d, stored %d (%d anomalies); provdb %.0f records/s, written per instance %v\n",
-		r.Anomalies, r.Records, r.RecordsPublished, r.RecordsDropped, r.RecordsStored, r.StoredAnomalies, r.ProvRecordsPerSec, r.ProvWritten)
+	fmt.Fprintf(w, "anomalies %d, records %d, published %d, dropped %d, stored %d (%d anomalies); provdb %.0f records/s over the run, %.0f while draining, written per instance %v\n",
+		r.Anomalies, r.Records, r.RecordsPublished, r.RecordsDropped, r.RecordsStored, r.StoredAnomalies, r.ProvRecordsPerSec, r.ProvDrainRecordsPerSec, r.ProvWritten)
+	kinds := make([]string, 0, len(r.StoredByKind))
+	for k, n := range r.StoredByKind {
+		kinds = append(kinds, fmt.Sprintf("%s %d", k, n))
+	}
+	sort.Strings(kinds)
+	fmt.Fprintf(w, "stored by kind: %s\n", strings.Join(kinds, ", "))
 	fmt.Fprintf(w, "checks: ranks missing frames %d, ranks whose anomaly count differs at the pserver %d\n", r.FramesMissing, r.RankAnomalyMismatches)
 	return nil
 }
