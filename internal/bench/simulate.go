@@ -148,6 +148,9 @@ type SimResult struct {
 	SetupSeconds  float64 `json:"setup_seconds"`
 	DetectSeconds float64 `json:"detect_seconds"`
 	DrainSeconds  float64 `json:"drain_seconds"`
+	// FinishSeconds is the part of DrainSeconds the pservers took to
+	// publish their final statistics.
+	FinishSeconds float64 `json:"finish_seconds"`
 	WallSeconds   float64 `json:"wall_seconds"`
 	// HeapSampleSeconds is the time the heap profile took (a collection
 	// of the whole heap), excluded from DetectSeconds.
@@ -190,6 +193,9 @@ type SimResult struct {
 	// shard's connection per second of active time (its sync requests and
 	// JetStream acks).
 	ShardOutMsgsPerSec []float64 `json:"shard_out_msgs_per_s"`
+	// Syncs are the requests the nodes sent, by kind, as the nodes saw
+	// them: sizes and round trips.
+	Syncs []SimSyncs `json:"syncs"`
 
 	// Anomalies, DetectorEvents and Records are the detectors' totals; RecordsPublished
 	// what the nodes' sinks published, RecordsDropped what they dropped;
@@ -275,7 +281,7 @@ func Simulate(ctx context.Context, cfg SimConfig) (*SimResult, error) {
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
-	s := &simulation{cfg: cfg, log: cfg.Log, heapStart: map[string]float64{}}
+	s := &simulation{cfg: cfg, log: cfg.Log, heapStart: map[string]float64{}, syncs: &syncMeasures{kinds: map[string]*syncKind{}}}
 	defer s.close()
 	start := time.Now()
 	res, err := s.run(ctx)
@@ -350,6 +356,7 @@ type simulation struct {
 
 	serveCancel context.CancelFunc
 	heapStart   map[string]float64
+	syncs       *syncMeasures
 	// waveHist are the shards' latency histograms at the end of the last
 	// wave; provAtDetectEnd the records provdb had written when the
 	// detectors had all closed.
@@ -443,6 +450,7 @@ func (s *simulation) run(ctx context.Context) (*SimResult, error) {
 			return res, fmt.Errorf("simulate: pserver final statistics: %w", err)
 		}
 	}
+	res.FinishSeconds = time.Since(drainStart).Seconds()
 	if err := provstream.WaitConsumed(ctx, s.js, simRun, "provdb"); err != nil {
 		return res, fmt.Errorf("simulate: %w", err)
 	}
@@ -598,7 +606,7 @@ func (s *simulation) startNodes(ctx context.Context, nodes int) error {
 		dc.Shards = s.cfg.Shards
 		dc.Hostname = name
 		dc.Sink = n.sink
-		dc.Syncer = &ad.NATSSyncer{Conn: nc, Subjects: natsx.Subjects{Run: simRun}}
+		dc.Syncer = &syncMeter{next: &ad.NATSSyncer{Conn: nc, Subjects: natsx.Subjects{Run: simRun}}, m: s.syncs}
 		sc := ad.ServeConfig{
 			Conn: nc, Run: simRun, Ranks: n.ranks, Detector: dc, Collector: n.coll, Lockstep: !s.cfg.Free,
 			NodeSyncLinger: s.cfg.NodeSyncLinger, CloseTimeout: closeTimeout,
@@ -1012,6 +1020,7 @@ func (s *simulation) measure(ctx context.Context, res *SimResult, stats []ad.Sta
 			res.ShardOutMsgsPerSec = append(res.ShardOutMsgsPerSec, float64(c1[name].outMsgs-c0[name].outMsgs)/active)
 		}
 	}
+	res.Syncs = s.syncs.results()
 	waves := mergeHistograms(s.waveHist, nil)
 	closing := mergeHistograms(final, s.waveHist)
 	res.SyncP50Ms, res.SyncP99Ms = res.boundMs(waves, 0.5, "p50"), res.boundMs(waves, 0.99, "p99")

@@ -185,8 +185,8 @@ func writeSimulation(w io.Writer, r *bench.SimResult) error {
 	}
 	fmt.Fprintf(w, "%d ranks on %d nodes (%d ranks each, %s), %d pserver shards, %d provdb, %d io_steps (workload events-per-step %d)\n",
 		r.Ranks, r.Nodes, r.RanksPerNode, mode, r.Shards, r.ProvDBs, r.Steps, r.EventsPerStep)
-	fmt.Fprintf(w, "published %d frames, %d events, %.1f MiB; setup %.1f s, detection %.1f s, provdb lag at the end %.2f s, wall %.1f s (heap sample %.1f s)\n\n",
-		r.Frames, r.Events, float64(r.FrameBytes)/(1<<20), r.SetupSeconds, r.DetectSeconds, r.DrainSeconds, r.WallSeconds, r.HeapSampleSeconds)
+	fmt.Fprintf(w, "published %d frames, %d events, %.1f MiB; setup %.1f s, detection %.1f s, provdb lag at the end %.2f s (of which the pservers' final statistics %.2f s), wall %.1f s (heap sample %.1f s)\n\n",
+		r.Frames, r.Events, float64(r.FrameBytes)/(1<<20), r.SetupSeconds, r.DetectSeconds, r.DrainSeconds, r.FinishSeconds, r.WallSeconds, r.HeapSampleSeconds)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "component\tinstances\tin msg/s\tin MB/s\tout msg/s\tout MB/s\tbusiest out msg/s\theap at start MiB\tlive heap MiB\tcarries")
 	for _, c := range r.Components {
@@ -219,6 +219,10 @@ func writeSimulation(w io.Writer, r *bench.SimResult) error {
 	fmt.Fprintf(w, "sync latency in the pserver (bucket bounds): during the waves p50 %.3g ms, p99 %.3g ms (%d replies; p99 per shard %v ms); at the detectors' close p50 %.3g ms, p99 %.3g ms (%d replies)\n",
 		r.SyncP50Ms, r.SyncP99Ms, r.WaveSyncs, r.ShardP99Ms, r.CloseSyncP50Ms, r.CloseSyncP99Ms, r.CloseSyncs)
 	fmt.Fprintf(w, "messages delivered per shard per s %.0f\n", r.ShardOutMsgsPerSec)
+	for _, k := range r.Syncs {
+		fmt.Fprintf(w, "%s: %d, %.0f B each (reply %.0f B), %.1f ranks and %.0f key deltas each, round trip p50 %.3g ms p99 %.3g ms as the node saw it\n",
+			k.Kind, k.Requests, k.RequestBytes, k.ReplyBytes, k.RanksPerRequest, k.KeyPartsPerRequest, k.RoundTripP50Ms, k.RoundTripP99Ms)
+	}
 	if len(r.SyncBeyond) > 0 {
 		fmt.Fprintf(w, "beyond the latency histogram's last bound (shown as that bound): %s\n", strings.Join(r.SyncBeyond, ", "))
 	}
