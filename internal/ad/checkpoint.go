@@ -77,6 +77,14 @@ func (d *Detector) Checkpoint() ([]byte, error) {
 	if d.closed {
 		return nil, ErrClosed
 	}
+	if len(d.sync.held) > 0 {
+		return nil, fmt.Errorf("checkpoint of rank %d: %d step summaries held (releaseOutputs first)", d.cfg.Rank, len(d.sync.held))
+	}
+	for _, m := range d.models.list {
+		if m.heldAnoms > 0 {
+			return nil, fmt.Errorf("checkpoint of rank %d: anomaly counts of %q held (releaseOutputs first)", d.cfg.Rank, m.name)
+		}
+	}
 	if d.batch.Len() != 0 {
 		return nil, fmt.Errorf("checkpoint of rank %d: %d records not yet handed to the sink (not at a step boundary)", d.cfg.Rank, d.batch.Len())
 	}

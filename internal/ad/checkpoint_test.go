@@ -722,8 +722,9 @@ func TestCheckpointCoversEveryField(t *testing.T) {
 		// shard follows from the name; step, values, touched, stepAnoms
 		// and best are reset at the end of every step; hbos and copod are
 		// rebuilt from the histogram they were reset with
+		// heldAnoms is released before every checkpoint (Checkpoint refuses otherwise)
 		{model{}, `name shard ignored step values accum inflight global hAccum hInflight hGlobal inFlight accumAnoms
-			inflightAnoms tAccum tInflight tGlobal natMin natMax natLowThr natThr p99 logMean logStd det lo hi std
+			inflightAnoms heldAnoms tAccum tInflight tGlobal natMin natMax natLowThr natThr p99 logMean logStd det lo hi std
 			hbos copod touched detReady stepAnoms best`},
 		// cfg, stats and done are wiring; byTid, tidMap and pathTab follow
 		// from threads and nodes; counterStep is empty at a step boundary
@@ -735,8 +736,9 @@ func TestCheckpointCoversEveryField(t *testing.T) {
 		{stepInfo{}, "step tstart tend"},
 		// done and healthy are the senders' (a restored shard starts healthy)
 		{shardState{}, "seq inflight keys done healthy"},
-		// d, syncer, node, left, ctx, cancel and wg are the process's
-		{syncState{}, "d syncer node left shards summaries counters lag ctx cancel wg"},
+		// d, syncer, node, left, ctx, cancel and wg are the process's;
+		// held is released before every checkpoint (Checkpoint refuses otherwise)
+		{syncState{}, "d syncer node left shards summaries held counters lag ctx cancel wg"},
 		// batch is empty between steps (Checkpoint refuses otherwise), snap
 		// follows from the stacks, closeMu and closed are the process's
 		{Detector{}, `cfg stacks models rec sync metaSeen cur lastStep lastSeen missing stepEvents stepBad processed

@@ -235,6 +235,7 @@ func (d *Detector) Close(ctx context.Context) error {
 	d.stats.openAtEnd.Add(open)
 	d.stepEvents = 0
 	d.endStep(ctx, true)
+	d.releaseOutputs()
 	if d.cfg.Barrier != nil {
 		d.cfg.Barrier.Leave(d.cfg.Rank)
 	}

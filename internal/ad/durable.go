@@ -3,6 +3,7 @@ package ad
 import (
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -204,29 +205,96 @@ func (dn *durableNode) openConsumer(ctx context.Context, cfg ServeConfig, from u
 	return nil
 }
 
-// A stored checkpoint is the stream sequence of the last frame it covers
-// (8 bytes, little endian) followed by Detector.Checkpoint's bytes.
+// storedCheckpoint is what the object store keeps of a rank: the stream
+// sequence of the last frame the checkpoint covers, the detector's
+// checkpoint, and the record batches of the steps it covers that had not
+// been published when it was taken (they are published after it is
+// stored, and again from it after a restart: provdb stores a record once).
+//
+// Encoded as the sequence (8 bytes, little endian), the checkpoint's length
+// (uvarint) and bytes, then the batches as a JSON array.
+type storedCheckpoint struct {
+	seq     uint64
+	ckpt    []byte
+	batches []*Batch
+}
 
-// load returns rank's checkpoint (nil when there is none) with the stream
-// sequence of the last frame it covers, and whether the rank's detector had
-// closed at the end of its stream.
-func (dn *durableNode) load(ctx context.Context, pid, rank uint32) (data []byte, seq uint64, ended bool, err error) {
+func (c *storedCheckpoint) encode() ([]byte, error) {
+	recs, err := json.Marshal(c.batches)
+	if err != nil {
+		return nil, fmt.Errorf("encode held records: %w", err)
+	}
+	b := binary.LittleEndian.AppendUint64(make([]byte, 0, 8+binary.MaxVarintLen64+len(c.ckpt)+len(recs)), c.seq)
+	b = binary.AppendUvarint(b, uint64(len(c.ckpt)))
+	b = append(b, c.ckpt...)
+	return append(b, recs...), nil
+}
+
+func decodeStoredCheckpoint(b []byte) (*storedCheckpoint, error) {
+	if len(b) < 9 {
+		return nil, fmt.Errorf("stored checkpoint of %d bytes: %w", len(b), ErrBadCheckpoint)
+	}
+	c := &storedCheckpoint{seq: binary.LittleEndian.Uint64(b)}
+	n, k := binary.Uvarint(b[8:])
+	if k <= 0 || n > uint64(len(b)-8-k) {
+		return nil, fmt.Errorf("stored checkpoint: length at byte 8: %w", ErrBadCheckpoint)
+	}
+	off := 8 + k
+	c.ckpt = b[off : off+int(n)]
+	if err := json.Unmarshal(b[off+int(n):], &c.batches); err != nil {
+		return nil, fmt.Errorf("stored checkpoint: held records at byte %d: %v: %w", off+int(n), err, ErrBadCheckpoint)
+	}
+	return c, nil
+}
+
+// load returns rank's stored checkpoint (nil when there is none), and
+// whether the rank's detector had closed at the end of its stream.
+func (dn *durableNode) load(ctx context.Context, pid, rank uint32) (*storedCheckpoint, bool, error) {
 	if _, err := dn.store.GetInfo(ctx, endedKey(pid, rank)); err == nil {
-		return nil, 0, true, nil
+		return nil, true, nil
 	} else if !errors.Is(err, jetstream.ErrObjectNotFound) {
-		return nil, 0, false, fmt.Errorf("checkpoint of rank %d: %w", rank, err)
+		return nil, false, fmt.Errorf("checkpoint of rank %d: %w", rank, err)
 	}
 	b, err := dn.store.GetBytes(ctx, checkpointKey(pid, rank))
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
-		return nil, 0, false, nil
+		return nil, false, nil
 	}
 	if err != nil {
-		return nil, 0, false, fmt.Errorf("checkpoint of rank %d: %w", rank, err)
+		return nil, false, fmt.Errorf("checkpoint of rank %d: %w", rank, err)
 	}
-	if len(b) < 8 {
-		return nil, 0, false, fmt.Errorf("checkpoint of rank %d: %d bytes: %w", rank, len(b), ErrBadCheckpoint)
+	c, err := decodeStoredCheckpoint(b)
+	if err != nil {
+		return nil, false, fmt.Errorf("checkpoint of rank %d: %w", rank, err)
 	}
-	return b[8:], binary.LittleEndian.Uint64(b), false, nil
+	return c, false, nil
+}
+
+// holdSink keeps a rank's record batches until its next checkpoint (see
+// storedCheckpoint), so that no record leaves before the state that
+// labelled it is stored. Used by the rank's goroutine only.
+type holdSink struct {
+	next Sink
+	held []*Batch
+}
+
+// Publish implements Sink: it holds b.
+func (h *holdSink) Publish(_ context.Context, b *Batch) error {
+	h.held = append(h.held, b)
+	return nil
+}
+
+// Flush implements Sink: it publishes the held batches, then waits for the
+// next sink to have published them.
+func (h *holdSink) Flush(ctx context.Context) error {
+	var errs []error
+	for _, b := range h.held {
+		if err := h.next.Publish(ctx, b); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	clear(h.held)
+	h.held = h.held[:0]
+	return errors.Join(append(errs, h.next.Flush(ctx))...)
 }
 
 // consume delivers the node's frames to the ranks' sources until ctx is
@@ -315,6 +383,7 @@ func (s *durableSource) ackAll() {
 type rankDurable struct {
 	node  *durableNode
 	src   *durableSource
+	hold  *holdSink // nil without a sink
 	pid   uint32
 	rank  uint32
 	steps int // io_steps processed since the last checkpoint
@@ -341,26 +410,34 @@ func (r *rankDurable) processed(ctx context.Context, d *Detector) error {
 	return r.checkpoint(ctx, d)
 }
 
-// checkpoint makes the records handed to the sink durable, stores the
-// detector's checkpoint, then acknowledges the frames it covers.
+// checkpoint releases the outputs held since the last one, stores the
+// detector's checkpoint with the records not yet published, publishes
+// them, and then acknowledges the frames it covers.
 func (r *rankDurable) checkpoint(ctx context.Context, d *Detector) error {
 	r.steps = 0
-	if d.cfg.Sink != nil {
-		if err := d.cfg.Sink.Flush(ctx); err != nil {
-			return fmt.Errorf("checkpoint of rank %d: flush records: %w", r.rank, err)
-		}
-	}
+	d.releaseOutputs()
 	ck, err := d.Checkpoint()
 	if err != nil {
 		return err
 	}
-	data := binary.LittleEndian.AppendUint64(make([]byte, 0, 8+len(ck)), r.src.lastSeq)
-	data = append(data, ck...)
+	sc := storedCheckpoint{seq: r.src.lastSeq, ckpt: ck}
+	if r.hold != nil {
+		sc.batches = r.hold.held
+	}
+	data, err := sc.encode()
+	if err != nil {
+		return fmt.Errorf("checkpoint of rank %d: %w", r.rank, err)
+	}
 	if _, err := r.node.store.PutBytes(ctx, checkpointKey(r.pid, r.rank), data); err != nil {
 		return fmt.Errorf("store checkpoint of rank %d: %w", r.rank, err)
 	}
 	r.node.checkpoints.Add(1)
 	r.node.checkpointBytes.Add(uint64(len(data)))
+	if d.cfg.Sink != nil {
+		if err := d.cfg.Sink.Flush(ctx); err != nil {
+			return fmt.Errorf("checkpoint of rank %d: publish records: %w", r.rank, err)
+		}
+	}
 	r.src.ackAll()
 	return nil
 }
@@ -391,6 +468,24 @@ func (dn *durableNode) collect(ch chan<- prometheus.Metric) {
 	}
 }
 
+// releaseOutputs lets the step summaries and per-key anomaly counts held
+// since the last call (Config.ExactSync) go with the next sync requests.
+// With durable frames it is called just before each checkpoint: what a
+// detector sends after a checkpoint is then a function of the checkpoint
+// and the frames after it, labels included, so a restored detector sends
+// the pserver exactly what the lost one did (and the pserver applies each
+// Seq once).
+func (d *Detector) releaseOutputs() {
+	for _, m := range d.models.list {
+		m.accumAnoms += m.heldAnoms
+		m.heldAnoms = 0
+	}
+	for _, sum := range d.sync.held {
+		d.sync.queueSummary(sum)
+	}
+	d.sync.held = nil
+}
+
 // suspend stops the detector's pserver senders and leaves its node's syncer
 // without ending its steps or flushing anything: the state stays as its last
 // checkpoint left it, for a restarted ad to resume. The detector is closed
@@ -409,3 +504,16 @@ func (d *Detector) suspend() {
 
 // setDurable makes the collector report the node's checkpoints.
 func (c *Collector) setDurable(dn *durableNode) { c.durable.Store(dn) }
+
+// republish hands batches saved with a checkpoint to sink again.
+func republish(ctx context.Context, sink Sink, batches []*Batch) error {
+	if sink == nil || len(batches) == 0 {
+		return nil
+	}
+	for _, b := range batches {
+		if err := sink.Publish(ctx, b); err != nil {
+			return fmt.Errorf("publish the records saved with the checkpoint: %w", err)
+		}
+	}
+	return sink.Flush(ctx)
+}

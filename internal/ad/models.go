@@ -66,6 +66,9 @@ type model struct {
 	hAccum, hInflight, hGlobal stats.Histogram
 	inFlight                   bool
 	accumAnoms, inflightAnoms  uint64
+	// heldAnoms, with ExactSync, are the anomalies labelled since the last
+	// releaseOutputs (checkpoint); they join accumAnoms then.
+	heldAnoms uint64
 
 	// the natural range (every algorithm but with Chimbuko's rules)
 	tAccum, tInflight, tGlobal stats.TailHist

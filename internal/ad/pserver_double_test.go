@@ -3,6 +3,10 @@ package ad
 import (
 	"context"
 	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -65,6 +69,15 @@ func (p *fakePServer) handle(shard int, req *psync.SyncRequest) *psync.SyncReply
 				g = &psync.GlobalModel{Key: d.Key}
 				p.models[d.Key] = g
 			}
+			if d.Tail != nil {
+				if g.Tail == nil {
+					g.Tail = &stats.TailHist{}
+				}
+				if err := g.Tail.Merge(*d.Tail); err != nil {
+					rep.Error = err.Error()
+					return rep
+				}
+			}
 			more := append([]psync.ModelPart{{Moments: d.Moments, Histogram: d.Histogram}}, d.More...)
 			for _, m := range more {
 				g.Moments.Merge(m.Moments)
@@ -81,7 +94,14 @@ func (p *fakePServer) handle(shard int, req *psync.SyncRequest) *psync.SyncReply
 		}
 		for _, rp := range parts {
 			for _, s := range rp.Steps {
-				p.steps[[2]uint64{uint64(rp.Rank), s.Step}] = s
+				// An applied summary of a step already summarized (the
+				// end of the run closes the last step again) adds to it.
+				k := [2]uint64{uint64(rp.Rank), s.Step}
+				if prev, ok := p.steps[k]; ok {
+					s.Anomalies += prev.Anomalies
+					s.Executions += prev.Executions
+				}
+				p.steps[k] = s
 			}
 			p.lastSeq[[3]uint64{uint64(rp.PID), uint64(rp.Rank), uint64(shard)}] = rp.Seq
 		}
@@ -96,6 +116,10 @@ func (p *fakePServer) handle(shard int, req *psync.SyncRequest) *psync.SyncReply
 			continue
 		}
 		g := *gm
+		if g.Tail != nil {
+			t := g.Tail.Clone()
+			g.Tail = &t
+		}
 		if g.Histogram != nil {
 			h := *g.Histogram
 			h.Counts = append([]uint64(nil), h.Counts...)
@@ -113,4 +137,47 @@ func (p *fakePServer) total(key string) float64 {
 		return g.Moments.N
 	}
 	return 0
+}
+
+// stepCount is the number of (rank, step) summaries received.
+func (p *fakePServer) stepCount() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.steps)
+}
+
+// summaryString lists, by rank, the step summaries received and their
+// anomalies and executions.
+func (p *fakePServer) summaryString() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	type tot struct{ steps, anomalies, executions uint64 }
+	by := map[uint64]*tot{}
+	for k, s := range p.steps {
+		t := by[k[0]]
+		if t == nil {
+			t = &tot{}
+			by[k[0]] = t
+		}
+		t.steps++
+		t.anomalies += s.Anomalies
+		t.executions += s.Executions
+	}
+	ranks := slices.Sorted(maps.Keys(by))
+	var b strings.Builder
+	for _, r := range ranks {
+		fmt.Fprintf(&b, "rank %d: %+v; ", r, *by[r])
+	}
+	return b.String()
+}
+
+// anomalies is the sum of the anomalies of every step summary received.
+func (p *fakePServer) anomalies() uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var n uint64
+	for _, s := range p.steps {
+		n += s.Anomalies
+	}
+	return n
 }

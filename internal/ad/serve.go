@@ -141,6 +141,7 @@ func Serve(ctx context.Context, cfg ServeConfig) ([]Stats, error) {
 		sub   *nats.Subscription
 		dur   *rankDurable
 		ckSeq uint64 // stream sequence its checkpoint covers
+		hold  *holdSink
 	}
 	seen := map[uint32]bool{}
 	for _, r := range cfg.Ranks {
@@ -176,8 +177,13 @@ func Serve(ctx context.Context, cfg ServeConfig) ([]Stats, error) {
 		dc.Barrier = barrier
 		var ckpt []byte
 		var ckSeq uint64
+		var hold *holdSink
+		if dn != nil && dc.Sink != nil {
+			hold = &holdSink{next: dc.Sink}
+			dc.Sink = hold
+		}
 		if dn != nil {
-			data, seq, ended, err := dn.load(ctx, cfg.PID, r)
+			sc, ended, err := dn.load(ctx, cfg.PID, r)
 			if err != nil {
 				return nil, fmt.Errorf("serve detectors: %w", err)
 			}
@@ -185,7 +191,14 @@ func Serve(ctx context.Context, cfg ServeConfig) ([]Stats, error) {
 				cfg.Logger.Info().Uint32("rank", r).Msg("rank's stream ended before: not served again")
 				continue
 			}
-			ckpt, ckSeq = data, seq
+			var seq uint64
+			if sc != nil {
+				ckpt, ckSeq, seq = sc.ckpt, sc.seq, sc.seq
+				// Records the lost process may not have published.
+				if err := republish(ctx, cfg.Detector.Sink, sc.batches); err != nil {
+					return nil, fmt.Errorf("serve detectors: rank %d: %w", r, err)
+				}
+			}
 			if ckpt == nil {
 				fromSeq = 0 // this rank needs the stream from its start
 			} else if first {
@@ -216,7 +229,7 @@ func Serve(ctx context.Context, cfg ServeConfig) ([]Stats, error) {
 		if cfg.Collector != nil {
 			cfg.Collector.Add(d)
 		}
-		ranks = append(ranks, &rankState{d: d, ckSeq: ckSeq})
+		ranks = append(ranks, &rankState{d: d, ckSeq: ckSeq, hold: hold})
 	}
 	var subs []*nats.Subscription
 	defer func() {
@@ -235,7 +248,7 @@ func Serve(ctx context.Context, cfg ServeConfig) ([]Stats, error) {
 		if dn != nil {
 			src := &durableSource{ch: make(chan jetstream.Msg, cfg.PendingFrames), lastSeq: rs.ckSeq}
 			srcs[rs.d.cfg.Rank] = src
-			rs.dur = &rankDurable{node: dn, src: src, pid: cfg.PID, rank: rs.d.cfg.Rank}
+			rs.dur = &rankDurable{node: dn, src: src, hold: rs.hold, pid: cfg.PID, rank: rs.d.cfg.Rank}
 			continue
 		}
 		s, err := cfg.Conn.SubscribeSync(subj.Frames(cfg.PID, rs.d.cfg.Rank))
@@ -444,6 +457,29 @@ func serveRank(ctx context.Context, d *Detector, sub msgSource, endAll <-chan st
 		}
 		cancel()
 	}()
+	// With durable frames a step under way when ctx is cancelled still
+	// gets its pserver answer (within closeTimeout), so that it is labelled
+	// as it would have been without the stop.
+	pctx := ctx
+	if dur != nil {
+		var pcancel context.CancelFunc
+		pctx, pcancel = context.WithCancel(context.WithoutCancel(ctx))
+		defer pcancel()
+		returned := make(chan struct{})
+		stop := context.AfterFunc(ctx, func() {
+			t := time.NewTimer(closeTimeout)
+			defer t.Stop()
+			select {
+			case <-t.C:
+				pcancel()
+			case <-returned:
+			}
+		})
+		defer func() {
+			stop()
+			close(returned)
+		}()
+	}
 	var f frame.Frame
 	dropped := 0
 	for {
@@ -487,7 +523,7 @@ func serveRank(ctx context.Context, d *Detector, sub msgSource, endAll <-chan st
 		if dur != nil && dur.skip(d, f.Step) {
 			continue
 		}
-		if err := d.Process(ctx, &f); err != nil {
+		if err := d.Process(pctx, &f); err != nil {
 			if errors.Is(err, ErrClosed) {
 				break
 			}

@@ -18,7 +18,7 @@ import (
 	"github.com/kipimo-hpc/kipimo/internal/workload"
 )
 
-func startNATS(t *testing.T) (*natsx.Server, *nats.Conn) {
+func startNATS(t testing.TB) (*natsx.Server, *nats.Conn) {
 	t.Helper()
 	cfg := natsx.DefaultServerConfig(t.TempDir())
 	srv, err := natsx.StartServer(cfg)
@@ -44,7 +44,7 @@ type natsDouble struct {
 	sub  *nats.Subscription
 }
 
-func (n *natsDouble) start(t *testing.T) {
+func (n *natsDouble) start(t testing.TB) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	sub, err := n.nc.Subscribe(n.subj.Sync(0), func(m *nats.Msg) {
@@ -66,7 +66,7 @@ func (n *natsDouble) start(t *testing.T) {
 	n.sub = sub
 }
 
-func (n *natsDouble) stop(t *testing.T) {
+func (n *natsDouble) stop(t testing.TB) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if err := n.sub.Unsubscribe(); err != nil {

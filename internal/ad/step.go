@@ -77,7 +77,11 @@ func (d *Detector) endStep(ctx context.Context, final bool) {
 	}
 	for k, fm := range funcs {
 		m := d.models.list[k]
-		m.accumAnoms += fm.Count
+		if d.cfg.ExactSync {
+			m.heldAnoms += fm.Count
+		} else {
+			m.accumAnoms += fm.Count
+		}
 		if sum.FuncAnomalies == nil {
 			sum.FuncAnomalies = map[string]uint64{}
 		}

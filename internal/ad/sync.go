@@ -77,11 +77,14 @@ type syncState struct {
 	left      bool        // the detector has left node
 	shards    []*shardState
 	summaries []psync.StepSummary
-	counters  map[string]*stats.Moments
-	lag       atomic.Uint64
-	ctx       context.Context
-	cancel    context.CancelFunc
-	wg        sync.WaitGroup
+	// held, with ExactSync, are the step summaries since the last
+	// releaseOutputs (checkpoint): they are sent after it.
+	held     []psync.StepSummary
+	counters map[string]*stats.Moments
+	lag      atomic.Uint64
+	ctx      context.Context
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
 }
 
 func newSyncState(d *Detector) *syncState {
@@ -103,6 +106,16 @@ func (s *syncState) addSummary(sum psync.StepSummary) {
 	if s.d.cfg.Syncer == nil {
 		return
 	}
+	if s.d.cfg.ExactSync {
+		s.held = append(s.held, sum)
+		return
+	}
+	s.queueSummary(sum)
+}
+
+// queueSummary adds sum to the summaries the next request of shard 0
+// carries, dropping (and counting) the oldest beyond MaxStepSummaries.
+func (s *syncState) queueSummary(sum psync.StepSummary) {
 	if len(s.summaries) >= s.d.cfg.MaxStepSummaries {
 		n := len(s.summaries) - s.d.cfg.MaxStepSummaries + 1
 		s.summaries = append(s.summaries[:0], s.summaries[n:]...)
