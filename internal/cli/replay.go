@@ -84,7 +84,10 @@ convert" reports it: one line per kind, and "losses" in --json.`,
 				fmt.Fprintf(stderr, "note: no --nats given; publishing to an embedded NATS server at %s that nothing else subscribes to\n", url)
 			}
 			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			nc, err := natsx.Connect(cctx, url, "kipimo-replay", nats.MaxReconnects(0))
+			// Like an instrumented application, replay rides out a NATS
+			// restart: frames wait in the client's buffer (64 MiB) and go
+			// out on reconnecting; it gives up after 30 s without a server.
+			nc, err := natsx.Connect(cctx, url, "kipimo-replay", nats.MaxReconnects(120))
 			cancel()
 			if err != nil {
 				return err

@@ -3,6 +3,7 @@ package deploytest
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -59,7 +60,11 @@ type proc struct {
 // start runs program with args, its output in dir/<name>.log.
 func start(t *testing.T, dir, name, program string, args ...string) *proc {
 	t.Helper()
-	logf, err := os.Create(filepath.Join(dir, name+".log"))
+	path := filepath.Join(dir, name+".log")
+	if _, err := os.Stat(path); err == nil { // a restart: keep both logs
+		path = filepath.Join(dir, fmt.Sprintf("%s-%d.log", name, time.Now().UnixNano()))
+	}
+	logf, err := os.Create(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,30 +173,6 @@ func startNATS(t *testing.T, dir string, port int) *proc {
 	return p
 }
 
-// metric reads one counter from a Prometheus endpoint (0 when absent).
-func metric(t *testing.T, url, name string) float64 {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatalf("metrics %s: %v", url, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, name+" "); ok {
-			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return f
-		}
-	}
-	return 0
-}
-
 // anomalyKey is what identifies a stored anomaly across runs.
 type anomalyKey struct {
 	rank, tid uint32
@@ -233,23 +214,23 @@ type restartRun struct {
 }
 
 func (r *restartRun) startAD(name, ranks string) *proc {
-	p := start(r.t, r.dir, fmt.Sprintf("%s-%d", name, time.Now().UnixNano()), r.bins["ad"],
+	p := start(r.t, r.dir, name, r.bins["ad"],
 		"--run", r.run, "--nats", r.natsURL, "--ranks", ranks, "--frames", "durable", "--checkpoint-every", "3",
 		"--log-level", "warn")
 	r.ads[name] = p
 	return p
 }
 
-// TestDurableFramesSurviveADKill runs the pipeline as separate processes
+// TestDurableFramesSurviveKills runs the pipeline as separate processes
 // (NATS with JetStream on file storage, pserver, provdb, two ad with durable
-// frames serving ranks 0-3 and 4-7) under a realtime replay of a generated
-// run, twice: once uninterrupted, once with the second ad killed with
-// SIGKILL mid-run and started again. Both must store the same anomalies,
-// no function must lose its name, and the store must hold what the pserver
-// counted.
-func TestDurableFramesSurviveADKill(t *testing.T) {
+// frames serving ranks 0-3 and 4-7) under a paced replay of a generated run:
+// once uninterrupted, then once for each process killed with SIGKILL mid-run
+// and started again (the second ad, NATS itself, the pserver, provdb). Each
+// must store the anomalies of the uninterrupted run, name every function,
+// and hold in its store what the pserver counted.
+func TestDurableFramesSurviveKills(t *testing.T) {
 	if testing.Short() {
-		t.Skip("runs the pipeline as processes for ~40 s")
+		t.Skip("runs the pipeline as processes five times (~2 min)")
 	}
 	bins := map[string]string{}
 	for _, b := range Binaries {
@@ -265,83 +246,117 @@ func TestDurableFramesSurviveADKill(t *testing.T) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("kipimo gen: %v\n%s", err, out)
 	}
-	runOnce := func(name string, kill bool) (map[anomalyKey]bool, float64) {
-		dir := t.TempDir()
-		port := freePort(t)
-		r := &restartRun{t: t, dir: dir, run: name, natsURL: fmt.Sprintf("nats://127.0.0.1:%d", port), bins: bins, ads: map[string]*proc{}}
-		startNATS(t, dir, port)
-		psPort := freePort(t)
-		r.psHTTP = fmt.Sprintf("127.0.0.1:%d", psPort)
-		r.store = filepath.Join(dir, "prov.db")
-		start(t, dir, "pserver", bins["pserver"], "--run", name, "--nats", r.natsURL, "--http", r.psHTTP, "--log-level", "warn")
-		prov := start(t, dir, "provdb", bins["provdb"], "--run", name, "--nats", r.natsURL, "--store", r.store, "--http", "", "--log-level", "warn")
-		a := r.startAD("ad-a", "0-3")
-		b := r.startAD("ad-b", "4-7")
-		waitListening(t, r.psHTTP)
-		// The ads create the frame stream at start: wait for their
-		// consumers before publishing.
+	want, wantCount := runKilled(t, bins, gen, "uninterrupted", "")
+	t.Logf("uninterrupted: %d anomalies stored, %d counted", len(want), wantCount)
+	if len(want) == 0 || uint64(len(want)) != wantCount {
+		t.Fatalf("uninterrupted run: %d anomalies stored, %d counted", len(want), wantCount)
+	}
+	for _, victim := range []string{"ad", "nats", "pserver", "provdb"} {
+		t.Run("kill "+victim, func(t *testing.T) {
+			got, count := runKilled(t, bins, gen, "killed-"+victim, victim)
+			t.Logf("%s killed and restarted: %d anomalies stored, %d counted", victim, len(got), count)
+			if uint64(len(got)) != count {
+				t.Errorf("the store holds %d anomalies and the pserver counts %d", len(got), count)
+			}
+			var missing, extra []string
+			for k := range want {
+				if !got[k] {
+					missing = append(missing, fmt.Sprint(k))
+				}
+			}
+			for k := range got {
+				if !want[k] {
+					extra = append(extra, fmt.Sprint(k))
+				}
+				if strings.HasPrefix(k.fn, "fid_") {
+					t.Errorf("anomaly stored under an invented name: %v", k)
+				}
+			}
+			sort.Strings(missing)
+			sort.Strings(extra)
+			if len(missing)+len(extra) > 0 {
+				t.Errorf("lost %d and added %d anomalies; lost %.5q, added %.5q", len(missing), len(extra), missing, extra)
+			}
+		})
+	}
+}
+
+// runKilled runs the pipeline once on the frames in gen, killing victim
+// ("" for none) 2 s into the replay and starting it again 1 s later, and
+// returns the anomalies stored and the pserver's count once they agree (or
+// after a minute).
+func runKilled(t *testing.T, bins map[string]string, gen, name, victim string) (map[anomalyKey]bool, uint64) {
+	t.Helper()
+	dir := t.TempDir()
+	port := freePort(t)
+	r := &restartRun{t: t, dir: dir, run: name, natsURL: fmt.Sprintf("nats://127.0.0.1:%d", port), bins: bins, ads: map[string]*proc{}}
+	r.psHTTP = fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	r.store = filepath.Join(dir, "prov.db")
+	procs := map[string]func() *proc{
+		"nats": func() *proc { return startNATS(t, dir, port) },
+		"pserver": func() *proc {
+			return start(t, dir, "pserver", bins["pserver"], "--run", name, "--nats", r.natsURL, "--http", r.psHTTP, "--log-level", "warn")
+		},
+		"provdb": func() *proc {
+			return start(t, dir, "provdb", bins["provdb"], "--run", name, "--nats", r.natsURL, "--store", r.store, "--http", "", "--log-level", "warn")
+		},
+		"ad":   func() *proc { return r.startAD("ad-b", "4-7") },
+		"ad-a": func() *proc { return r.startAD("ad-a", "0-3") },
+	}
+	running := map[string]*proc{}
+	for _, p := range []string{"nats", "pserver", "provdb", "ad-a", "ad"} {
+		running[p] = procs[p]()
+	}
+	waitListening(t, r.psHTTP)
+	// The ads create the frame stream at start: wait for their consumers
+	// before publishing.
+	time.Sleep(2 * time.Second)
+	rp := start(t, dir, "replay", bins["kipimo"], "replay", "--nats", r.natsURL, "--run", name, "--speed", "0.15x", "--progress=false", gen)
+	if victim != "" {
 		time.Sleep(2 * time.Second)
-		rp := start(t, dir, "replay", bins["kipimo"], "replay", "--nats", r.natsURL, "--run", name, "--speed", "0.15x", "--progress=false", gen)
-		if kill {
-			time.Sleep(2 * time.Second)
-			b.kill(t)
-			time.Sleep(time.Second)
-			b = r.startAD("ad-b2", "4-7")
-		}
-		rp.wait(t, 2*time.Minute)
-		a.wait(t, 2*time.Minute)
-		b.wait(t, 2*time.Minute)
-		// provdb has stored everything once the pserver's count and the
-		// store agree and stay so.
-		var stored map[anomalyKey]bool
-		var counted float64
-		deadline := time.Now().Add(time.Minute)
-		for {
-			counted = metric(t, "http://"+r.psHTTP+"/metrics", "kipimo_anomalies_total")
-			stored = storedAnomalies(t, r.store)
-			if float64(len(stored)) == counted && counted > 0 || time.Now().After(deadline) {
-				break
-			}
-			time.Sleep(500 * time.Millisecond)
-		}
-		_ = prov
-		if float64(len(stored)) != counted {
-			perRank := map[uint32]int{}
-			for k := range stored {
-				perRank[k.rank]++
-			}
-			for rank := range uint32(8) {
-				t.Logf("%s: rank %d: %d stored, %v counted", name, rank, perRank[rank],
-					metric(t, "http://"+r.psHTTP+"/metrics", fmt.Sprintf(`kipimo_rank_anomalies_total{pid="0",rank="%d"}`, rank)))
-			}
-		}
-		return stored, counted
+		running[victim].kill(t)
+		time.Sleep(time.Second)
+		running[victim] = procs[victim]()
 	}
-	want, wantCount := runOnce("uninterrupted", false)
-	got, gotCount := runOnce("killed", true)
-	t.Logf("uninterrupted: %d stored, %v counted; killed and restarted: %d stored, %v counted", len(want), wantCount, len(got), gotCount)
-	if float64(len(got)) != gotCount {
-		t.Errorf("after the restart the store holds %d anomalies and the pserver counts %v", len(got), gotCount)
-	}
-	var missing, extra []string
-	for k := range want {
-		if !got[k] {
-			missing = append(missing, fmt.Sprint(k))
+	rp.wait(t, 2*time.Minute)
+	running["ad-a"].wait(t, 2*time.Minute)
+	running["ad"].wait(t, 2*time.Minute)
+	var stored map[anomalyKey]bool
+	var counted uint64
+	deadline := time.Now().Add(time.Minute)
+	for {
+		counted = summaryAnomalies(t, r.psHTTP)
+		stored = storedAnomalies(t, r.store)
+		if uint64(len(stored)) == counted && counted > 0 || time.Now().After(deadline) {
+			break
 		}
+		time.Sleep(500 * time.Millisecond)
 	}
-	for k := range got {
-		if !want[k] {
-			extra = append(extra, fmt.Sprint(k))
-		}
-		if strings.HasPrefix(k.fn, "fid_") {
-			t.Errorf("anomaly stored under an invented name: %v", k)
-		}
+	return stored, counted
+}
+
+// summaryAnomalies is the pserver's count of anomalies over the run.
+func summaryAnomalies(t *testing.T, addr string) uint64 {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/api/summary")
+	if err != nil {
+		t.Fatalf("pserver summary: %v", err)
 	}
-	sort.Strings(missing)
-	sort.Strings(extra)
-	if len(missing)+len(extra) > 0 {
-		t.Errorf("the restarted run lost %d and added %d anomalies; lost %.5q, added %.5q", len(missing), len(extra), missing, extra)
+	defer resp.Body.Close()
+	var s struct {
+		Totals struct {
+			Anomalies uint64 `json:"anomalies"`
+			Missing   uint64 `json:"missing_steps"`
+			Frames    uint64 `json:"frames"`
+		} `json:"totals"`
 	}
+	if err := json.NewDecoder(resp.Body).Decode(&s); err != nil {
+		t.Fatalf("pserver summary: %v", err)
+	}
+	if s.Totals.Missing > 0 {
+		t.Logf("pserver: %d frames, %d io_steps missing", s.Totals.Frames, s.Totals.Missing)
+	}
+	return s.Totals.Anomalies
 }
 
 // waitListening waits until addr accepts connections.
