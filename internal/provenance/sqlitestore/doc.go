@@ -4,9 +4,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"slices"
+	"runtime"
 
-	"github.com/klauspost/compress/s2"
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
@@ -16,9 +15,9 @@ import (
 // KiB of JSON whose keys and shape repeat from record to record and whose
 // values (function names, timestamps, event ids, statistics) repeat across
 // the records of one batch: compressed alone it keeps most of its size,
-// compressed with its neighbours it takes about a fifth. Each write of up
-// to execRowsPerInsert executions stores their documents as one compressed
-// block in the <kind>_docs table; each execution's doc column then holds a
+// compressed with its neighbours it takes about an eighth. Each write of up
+// to execRowsPerInsert executions stores their documents as one zstd block
+// in the <kind>_docs table; each execution's doc column then holds a
 // reference to its place in the block.
 //
 // The first byte of a doc column says what it holds:
@@ -27,30 +26,23 @@ import (
 //	0x02  a reference: uvarint block id (the rowid in <kind>_docs), uvarint
 //	      slot (the document's index in the block)
 //
-// The first byte of a block says how it is compressed:
-//
-//	0x01  an S2 block (github.com/klauspost/compress/s2) follows: what
-//	      writes make. S2 compresses a block about 2.5 times faster than
-//	      zstd's fastest level (about 2.4 µs per document instead of 6),
-//	      for about 550 B per document instead of 350.
-//	0x28  the block is a zstd frame (the first byte of its magic number):
-//	      blocks written before S2, still read.
-//
 // A block, decompressed, is a uvarint count n, n uvarint lengths, then the
 // n documents one after the other.
 
 const docRef = 0x02
 
-// blockS2 is the first byte of a block compressed with S2.
-const blockS2 = 0x01
-
 // maxBlockLen bounds a block's decompressed size, so that a corrupt block
 // cannot make a reader allocate gigabytes. No write makes one this large.
 const maxBlockLen = 256 << 20
 
-// blockDecoder reads the zstd blocks of older stores.
-var blockDecoder, _ = zstd.NewReader(nil, zstd.WithDecoderConcurrency(0),
-	zstd.WithDecoderMaxMemory(maxBlockLen), zstd.WithDecoderMaxWindow(maxBlockLen))
+var (
+	// blockEncoder serves as many blocks at once as there are processors
+	// (Prepare runs on several goroutines).
+	blockEncoder, _ = zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest),
+		zstd.WithEncoderConcurrency(runtime.GOMAXPROCS(0)), zstd.WithEncoderCRC(false), zstd.WithZeroFrames(true))
+	blockDecoder, _ = zstd.NewReader(nil, zstd.WithDecoderConcurrency(0),
+		zstd.WithDecoderMaxMemory(maxBlockLen), zstd.WithDecoderMaxWindow(maxBlockLen))
+)
 
 // blockBuilder assembles the documents of one block. The zero value is an
 // empty builder; reset empties it keeping its memory.
@@ -118,11 +110,7 @@ func (b *blockBuilder) appendCompressed(dst []byte) []byte {
 	} else {
 		raw = append(hdr, b.raw[headerRoom:]...)
 	}
-	dst = append(dst, blockS2)
-	n := len(dst)
-	dst = slices.Grow(dst, s2.MaxEncodedLen(len(raw)))
-	z := s2.Encode(dst[n:cap(dst)], raw)
-	return dst[:n+len(z)]
+	return blockEncoder.EncodeAll(raw, dst)
 }
 
 // build encodes the documents of group (at most execRowsPerInsert
@@ -163,7 +151,7 @@ func parseRef(doc []byte) (id int64, slot int, err error) {
 // decodeBlock decompresses a block and returns its documents, which share
 // one allocation.
 func decodeBlock(data []byte) ([][]byte, error) {
-	raw, err := decompress(data)
+	raw, err := blockDecoder.DecodeAll(data, nil)
 	if err != nil {
 		return nil, fmt.Errorf("stored document block: %w", err)
 	}
@@ -194,19 +182,4 @@ func decodeBlock(data []byte) ([][]byte, error) {
 		return nil, errors.New("stored document block: bytes after the last document")
 	}
 	return docs, nil
-}
-
-// decompress returns the decompressed bytes of a block.
-func decompress(data []byte) ([]byte, error) {
-	if len(data) > 0 && data[0] == blockS2 {
-		n, err := s2.DecodedLen(data[1:])
-		if err != nil {
-			return nil, err
-		}
-		if n > maxBlockLen {
-			return nil, fmt.Errorf("%d bytes decompressed, more than any block holds", n)
-		}
-		return s2.Decode(make([]byte, n), data[1:])
-	}
-	return blockDecoder.DecodeAll(data, nil)
 }

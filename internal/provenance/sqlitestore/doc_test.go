@@ -2,14 +2,10 @@ package sqlitestore
 
 import (
 	"bytes"
-	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
-
-	"github.com/klauspost/compress/s2"
-	"github.com/klauspost/compress/zstd"
 
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
 )
@@ -142,92 +138,29 @@ func TestRefs(t *testing.T) {
 	}
 }
 
-// zstdBlock compresses raw as blocks were compressed before S2: one zstd
-// frame.
-func zstdBlock(t testing.TB, raw []byte) []byte {
-	enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderCRC(false), zstd.WithZeroFrames(true))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer enc.Close()
-	return enc.EncodeAll(raw, nil)
-}
-
-// s2Block compresses raw as writes do now.
-func s2Block(raw []byte) []byte { return append([]byte{blockS2}, s2.Encode(nil, raw)...) }
-
-// TestDecodeBlockZstd checks that blocks of stores written before S2 (zstd
-// frames) still read back.
-func TestDecodeBlockZstd(t *testing.T) {
-	execs := benchExecs(64)
-	var b blockBuilder
-	var want [][]byte
-	for i := range execs {
-		js, err := provenance.AppendExecJSON(nil, &execs[i])
-		if err != nil {
-			t.Fatal(err)
-		}
-		b.add(js)
-		want = append(want, js)
-	}
-	// The uncompressed block: count, lengths, documents.
-	raw := binary.AppendUvarint(nil, uint64(len(want)))
-	for _, d := range want {
-		raw = binary.AppendUvarint(raw, uint64(len(d)))
-	}
-	raw = append(raw, bytes.Join(want, nil)...)
-	z := zstdBlock(t, raw)
-	if z[0] != 0x28 {
-		t.Fatalf("zstd block starts with %#x", z[0])
-	}
-	got, err := decodeBlock(z)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(got) != len(want) {
-		t.Fatalf("%d documents back, want %d", len(got), len(want))
-	}
-	for i := range want {
-		if !bytes.Equal(got[i], want[i]) {
-			t.Fatalf("document %d differs", i)
-		}
-	}
-	if s := b.appendCompressed(nil); s[0] != blockS2 {
-		t.Errorf("a new block starts with %#x, want %#x (S2)", s[0], blockS2)
-	}
-}
-
 func TestDecodeBlockRejectsCorruption(t *testing.T) {
 	var b blockBuilder
 	b.add([]byte(`{"event_id":"1:2:3"}`))
 	b.add([]byte(`{"event_id":"1:2:4"}`))
 	good := b.appendCompressed(nil)
-	type compressor struct {
-		name string
-		z    func([]byte) []byte
-	}
-	for _, c := range []compressor{{"s2", s2Block}, {"zstd", func(raw []byte) []byte { return zstdBlock(t, raw) }}} {
-		compress := c.z
-		for _, tc := range []struct {
-			name, err string
-			data      []byte
-		}{
-			{"not compressed", "stored document block", []byte("plain bytes")},
-			{"truncated", "stored document block", good[:len(good)-3]},
-			{"s2 tag alone", "stored document block", []byte{blockS2}},
-			{"s2 length beyond any block", "more than any block holds", []byte{blockS2, 0xff, 0xff, 0xff, 0xff, 0x0f}},
-			{"empty block", "bad document count", compress(nil)},
-			{"count beyond the block", "bad document count", compress([]byte{0x7f})},
-			{"length beyond the block", "bad length of document 0", compress([]byte{1, 0xff, 0x7f})},
-			{"document past the end", "runs past the block", compress([]byte{1, 3, '{', '}'})},
-			{"bytes after the documents", "bytes after the last document", compress([]byte{1, 2, '{', '}', 'x'})},
-		} {
-			t.Run(c.name+"/"+tc.name, func(t *testing.T) {
-				if _, err := decodeBlock(tc.data); err == nil || !strings.Contains(err.Error(), tc.err) {
-					t.Fatalf("error %v, want one containing %q", err, tc.err)
-				}
-			})
-		}
+	compress := func(raw []byte) []byte { return blockEncoder.EncodeAll(raw, nil) }
+	for _, tc := range []struct {
+		name, err string
+		data      []byte
+	}{
+		{"not zstd", "stored document block", []byte("plain bytes")},
+		{"truncated", "stored document block", good[:len(good)-3]},
+		{"empty block", "bad document count", compress(nil)},
+		{"count beyond the block", "bad document count", compress([]byte{0x7f})},
+		{"length beyond the block", "bad length of document 0", compress([]byte{1, 0xff, 0x7f})},
+		{"document past the end", "runs past the block", compress([]byte{1, 3, '{', '}'})},
+		{"bytes after the documents", "bytes after the last document", compress([]byte{1, 2, '{', '}', 'x'})},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := decodeBlock(tc.data); err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Fatalf("error %v, want one containing %q", err, tc.err)
+			}
+		})
 	}
 }
 
@@ -236,9 +169,7 @@ func FuzzDecodeBlock(f *testing.F) {
 	b.add([]byte(`{"event_id":"1:2:3","func":"main"}`))
 	b.add([]byte(`{}`))
 	f.Add(b.appendCompressed(nil))
-	f.Add(zstdBlock(f, append([]byte{2, 2, 2}, `{}{}`...)))
 	f.Add([]byte{})
-	f.Add([]byte{blockS2})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		docs, err := decodeBlock(data)
 		if err != nil {
