@@ -137,10 +137,16 @@ func (d *Detector) Process(ctx context.Context, f *frame.Frame) error {
 // Barrier, any checked frame), through the pipeline.
 func (d *Detector) process(ctx context.Context, f *frame.Frame) {
 	d.missing = 0
-	if d.lastSeen && f.Step > d.lastStep+1 {
+	switch {
+	case d.lastSeen && f.Step > d.lastStep+1:
 		d.missing = f.Step - d.lastStep - 1
-		d.stats.missingSteps.Add(d.missing)
+	case !d.lastSeen && f.Step > 0:
+		// A rank's io_steps count from 0: the first frame seen says the
+		// steps before it never reached the detector (dropped from a
+		// bounded frame stream, or published before it started).
+		d.missing = f.Step
 	}
+	d.stats.missingSteps.Add(d.missing)
 	d.lastStep, d.lastSeen = max(d.lastStep, f.Step), true
 	d.cur = stepInfo{step: f.Step, tstart: f.TStart, tend: f.TEnd}
 	d.stepEvents = uint64(f.NumEvents())

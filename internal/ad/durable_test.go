@@ -21,6 +21,12 @@ import (
 
 // encodedFrames generates a workload's frames, binary encoded, by rank.
 func encodedFrames(tb testing.TB, wcfg workload.Config) ([][][]byte, uint64) {
+	return encodedFramesNamed(tb, wcfg, false)
+}
+
+// encodedFramesNamed is encodedFrames, with every name known so far sent
+// again in every frame when everyFrame is set (as publishers re-send them).
+func encodedFramesNamed(tb testing.TB, wcfg workload.Config, everyFrame bool) ([][][]byte, uint64) {
 	tb.Helper()
 	w, err := workload.New(wcfg)
 	if err != nil {
@@ -30,12 +36,17 @@ func encodedFrames(tb testing.TB, wcfg workload.Config) ([][][]byte, uint64) {
 	var events uint64
 	for r := range out {
 		g := w.Rank(uint32(r))
+		var funcs, ctrs []frame.Name
 		for {
 			var f frame.Frame
 			if _, err := g.Next(&f); errors.Is(err, io.EOF) {
 				break
 			} else if err != nil {
 				tb.Fatal(err)
+			}
+			if everyFrame {
+				funcs, ctrs = append(funcs, f.Funcs...), append(ctrs, f.Counters...)
+				f.Funcs, f.Counters = funcs, ctrs
 			}
 			events += uint64(len(f.Events) + len(f.CounterEvents) + len(f.Comms))
 			out[r] = append(out[r], frame.AppendBinary(nil, &f))
@@ -255,4 +266,58 @@ func serveWith(tb testing.TB, ctx context.Context, nc *nats.Conn, run string, ra
 		tb.Fatalf("serve ended before it was ready: %v", r.err)
 	}
 	return done
+}
+
+// TestDurableStreamBoundCountsLoss publishes a rank's frames into a frame
+// stream bounded far below their size before any detector reads them: the
+// oldest are dropped (the publisher is never held back), and the detector
+// that then reads the rest counts the dropped io_steps as missing.
+func TestDurableStreamBoundCountsLoss(t *testing.T) {
+	_, nc := startNATS(t)
+	const run = "bounded"
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bound := FrameStreamConfig{MaxBytes: 1 << 20}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := EnsureFrameStream(ctx, js, run, bound); err != nil {
+		t.Fatal(err)
+	}
+	wcfg := workload.DefaultConfig()
+	wcfg.Ranks, wcfg.Steps, wcfg.EventsPerStep = 1, 30, 20000
+	byRank, _ := encodedFramesNamed(t, wcfg, true)
+	var total int
+	for _, b := range byRank[0] {
+		total += len(b)
+	}
+	if total < 3*int(bound.MaxBytes)/2 {
+		t.Fatalf("the frames are %d bytes: too few to overflow the bound", total)
+	}
+	publishFrames(t, nc, run, byRank, 0, len(byRank[0]), true)
+	double := &natsDouble{ps: newFakePServer(), nc: nc, subj: natsx.Subjects{Run: run}}
+	double.start(t)
+	stats, err := Serve(ctx, ServeConfig{
+		Conn: nc, Run: run, Ranks: []uint32{0}, Logger: zerolog.Nop(),
+		Durable:  &Durable{JS: js, Stream: bound},
+		Detector: Config{Sink: &MemorySink{}, Syncer: &NATSSyncer{Conn: nc, Subjects: natsx.Subjects{Run: run}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := js.Stream(ctx, natsx.FrameStream(run))
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept := int(info.State.Msgs) - 1 // and the end-of-stream message
+	s := stats[0]
+	dropped := uint64(len(byRank[0]) - kept)
+	if kept <= 0 || dropped == 0 || s.Frames != uint64(kept) || s.MissingSteps != dropped {
+		t.Errorf("detector: %d frames, %d missing steps; the stream kept %d of %d frames", s.Frames, s.MissingSteps, kept, len(byRank[0]))
+	}
 }
