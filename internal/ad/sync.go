@@ -516,10 +516,12 @@ func (s *syncState) close(ctx context.Context) error {
 	if s.d.cfg.Syncer == nil {
 		return nil
 	}
-	if s.node != nil {
-		// What is in flight goes through the node; the rest goes
-		// straight, since the other detectors may have nothing to send
-		// now, or be waiting for this one's turn at the barrier.
+	if s.node != nil && s.node.linger == 0 {
+		// In lockstep (a node syncer without linger), what is in flight
+		// goes through the node and the rest goes straight: the node's
+		// batches wait for every detector, and the others may be reading
+		// models this one, closing, will not read. With a linger the last
+		// deltas go through the node like any others.
 		s.collect(true, ctx)
 		if !s.anyInflight() {
 			s.leaveNode()
