@@ -246,17 +246,36 @@ func TestDurableFramesSurviveKills(t *testing.T) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("kipimo gen: %v\n%s", err, out)
 	}
-	want, wantCount := runKilled(t, bins, gen, "uninterrupted", "")
-	t.Logf("uninterrupted: %d anomalies stored, %d counted", len(want), wantCount)
-	if len(want) == 0 || uint64(len(want)) != wantCount {
-		t.Fatalf("uninterrupted run: %d anomalies stored, %d counted", len(want), wantCount)
+	want, wantTot := runKilled(t, bins, gen, "uninterrupted", "")
+	t.Logf("uninterrupted: %d anomalies stored; pserver %+v", len(want), wantTot)
+	if len(want) == 0 || uint64(len(want)) != wantTot.Anomalies {
+		t.Fatalf("uninterrupted run: %d anomalies stored, %d counted", len(want), wantTot.Anomalies)
 	}
-	for _, victim := range []string{"ad", "nats", "pserver", "provdb"} {
+	tests := []struct {
+		victim string
+		// sameLabels: the restarted run must label as the uninterrupted
+		// one did. A NATS restart stalls every rank at once and delivers
+		// the frames published meanwhile in a burst: the ranks' relative
+		// progress, which shapes each rank's global model in a live run,
+		// changes, and so may a few borderline labels (logged, not failed).
+		sameLabels bool
+	}{
+		{"ad", true},
+		{"nats", false},
+		{"pserver", true},
+		{"provdb", true},
+	}
+	for _, tc := range tests {
+		victim := tc.victim
 		t.Run("kill "+victim, func(t *testing.T) {
-			got, count := runKilled(t, bins, gen, "killed-"+victim, victim)
-			t.Logf("%s killed and restarted: %d anomalies stored, %d counted", victim, len(got), count)
-			if uint64(len(got)) != count {
-				t.Errorf("the store holds %d anomalies and the pserver counts %d", len(got), count)
+			got, tot := runKilled(t, bins, gen, "killed-"+victim, victim)
+			t.Logf("%s killed and restarted: %d anomalies stored; pserver %+v", victim, len(got), tot)
+			if uint64(len(got)) != tot.Anomalies {
+				t.Errorf("the store holds %d anomalies and the pserver counts %d", len(got), tot.Anomalies)
+			}
+			if tot.Executions != wantTot.Executions || tot.Frames != wantTot.Frames || tot.Missing != 0 {
+				t.Errorf("pserver counted %d frames, %d executions, %d missing io_steps; uninterrupted %d, %d, 0",
+					tot.Frames, tot.Executions, tot.Missing, wantTot.Frames, wantTot.Executions)
 			}
 			var missing, extra []string
 			for k := range want {
@@ -274,8 +293,15 @@ func TestDurableFramesSurviveKills(t *testing.T) {
 			}
 			sort.Strings(missing)
 			sort.Strings(extra)
-			if len(missing)+len(extra) > 0 {
-				t.Errorf("lost %d and added %d anomalies; lost %.5q, added %.5q", len(missing), len(extra), missing, extra)
+			if len(missing)+len(extra) == 0 {
+				return
+			}
+			msg := fmt.Sprintf("%d of the uninterrupted run's %d anomalies not found, %d others found; first %.5q and %.5q",
+				len(missing), len(want), len(extra), missing, extra)
+			if tc.sameLabels {
+				t.Error(msg)
+			} else {
+				t.Log(msg)
 			}
 		})
 	}
@@ -285,7 +311,7 @@ func TestDurableFramesSurviveKills(t *testing.T) {
 // ("" for none) 2 s into the replay and starting it again 1 s later, and
 // returns the anomalies stored and the pserver's count once they agree (or
 // after a minute).
-func runKilled(t *testing.T, bins map[string]string, gen, name, victim string) (map[anomalyKey]bool, uint64) {
+func runKilled(t *testing.T, bins map[string]string, gen, name, victim string) (map[anomalyKey]bool, psTotals) {
 	t.Helper()
 	dir := t.TempDir()
 	port := freePort(t)
@@ -322,21 +348,29 @@ func runKilled(t *testing.T, bins map[string]string, gen, name, victim string) (
 	running["ad-a"].wait(t, 2*time.Minute)
 	running["ad"].wait(t, 2*time.Minute)
 	var stored map[anomalyKey]bool
-	var counted uint64
+	var tot psTotals
 	deadline := time.Now().Add(time.Minute)
 	for {
-		counted = summaryAnomalies(t, r.psHTTP)
+		tot = summaryTotals(t, r.psHTTP)
 		stored = storedAnomalies(t, r.store)
-		if uint64(len(stored)) == counted && counted > 0 || time.Now().After(deadline) {
+		if uint64(len(stored)) == tot.Anomalies && tot.Anomalies > 0 || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
-	return stored, counted
+	return stored, tot
 }
 
-// summaryAnomalies is the pserver's count of anomalies over the run.
-func summaryAnomalies(t *testing.T, addr string) uint64 {
+// psTotals is what the pserver counted over the run.
+type psTotals struct {
+	Anomalies  uint64 `json:"anomalies"`
+	Executions uint64 `json:"executions"`
+	Missing    uint64 `json:"missing_steps"`
+	Frames     uint64 `json:"frames"`
+}
+
+// summaryTotals reads the pserver's totals.
+func summaryTotals(t *testing.T, addr string) psTotals {
 	t.Helper()
 	resp, err := http.Get("http://" + addr + "/api/summary")
 	if err != nil {
@@ -344,19 +378,12 @@ func summaryAnomalies(t *testing.T, addr string) uint64 {
 	}
 	defer resp.Body.Close()
 	var s struct {
-		Totals struct {
-			Anomalies uint64 `json:"anomalies"`
-			Missing   uint64 `json:"missing_steps"`
-			Frames    uint64 `json:"frames"`
-		} `json:"totals"`
+		Totals psTotals `json:"totals"`
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&s); err != nil {
 		t.Fatalf("pserver summary: %v", err)
 	}
-	if s.Totals.Missing > 0 {
-		t.Logf("pserver: %d frames, %d io_steps missing", s.Totals.Frames, s.Totals.Missing)
-	}
-	return s.Totals.Anomalies
+	return s.Totals
 }
 
 // waitListening waits until addr accepts connections.
