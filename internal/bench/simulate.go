@@ -262,6 +262,8 @@ type simNode struct {
 	coll  *ad.Collector
 	ranks []uint32
 	done  chan simServed
+	// served is set once done has been received from.
+	served bool
 }
 
 type simServed struct {
@@ -586,16 +588,20 @@ func (s *simulation) startNodes(ctx context.Context, nodes int) error {
 			return err
 		}
 		n := &simNode{id: i, nc: nc, done: make(chan simServed, 1)}
-		s.nodes = append(s.nodes, n)
+		// A node joins s.nodes (which close stops) once its Serve runs;
+		// until then a failure closes what it opened.
 		js, err := jetstream.New(nc)
 		if err != nil {
+			nc.Close()
 			return fmt.Errorf("simulate: node %d: JetStream: %w", i, err)
 		}
 		n.sink, err = ad.NewNATSSink(js, simRun, 0, ad.Block, zerolog.Nop())
 		if err != nil {
+			nc.Close()
 			return err
 		}
 		if err := n.sink.Start(ctx); err != nil {
+			nc.Close()
 			return fmt.Errorf("simulate: node %d: provenance sink: %w", i, err)
 		}
 		n.coll = ad.NewCollector(64, n.sink.Dropped)
@@ -612,6 +618,7 @@ func (s *simulation) startNodes(ctx context.Context, nodes int) error {
 			NodeSyncLinger: s.cfg.NodeSyncLinger, CloseTimeout: closeTimeout,
 			Ready: func() { ready <- struct{}{} }, Logger: zerolog.Nop(),
 		}
+		s.nodes = append(s.nodes, n)
 		go pprof.Do(sctx, pprof.Labels("component", simAD, "node", strconv.Itoa(i)), func(ctx context.Context) {
 			st, err := ad.Serve(ctx, sc)
 			n.done <- simServed{st, err}
@@ -638,6 +645,7 @@ func (s *simulation) waitNodes(ctx context.Context) ([]ad.Stats, error) {
 	for _, n := range s.nodes {
 		select {
 		case sv := <-n.done:
+			n.served = true
 			all = append(all, sv.stats...)
 			if sv.err != nil {
 				errs = append(errs, fmt.Errorf("node %d: %w", n.id, sv.err))
@@ -662,6 +670,16 @@ func (s *simulation) close() {
 	defer cancel()
 	if s.serveCancel != nil {
 		s.serveCancel()
+	}
+	// Every node's Serve has returned before its connection closes.
+	for _, n := range s.nodes {
+		if !n.served {
+			select {
+			case <-n.done:
+				n.served = true
+			case <-ctx.Done():
+			}
+		}
 	}
 	for _, n := range s.nodes {
 		_ = n.sink.Shutdown(ctx)
