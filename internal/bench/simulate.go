@@ -376,7 +376,7 @@ func (s *simulation) run(ctx context.Context) (*SimResult, error) {
 	res := &SimResult{Ranks: cfg.Ranks, Nodes: nodes, RanksPerNode: cfg.RanksPerNode, Shards: cfg.Shards,
 		ProvDBs: cfg.ProvDBs, Lockstep: !cfg.Free, Steps: cfg.Steps, EventsPerStep: cfg.EventsPerStep, ExpectedWritesPerStep: nodes * cfg.Shards}
 	setup := time.Now()
-	if err := s.startNATS(); err != nil {
+	if err := s.startNATS(ctx); err != nil {
 		return nil, err
 	}
 	if err := s.startPServers(ctx); err != nil {
@@ -471,7 +471,7 @@ func (s *simulation) run(ctx context.Context) (*SimResult, error) {
 
 // startNATS starts the server with JetStream, as natsx.StartServer does,
 // keeping the server itself for its connection statistics.
-func (s *simulation) startNATS() error {
+func (s *simulation) startNATS(ctx context.Context) error {
 	dir := filepath.Join(s.cfg.Out, "nats", "jetstream")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("simulate: NATS store: %w", err)
@@ -490,14 +490,14 @@ func (s *simulation) startNATS() error {
 		return errors.New("simulate: NATS server not ready after 10s")
 	}
 	s.ns, s.url = ns, ns.ClientURL()
-	s.ctl, err = natsx.Connect(context.Background(), s.url, simHarness)
+	s.ctl, err = natsx.Connect(ctx, s.url, simHarness)
 	if err != nil {
 		return err
 	}
 	if s.js, err = jetstream.New(s.ctl); err != nil {
 		return fmt.Errorf("simulate: JetStream: %w", err)
 	}
-	if _, err := provstream.EnsureStream(context.Background(), s.js, simRun); err != nil {
+	if _, err := provstream.EnsureStream(ctx, s.js, simRun); err != nil {
 		return err
 	}
 	s.heapStart[simNATS] = liveHeapMiB() - h0
