@@ -34,7 +34,11 @@ func TestDaemonConfigValidate(t *testing.T) {
 	}{
 		{"default with a run", valid, ""},
 		{"rank list", with(func(c *DaemonConfig) { c.Ranks = "0-7,9" }), ""},
-		{"discovered ranks", with(func(c *DaemonConfig) { c.Ranks = "auto" }), ""},
+		{"discovered ranks", with(func(c *DaemonConfig) { c.Ranks, c.Frames = "auto", FramesCore }), ""},
+		{"discovered ranks with durable frames", with(func(c *DaemonConfig) { c.Ranks = "auto" }), "--ranks auto, give --frames core"},
+		{"unknown frame transport", with(func(c *DaemonConfig) { c.Frames = "jetstream" }), "--frames"},
+		{"checkpoint every 0 steps", with(func(c *DaemonConfig) { c.CheckpointEvery = 0 }), "--checkpoint-every"},
+		{"tiny frame stream", with(func(c *DaemonConfig) { c.FrameStream.MaxBytes = 1000 }), "--frame-stream-max-bytes"},
 		{"drop on overflow", with(func(c *DaemonConfig) { c.Overflow = "drop" }), ""},
 		{"metrics listener", with(func(c *DaemonConfig) { c.MetricsAddr = "127.0.0.1:9464" }), ""},
 		{"ignored functions", with(func(c *DaemonConfig) { c.Detector.Ignore = []string{"MPI_Wait"} }), ""},
