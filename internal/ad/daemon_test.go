@@ -34,8 +34,8 @@ func TestDaemonConfigValidate(t *testing.T) {
 	}{
 		{"default with a run", valid, ""},
 		{"rank list", with(func(c *DaemonConfig) { c.Ranks = "0-7,9" }), ""},
-		{"discovered ranks", with(func(c *DaemonConfig) { c.Ranks, c.Frames = "auto", FramesCore }), ""},
-		{"discovered ranks with durable frames", with(func(c *DaemonConfig) { c.Ranks = "auto" }), "--ranks auto, give --frames core"},
+		{"discovered ranks", with(func(c *DaemonConfig) { c.Ranks = "auto" }), ""},
+		{"discovered ranks with durable frames", with(func(c *DaemonConfig) { c.Ranks, c.Frames = "auto", FramesDurable }), "cannot be used with --ranks auto"},
 		{"unknown frame transport", with(func(c *DaemonConfig) { c.Frames = "jetstream" }), "--frames"},
 		{"checkpoint every 0 steps", with(func(c *DaemonConfig) { c.CheckpointEvery = 0 }), "--checkpoint-every"},
 		{"tiny frame stream", with(func(c *DaemonConfig) { c.FrameStream.MaxBytes = 1000 }), "--frame-stream-max-bytes"},

@@ -110,7 +110,7 @@ func DefaultDaemonConfig() DaemonConfig {
 		Overflow:        "block",
 		PendingFrames:   256,
 		NodeSyncLinger:  20 * time.Millisecond,
-		Frames:          FramesDurable,
+		Frames:          FramesCore,
 		FrameStorage:    "file",
 		FrameStream:     DefaultFrameStreamConfig(),
 		CheckpointEvery: 10,
@@ -156,7 +156,7 @@ func (c DaemonConfig) Validate() error {
 		bad("--checkpoint-every %d: at least 1", c.CheckpointEvery)
 	}
 	if c.Frames == FramesDurable && c.Ranks == "auto" {
-		bad("--frames durable (the default) reads the listed ranks' frames: with --ranks auto, give --frames core")
+		bad("--frames durable reads the listed ranks' frames through one consumer: it cannot be used with --ranks auto")
 	}
 	if c.NodeSyncLinger <= 0 || c.NodeSyncLinger > time.Minute {
 		bad("--node-sync-linger %s must be positive and at most 1m", c.NodeSyncLinger)
@@ -240,7 +240,7 @@ func parseArgs(args []string, lookup func(string) (string, bool), stderr io.Writ
 	fs.IntVar(&c.PendingFrames, "pending-frames", c.PendingFrames, "frames buffered per rank before NATS drops them (counted)")
 	fs.BoolVar(&c.PerRankSync, "per-rank-sync", c.PerRankSync, "every rank syncs with the pserver on its own (by default the ranks served here send one merged sync per shard per step)")
 	fs.DurationVar(&c.NodeSyncLinger, "node-sync-linger", c.NodeSyncLinger, "how long a merged sync waits for ranks that have not sent theirs yet")
-	fs.StringVar(&c.Frames, "frames", c.Frames, "how frames arrive: durable (the run's JetStream frame stream, a durable consumer and a checkpoint of every rank: a restarted ad resumes where it left off; the dashboard's counts lag by up to --checkpoint-every steps) or core (NATS messages; frames published while this ad is down are lost, and counted as missing steps; needed with --ranks auto)")
+	fs.StringVar(&c.Frames, "frames", c.Frames, "how frames arrive: core (NATS messages; frames published while this ad is down are lost, and counted as missing steps) or durable (the run's JetStream frame stream, a durable consumer and a checkpoint of every rank: a restarted ad resumes where it left off; needs JetStream on the server this ad connects to, else the frames travel to wherever JetStream is; the dashboard's counts lag by up to --checkpoint-every steps)")
 	fs.StringVar(&c.FrameStorage, "frame-storage", c.FrameStorage, "--frames durable: where the frame stream is kept, file or memory")
 	fs.Int64Var(&c.FrameStream.MaxBytes, "frame-stream-max-bytes", c.FrameStream.MaxBytes, "--frames durable: bound of the frame stream; past it the oldest frames are dropped (counted as missing steps by detectors that had not read them)")
 	fs.DurationVar(&c.FrameStream.MaxAge, "frame-stream-max-age", c.FrameStream.MaxAge, "--frames durable: frames older than this are dropped from the stream")
