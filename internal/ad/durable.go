@@ -325,6 +325,9 @@ func (dn *durableNode) consume(ctx context.Context, run string, srcs map[uint32]
 		}
 		select {
 		case src.ch <- m:
+		case <-src.done:
+			// The rank's detector has stopped: the frame stays
+			// unacknowledged, for the next ad to serve the rank.
 		case <-ctx.Done():
 			return nil
 		}
@@ -335,6 +338,7 @@ func (dn *durableNode) consume(ctx context.Context, run string, srcs map[uint32]
 // frames it hands out stay unacknowledged until the rank's next checkpoint.
 type durableSource struct {
 	ch      chan jetstream.Msg
+	done    chan struct{}   // closed when the rank's goroutine returns
 	unacked []jetstream.Msg // owned by the rank's goroutine
 	lastSeq uint64          // stream sequence of the last frame taken
 }

@@ -246,7 +246,7 @@ func Serve(ctx context.Context, cfg ServeConfig) ([]Stats, error) {
 	srcs := map[uint32]*durableSource{}
 	for _, rs := range ranks {
 		if dn != nil {
-			src := &durableSource{ch: make(chan jetstream.Msg, cfg.PendingFrames), lastSeq: rs.ckSeq}
+			src := &durableSource{ch: make(chan jetstream.Msg, cfg.PendingFrames), done: make(chan struct{}), lastSeq: rs.ckSeq}
 			srcs[rs.d.cfg.Rank] = src
 			rs.dur = &rankDurable{node: dn, src: src, hold: rs.hold, pid: cfg.PID, rank: rs.d.cfg.Rank}
 			continue
@@ -305,6 +305,7 @@ func Serve(ctx context.Context, cfg ServeConfig) ([]Stats, error) {
 			var src msgSource = subSource{rs.sub}
 			if rs.dur != nil {
 				src = rs.dur.src
+				defer close(rs.dur.src.done)
 			}
 			errs[i] = serveRank(ctx, rs.d, src, endAll, cfg.CloseTimeout, rs.dur)
 		})
