@@ -102,6 +102,12 @@ type SimComponent struct {
 	// stack).
 	StartHeapMiB float64 `json:"start_heap_mib"`
 	LiveHeapMiB  float64 `json:"live_heap_mib"`
+	// CPUSeconds is the CPU time of the part's goroutines from the first
+	// frame to provdb's catching up, from a CPU profile whose samples
+	// carry the part's label (inherited by the goroutines it starts, its
+	// NATS connections' included); "other" is what no part's label covers:
+	// the garbage collector's workers, the runtime, timers.
+	CPUSeconds float64 `json:"cpu_seconds"`
 }
 
 // SimStep is one wave: every rank's frame of an io_step.
@@ -155,6 +161,9 @@ type SimResult struct {
 	// HeapSampleSeconds is the time the heap profile took (a collection
 	// of the whole heap), excluded from DetectSeconds.
 	HeapSampleSeconds float64 `json:"heap_sample_seconds"`
+	// CPUSeconds is the CPU profile's total over the same span (0 when
+	// another CPU profile was running and none could be taken).
+	CPUSeconds float64 `json:"cpu_seconds"`
 
 	StepsMeasured []SimStep `json:"waves"`
 	// NodeWrites are the merged requests applied per shard over the run,
@@ -376,18 +385,18 @@ func (s *simulation) run(ctx context.Context) (*SimResult, error) {
 	res := &SimResult{Ranks: cfg.Ranks, Nodes: nodes, RanksPerNode: cfg.RanksPerNode, Shards: cfg.Shards,
 		ProvDBs: cfg.ProvDBs, Lockstep: !cfg.Free, Steps: cfg.Steps, EventsPerStep: cfg.EventsPerStep, ExpectedWritesPerStep: nodes * cfg.Shards}
 	setup := time.Now()
-	if err := s.startNATS(ctx); err != nil {
+	if err := labelled(ctx, simHarness, s.startNATS); err != nil {
 		return nil, err
 	}
-	if err := s.startPServers(ctx); err != nil {
+	if err := labelled(ctx, simPServer, s.startPServers); err != nil {
 		return nil, err
 	}
-	if err := s.startProvDBs(ctx); err != nil {
+	if err := labelled(ctx, simProvDB, s.startProvDBs); err != nil {
 		return nil, err
 	}
 	wl := workload.DefaultConfig()
 	wl.Ranks, wl.Steps, wl.EventsPerStep, wl.ThreadsPerRank = cfg.Ranks, cfg.Steps, cfg.EventsPerStep, 1
-	if err := s.startNodes(ctx, nodes); err != nil {
+	if err := labelled(ctx, simAD, func(ctx context.Context) error { return s.startNodes(ctx, nodes) }); err != nil {
 		return nil, err
 	}
 	h0 := liveHeapMiB()
@@ -395,8 +404,10 @@ func (s *simulation) run(ctx context.Context) (*SimResult, error) {
 	if err != nil {
 		return nil, fmt.Errorf("simulate: workload: %w", err)
 	}
-	s.pub, err = natsx.Connect(ctx, s.url, simPublisher)
-	if err != nil {
+	if err := labelled(ctx, simPublisher, func(ctx context.Context) (err error) {
+		s.pub, err = natsx.Connect(ctx, s.url, simPublisher)
+		return err
+	}); err != nil {
 		return nil, err
 	}
 	s.heapStart[simPublisher] = liveHeapMiB() - h0
@@ -412,7 +423,11 @@ func (s *simulation) run(ctx context.Context) (*SimResult, error) {
 	var heap map[string]float64
 	var heapPause time.Duration
 	waves := &simWaves{s: s, res: res}
+	var beforeStep func(ctx context.Context, step int) error
 	src := simSource{w: w, ranks: cfg.Ranks, steps: cfg.Steps, beforeStep: func(ctx context.Context, step int) error {
+		return labelled(ctx, simHarness, func(ctx context.Context) error { return beforeStep(ctx, step) })
+	}}
+	beforeStep = func(ctx context.Context, step int) error {
 		if step > 0 {
 			if err := waves.end(ctx, step-1); err != nil {
 				return err
@@ -429,8 +444,17 @@ func (s *simulation) run(ctx context.Context) (*SimResult, error) {
 			return nil
 		}
 		return waves.begin(ctx, step)
-	}}
-	counts, _, err := publish.Frames(ctx, s.pub, natsx.Subjects{Run: simRun}, src, publish.Pace{EndOfStream: true})
+	}
+	var cpu bytes.Buffer
+	profiling := pprof.StartCPUProfile(&cpu) == nil
+	var counts publish.Counts
+	err = labelled(ctx, simPublisher, func(ctx context.Context) (err error) {
+		counts, _, err = publish.Frames(ctx, s.pub, natsx.Subjects{Run: simRun}, src, publish.Pace{EndOfStream: true})
+		return err
+	})
+	if err != nil && profiling {
+		pprof.StopCPUProfile()
+	}
 	if err != nil {
 		return res, fmt.Errorf("simulate: publish frames: %w", err)
 	}
@@ -458,12 +482,19 @@ func (s *simulation) run(ctx context.Context) (*SimResult, error) {
 	}
 	res.DrainSeconds = time.Since(drainStart).Seconds()
 	s.logf("detection %.1f s, provdb drained %.1f s later", res.DetectSeconds, res.DrainSeconds)
+	var cpuBy map[string]float64
+	if profiling {
+		pprof.StopCPUProfile()
+		if cpuBy, res.CPUSeconds, err = cpuByLabel(cpu.Bytes(), "component"); err != nil {
+			return res, fmt.Errorf("simulate: %w", err)
+		}
+	}
 
 	connz1, err := s.connz()
 	if err != nil {
 		return res, err
 	}
-	if err := s.measure(ctx, res, stats, connz0, connz1, heap); err != nil {
+	if err := s.measure(ctx, res, stats, connz0, connz1, heap, cpuBy); err != nil {
 		return res, err
 	}
 	return res, nil
@@ -554,6 +585,16 @@ func (s *simulation) startProvDBs(ctx context.Context) error {
 	}
 	s.heapStart[simProvDB] = liveHeapMiB() - h0
 	return nil
+}
+
+// labelled runs fn with the goroutine labelled as component (and the
+// further label pairs): goroutines started in fn, such as a NATS
+// connection's or subscription's, inherit the labels, so that the CPU
+// profile attributes their time to the component.
+func labelled(ctx context.Context, component string, fn func(ctx context.Context) error, pairs ...string) error {
+	var err error
+	pprof.Do(ctx, pprof.Labels(append([]string{"component", component}, pairs...)...), func(ctx context.Context) { err = fn(ctx) })
+	return err
 }
 
 // detectorDefaults is the ad daemon's detector configuration: its flags'
@@ -998,7 +1039,7 @@ var carries = map[string]string{
 }
 
 // measure fills res from the counters of every part.
-func (s *simulation) measure(ctx context.Context, res *SimResult, stats []ad.Stats, c0, c1 map[string]connTraffic, heap map[string]float64) error {
+func (s *simulation) measure(ctx context.Context, res *SimResult, stats []ad.Stats, c0, c1 map[string]connTraffic, heap, cpu map[string]float64) error {
 	active := res.DetectSeconds + res.DrainSeconds
 	// Detectors.
 	want := uint64(s.cfg.Steps)
@@ -1128,6 +1169,17 @@ func (s *simulation) measure(ctx context.Context, res *SimResult, stats []ad.Sta
 			comps[name] = c
 		}
 		c.LiveHeapMiB += mib
+	}
+	for name, sec := range cpu {
+		if name == "" {
+			name = simOther
+		}
+		c := comps[name]
+		if c == nil {
+			c = &SimComponent{Name: name, Carries: "(no connection of its own)"}
+			comps[name] = c
+		}
+		c.CPUSeconds += sec
 	}
 	for name, mib := range s.heapStart {
 		c := comps[name]

@@ -1,11 +1,13 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
 	"math"
 	"runtime"
+	"runtime/pprof"
 	"strings"
 	"testing"
 	"time"
@@ -291,4 +293,88 @@ func TestBoundMs(t *testing.T) {
 	if got := res.boundMs(histogram{}, 0.5, "empty"); got != 0 {
 		t.Errorf("an empty histogram's p50 = %g, want 0", got)
 	}
+}
+
+// spin does a fixed amount of CPU work.
+func spin(n int) uint64 {
+	x := uint64(1)
+	for i := range n {
+		x = x*6364136223846793005 + uint64(i)
+	}
+	return x
+}
+
+// labelledProfile profiles a fixed amount of work done under the label
+// component=busy and as much again unlabelled.
+func labelledProfile(tb testing.TB) []byte {
+	var buf bytes.Buffer
+	if err := pprof.StartCPUProfile(&buf); err != nil {
+		tb.Skipf("a CPU profile is running already: %v", err)
+	}
+	var sink uint64
+	pprof.Do(context.Background(), pprof.Labels("component", "busy"), func(context.Context) { sink += spin(400_000_000) })
+	sink += spin(100_000_000)
+	pprof.StopCPUProfile()
+	if sink == 42 {
+		tb.Log("unlikely")
+	}
+	return buf.Bytes()
+}
+
+func TestCPUByLabel(t *testing.T) {
+	data := labelledProfile(t)
+	by, total, err := cpuByLabel(data, "component")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if total <= 0 {
+		t.Fatalf("no CPU time in the profile")
+	}
+	var sum float64
+	for _, v := range by {
+		sum += v
+	}
+	if math.Abs(sum-total) > 1e-9*total {
+		t.Errorf("labels sum to %g s, the total is %g s", sum, total)
+	}
+	// Four times as much work was done under the label as without it.
+	if share := by["busy"] / total; share < 0.6 {
+		t.Errorf("the labelled work has %.0f%% of the CPU time (%v), want about 80%%", 100*share, by)
+	}
+	if _, _, err := cpuByLabel(data[:len(data)/2], "component"); err == nil {
+		t.Error("a truncated profile decoded")
+	}
+	if _, _, err := cpuByLabel([]byte("not gzip"), "component"); err == nil {
+		t.Error("a profile that is not gzip decoded")
+	}
+}
+
+func FuzzCPUByLabel(f *testing.F) {
+	f.Add(labelledProfile(f))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		by, total, err := cpuByLabel(data, "component")
+		if err != nil {
+			return
+		}
+		var sum float64
+		for _, v := range by {
+			sum += v
+		}
+		if math.IsNaN(total) || (total != 0 && math.Abs(sum-total) > 1e-6*math.Abs(total)) {
+			t.Fatalf("labels sum to %g, total %g", sum, total)
+		}
+	})
+}
+
+func FuzzProtoFields(f *testing.F) {
+	f.Add([]byte{0x08, 0x96, 0x01, 0x12, 0x02, 'h', 'i'})
+	f.Add([]byte{0x0b})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		_ = protoFields(b, 0, func(field, wire int, v uint64, data []byte, off int) error {
+			if off < 0 || off > len(b) || len(data) > len(b) {
+				t.Fatalf("field %d at offset %d with %d bytes, message of %d", field, off, len(data), len(b))
+			}
+			return nil
+		})
+	})
 }

@@ -191,14 +191,15 @@ func writeSimulation(w io.Writer, r *bench.SimResult) error {
 	fmt.Fprintf(w, "published %d frames, %d events, %.1f MiB; setup %.1f s, detection %.1f s, provdb lag at the end %.2f s (of which the pservers' final statistics %.2f s), wall %.1f s (heap sample %.1f s)\n\n",
 		r.Frames, r.Events, float64(r.FrameBytes)/(1<<20), r.SetupSeconds, r.DetectSeconds, r.DrainSeconds, r.FinishSeconds, r.WallSeconds, r.HeapSampleSeconds)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "component\tinstances\tin msg/s\tin MB/s\tout msg/s\tout MB/s\tbusiest out msg/s\theap at start MiB\tlive heap MiB\tcarries")
+	fmt.Fprintln(tw, "component\tinstances\tin msg/s\tin MB/s\tout msg/s\tout MB/s\tbusiest out msg/s\tCPU s\theap at start MiB\tlive heap MiB\tcarries")
 	for _, c := range r.Components {
-		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%.2f\t%.0f\t%.2f\t%.0f\t%.1f\t%.1f\t%s\n", c.Name, c.Instances, c.InMsgsPerSec, c.InBytesPerSec/1e6,
-			c.OutMsgsPerSec, c.OutBytesPerSec/1e6, c.MaxInstanceOutMsgsPerSec, c.StartHeapMiB, c.LiveHeapMiB, c.Carries)
+		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%.2f\t%.0f\t%.2f\t%.0f\t%.1f\t%.1f\t%.1f\t%s\n", c.Name, c.Instances, c.InMsgsPerSec, c.InBytesPerSec/1e6,
+			c.OutMsgsPerSec, c.OutBytesPerSec/1e6, c.MaxInstanceOutMsgsPerSec, c.CPUSeconds, c.StartHeapMiB, c.LiveHeapMiB, c.Carries)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	fmt.Fprintf(w, "CPU %.1f s in all from the first frame to provdb caught up (CPU profile, by each part's goroutine label)\n", r.CPUSeconds)
 	fmt.Fprintf(w, "live Go heap %.0f MiB (%.0f MiB attributed by the heap profile), goroutine stacks %.0f MiB (%d goroutines), peak RSS of the process %.0f MiB\n\n", r.HeapLiveMiB, r.HeapAttributedMiB, r.StackMiB, r.Goroutines, r.PeakRSSMiB)
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "wave\tseconds\tnode writes per shard\tall shards\tnodes x shards\tranks in them\trequests per shard\tsettled\tprovdb pending msgs")
