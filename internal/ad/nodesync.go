@@ -43,6 +43,10 @@ import (
 // concurrent use; Join and Leave keep the member count, and Close stops the
 // timers (calls after Close fail).
 type NodeSyncer struct {
+	// MaxParts bounds the deltas (model, counter and step summary
+	// entries) of one request (default maxNodeParts); set it before use.
+	MaxParts int
+
 	next   Syncer
 	node   string
 	linger time.Duration
@@ -226,13 +230,41 @@ func (ns *NodeSyncer) abandon(shard, kind int, c *nodeCall) {
 	}
 }
 
-// send delivers calls as one request (as several when the pserver reports
-// some ranks stale), each attempt bounded by the syncer's timeout, and
-// hands every call its answer.
+// maxNodeParts bounds the deltas (model, counter and step summary entries)
+// of one node request, so that it stays well under NATS's payload limit
+// (about 150 bytes each in JSON: some 3 MB); a larger batch goes as several
+// requests, in rank order.
+const maxNodeParts = 20000
+
+// send delivers calls, in rank order, as requests of at most maxNodeParts
+// deltas (more when the pserver reports some ranks stale), each attempt
+// bounded by the syncer's timeout, and hands every call its answer.
 func (ns *NodeSyncer) send(ctx context.Context, shard int, calls []*nodeCall) {
 	slices.SortStableFunc(calls, func(a, b *nodeCall) int {
 		return cmp.Or(cmp.Compare(a.req.PID, b.req.PID), cmp.Compare(a.req.Rank, b.req.Rank))
 	})
+	limit := ns.MaxParts
+	if limit <= 0 {
+		limit = maxNodeParts
+	}
+	for len(calls) > 0 {
+		n, parts := 0, 0
+		for n < len(calls) && (n == 0 || parts+requestParts(calls[n].req) <= limit) {
+			parts += requestParts(calls[n].req)
+			n++
+		}
+		ns.sendChunk(ctx, shard, calls[:n])
+		calls = calls[n:]
+	}
+}
+
+func requestParts(r *psync.SyncRequest) int {
+	return 1 + len(r.Models) + len(r.Counters) + len(r.Steps)
+}
+
+// sendChunk delivers calls as one request (as several when the pserver
+// reports some ranks stale) and hands every call its answer.
+func (ns *NodeSyncer) sendChunk(ctx context.Context, shard int, calls []*nodeCall) {
 	for len(calls) > 0 {
 		req, err := mergeRequests(ns.node, calls)
 		var rep *psync.SyncReply

@@ -151,13 +151,21 @@ func TestNodeSyncSameModel(t *testing.T) {
 	wcfg := workload.DefaultConfig()
 	wcfg.Ranks, wcfg.Steps, wcfg.EventsPerStep, wcfg.ThreadsPerRank = 6, 6, 3000, 2
 	byRank := frames(t, wcfg)
-	for _, alg := range []string{ad.Tail, ad.SSTD, ad.HBOS} {
-		t.Run(alg, func(t *testing.T) {
+	tests := []struct {
+		alg      string
+		maxParts int // 0: the default; small: each batch in several requests
+	}{
+		{ad.Tail, 0}, {ad.SSTD, 0}, {ad.HBOS, 0}, {ad.Tail, 40},
+	}
+	for _, tc := range tests {
+		alg := tc.alg
+		t.Run(fmt.Sprintf("%s, at most %d parts per request", alg, tc.maxParts), func(t *testing.T) {
 			cfg := ad.Config{PID: wcfg.PID, Algorithm: alg, Shards: 3, SyncWait: time.Second, SyncTimeout: 10 * time.Second}
 			perRank := newStateSyncer(cfg.Shards)
 			sa := runLockstep(t, byRank, cfg, perRank)
 			node := newStateSyncer(cfg.Shards)
 			ns := ad.NewNodeSyncer(node, "test-node", 0, 10*time.Second)
+			ns.MaxParts = tc.maxParts
 			defer ns.Close()
 			sb := runLockstep(t, byRank, cfg, ns)
 			for r := range sa {
@@ -189,11 +197,15 @@ func TestNodeSyncSameModel(t *testing.T) {
 			// of the last step at Close) is one write and one read per
 			// shard for the whole node, each carrying every rank's request.
 			req, ranks := ns.Syncs()
-			if want := uint64(2 * cfg.Shards * (len(byRank[0]) + 1)); req != want {
+			want := uint64(2 * cfg.Shards * (len(byRank[0]) + 1))
+			switch {
+			case tc.maxParts == 0 && req != want:
 				t.Errorf("node sent %d requests, want 2 × shards × (frames+1) = %d", req, want)
+			case tc.maxParts > 0 && req <= want:
+				t.Errorf("node sent %d requests with at most %d parts each, want more than %d", req, tc.maxParts, want)
 			}
-			if ranks != req*uint64(wcfg.Ranks) {
-				t.Errorf("node requests carried %d ranks' requests in %d requests, want %d each", ranks, req, wcfg.Ranks)
+			if ranks != want*uint64(wcfg.Ranks) {
+				t.Errorf("node requests carried %d ranks' requests, want %d (every rank in every batch)", ranks, want*uint64(wcfg.Ranks))
 			}
 			if perRank.applied[0] < wcfg.Ranks*wcfg.Steps {
 				t.Errorf("per-rank syncs applied %d requests on shard 0, want at least ranks × steps = %d", perRank.applied[0], wcfg.Ranks*wcfg.Steps)
