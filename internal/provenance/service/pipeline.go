@@ -17,49 +17,32 @@ import (
 // fetch order, to a pool of decoders and to the writer's queue; the
 // decoders decode the messages (and, for a store that can, prepare their
 // write: encoding and compressing documents) several at once; the writer
-// takes the messages in fetch order as they become ready and inserts those
-// ready together, then acknowledges them once the transaction holding
-// them has committed. So the single writer does only the inserts, records
-// are written in the order they were fetched, and a message is
-// acknowledged only once its records are committed.
+// takes the messages in fetch order as they become ready and writes those
+// ready together in one transaction, then acknowledges them. So the single
+// writer does only the inserts, records are written in the order they were
+// fetched, and a message is acknowledged only once its records are
+// committed.
 //
-// For a store that prepares its writes (SQLite), the writer keeps one
-// transaction open across several of these inserts and commits it when no
-// fetched message is waiting, or when it holds maxTxRecords records or
-// 2*Fetch messages, or has been open for maxTxAge, whichever comes first:
-// a commit writes every page the transaction changed (the three query
-// indexes change pages all over the file) and waits for its fsync, so
-// fewer, larger commits cost less per record, and the decoders go on with
-// the next messages while the writer commits.
-//
-// At most 2*Fetch messages are between fetch and insert (the fetcher
-// takes a slot for each and the writer frees it once the message is
-// inserted), and at most 2*Fetch more inserted and waiting for their
-// commit: within the consumer's MaxAckPending (4*Fetch), enough for the
+// At most 2*Fetch messages are between fetch and acknowledgement (the
+// fetcher takes a slot for each and the writer frees it): enough for the
 // decoders to work on one fetch while the writer writes the one before,
-// few enough that a message does not wait for a good part of AckWait,
-// after which JetStream would send it again. Stopping (the service's
-// context cancelled) ends the fetch loop, which hands the messages still
-// arriving back for redelivery; the decoders finish what they hold; the
-// writer commits the transaction under way, acknowledges it and hands
-// back the messages it had not started to write.
+// few enough that a message does not wait in the queue for a good part of
+// AckWait, after which JetStream would send it again. Stopping (the service's context cancelled) ends the fetch loop,
+// which hands the messages still arriving back for redelivery; the
+// decoders finish what they hold; the writer finishes the write under way
+// and hands back the messages it had not started to write.
 
-// maxTxRecords bounds the records of one transaction: enough to share a
-// commit among many messages, few enough that a write stays well under
-// AckWait.
-const maxTxRecords = 32768
-
-// maxTxAge bounds how long a transaction stays open, and so how long
-// records written stay unseen by queries and their messages
-// unacknowledged.
-const maxTxAge = 500 * time.Millisecond
+// maxTxRecords bounds the records of one write: enough to share a
+// transaction's commit (its fsync, and the index pages it writes) among
+// many messages, few enough that a write stays well under AckWait.
+const maxTxRecords = 8192
 
 // preparer is a store whose write can be split: Prepare, the CPU work of a
-// batch, runs on the decoders; BeginPrepared opens a transaction that
-// writes prepared batches.
+// batch, runs on the decoders; WritePrepared writes several prepared
+// batches in one transaction.
 type preparer interface {
 	Prepare(provenance.Batch) (*sqlitestore.Prepared, error)
-	BeginPrepared(context.Context) (*sqlitestore.PreparedTx, error)
+	WritePrepared(context.Context, []*sqlitestore.Prepared) error
 }
 
 var _ preparer = (*sqlitestore.Store)(nil)
@@ -70,27 +53,15 @@ type job struct {
 	msg   jetstream.Msg
 	ready chan struct{}
 
-	bad   bool            // undecodable, terminated
-	kind  provenance.Kind // of its records
-	n     int             // records
+	bad   bool // undecodable, terminated
 	batch provenance.Batch
 	prep  *sqlitestore.Prepared
 	err   error // Prepare failed: handled as a failed write
 }
 
-// openTx is the writer's transaction under way and the jobs whose records
-// it holds, acknowledged when it commits.
-type openTx struct {
-	tx      *sqlitestore.PreparedTx
-	ctx     context.Context
-	cancel  context.CancelFunc
-	jobs    []*job
-	started time.Time
-}
-
 // pipeline is the state of one Start: its queues and goroutines.
 type pipeline struct {
-	slots chan struct{} // a token per message between fetch and insert
+	slots chan struct{} // a token per message between fetch and acknowledgement
 	work  chan *job     // to the decoders
 	order chan *job     // to the writer, in fetch order
 	wg    sync.WaitGroup
@@ -155,7 +126,7 @@ func (s *Service) decode(j *job, pr preparer) {
 		j.bad = true
 		return
 	}
-	j.batch, j.kind, j.n = b, b.Kind, b.Len()
+	j.batch = b
 	if pr != nil {
 		j.prep, j.err = pr.Prepare(b)
 	}
@@ -163,31 +134,13 @@ func (s *Service) decode(j *job, pr preparer) {
 
 // writeLoop writes the jobs in fetch order until the order queue is closed:
 // the first one waiting (once ready) and the ones after it that are already
-// ready, up to maxTxRecords records, at once: into the open transaction
-// for a store that prepares its writes, else in one write per kind.
+// ready, up to maxTxRecords records, in one write.
 func (s *Service) writeLoop(ctx context.Context, p *pipeline) {
-	pr, _ := s.store.(preparer)
-	var open *openTx
 	var group []*job
 	var next *job // taken from the queue but not ready yet
 	for {
 		j := next
 		next = nil
-		if j == nil && open != nil {
-			// Commit as soon as no fetched message waits, so that an idle
-			// or slow stream's records are not held back.
-			select {
-			case k, ok := <-p.order:
-				if !ok {
-					s.commit(open)
-					return
-				}
-				j = k
-			default:
-				s.commit(open)
-				open = nil
-			}
-		}
 		if j == nil {
 			var ok bool
 			if j, ok = <-p.order; !ok {
@@ -196,7 +149,7 @@ func (s *Service) writeLoop(ctx context.Context, p *pipeline) {
 		}
 		<-j.ready
 		group = append(group[:0], j)
-		n := j.n
+		n := j.batch.Len()
 	more:
 		for n < maxTxRecords {
 			select {
@@ -207,7 +160,7 @@ func (s *Service) writeLoop(ctx context.Context, p *pipeline) {
 				select {
 				case <-k.ready:
 					group = append(group, k)
-					n += k.n
+					n += k.batch.Len()
 				default:
 					next = k
 					break more
@@ -217,11 +170,7 @@ func (s *Service) writeLoop(ctx context.Context, p *pipeline) {
 			}
 		}
 		if ctx.Err() != nil {
-			// Stopping: commit what was written, hand back the rest.
-			if open != nil {
-				s.commit(open)
-				open = nil
-			}
+			// Stopping: hand back what was not written yet.
 			for _, j := range append(group, next) {
 				if j != nil {
 					<-j.ready
@@ -234,37 +183,17 @@ func (s *Service) writeLoop(ctx context.Context, p *pipeline) {
 			next = nil
 			continue
 		}
-		if pr != nil {
-			open = s.insert(pr, open, group)
-		} else {
-			s.writeKinds(group)
-		}
+		s.write(group)
 		for range group {
 			<-p.slots
-		}
-		if open != nil && (open.tx.Records() >= maxTxRecords || len(open.jobs) >= 2*s.cfg.Fetch || time.Since(open.started) >= maxTxAge) {
-			s.commit(open)
-			open = nil
 		}
 	}
 }
 
-// writeContext is the context of a store write: not cancelled with the
-// service's context, so that a write under way when Shutdown is called
-// completes and is acknowledged; bounded so that a stuck store cannot hold
-// Shutdown for ever. A write slower than AckWait only causes a redelivery
-// the store ignores.
-func (s *Service) writeContext() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.Background(), max(s.cfg.AckWait, 30*time.Second))
-}
-
-// insert writes the decoded jobs of group in open, the transaction under
-// way (begun if nil), and returns it. If the write fails, the transaction
-// is rolled back, the messages of all its jobs are handed back for
-// redelivery, and insert returns nil.
-func (s *Service) insert(pr preparer, open *openTx, group []*job) *openTx {
+// write writes the decoded jobs of group and acknowledges each message whose
+// records are committed (or asks for its redelivery).
+func (s *Service) write(group []*job) {
 	var ok []*job
-	var ps []*sqlitestore.Prepared
 	for _, j := range group {
 		switch {
 		case j.bad:
@@ -272,62 +201,35 @@ func (s *Service) insert(pr preparer, open *openTx, group []*job) *openTx {
 			s.writeFailed(j.err, []*job{j})
 		default:
 			ok = append(ok, j)
-			ps = append(ps, j.prep)
 		}
 	}
 	if len(ok) == 0 {
-		return open
-	}
-	if open == nil {
-		ctx, cancel := s.writeContext()
-		tx, err := pr.BeginPrepared(ctx)
-		if err != nil {
-			cancel()
-			s.writeFailed(err, ok)
-			return nil
-		}
-		open = &openTx{tx: tx, ctx: ctx, cancel: cancel, started: time.Now()}
-	}
-	if err := open.tx.Write(open.ctx, ps); err != nil {
-		open.cancel()
-		s.writeFailed(err, append(open.jobs, ok...))
-		return nil
-	}
-	for _, j := range ok {
-		// The records are in the transaction: only the message is kept,
-		// to be acknowledged.
-		j.batch, j.prep = provenance.Batch{}, nil
-	}
-	open.jobs = append(open.jobs, ok...)
-	return open
-}
-
-// commit commits open and acknowledges its messages, or hands them back
-// for redelivery if the commit fails.
-func (s *Service) commit(open *openTx) {
-	defer open.cancel()
-	if err := open.tx.Commit(); err != nil {
-		s.writeFailed(err, open.jobs)
 		return
 	}
-	s.written(open.jobs)
-}
-
-// writeKinds writes the decoded jobs of group to a store that does not
-// prepare its writes, one write per kind, and acknowledges each message
-// whose records are committed (or asks for its redelivery).
-func (s *Service) writeKinds(group []*job) {
-	ctx, cancel := s.writeContext()
+	// Not cancelled with the service's context, so that a write under way
+	// when Shutdown is called completes and is acknowledged; bounded so
+	// that a stuck store cannot hold Shutdown for ever. A write slower
+	// than AckWait only causes a redelivery the store ignores.
+	wctx, cancel := context.WithTimeout(context.Background(), max(s.cfg.AckWait, 30*time.Second))
 	defer cancel()
+	if pr, isPreparer := s.store.(preparer); isPreparer {
+		ps := make([]*sqlitestore.Prepared, len(ok))
+		for i, j := range ok {
+			ps[i] = j.prep
+		}
+		if err := pr.WritePrepared(wctx, ps); err != nil {
+			s.writeFailed(err, ok)
+			return
+		}
+		s.written(ok)
+		return
+	}
+	// Any other store: one write per kind.
 	for _, kind := range provenance.Kinds {
 		var merged provenance.Batch
 		var jobs []*job
-		for _, j := range group {
-			if j.bad || j.kind != kind {
-				continue
-			}
-			if j.err != nil {
-				s.writeFailed(j.err, []*job{j})
+		for _, j := range ok {
+			if j.batch.Kind != kind {
 				continue
 			}
 			jobs = append(jobs, j)
@@ -344,7 +246,7 @@ func (s *Service) writeKinds(group []*job) {
 		if len(jobs) == 0 {
 			continue
 		}
-		if err := s.store.Write(ctx, merged); err != nil {
+		if err := s.store.Write(wctx, merged); err != nil {
 			s.writeFailed(err, jobs)
 			continue
 		}
@@ -358,7 +260,7 @@ func (s *Service) written(jobs []*job) {
 		// An acknowledgement lost here only means the batch comes again
 		// and is written again, which the store ignores.
 		_ = j.msg.Ack()
-		s.counts[j.kind].Add(int64(j.n))
+		s.counts[j.batch.Kind].Add(int64(j.batch.Len()))
 	}
 	s.batches.Add(int64(len(jobs)))
 }

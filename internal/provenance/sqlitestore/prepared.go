@@ -62,108 +62,34 @@ func (s *Store) Prepare(b provenance.Batch) (*Prepared, error) {
 // transaction: all of them or, on error, none. Records already stored are
 // skipped, as by Write.
 func (s *Store) WritePrepared(ctx context.Context, ps []*Prepared) error {
+	if s.w == nil {
+		return errors.New("write provenance batches: store opened read-only")
+	}
 	n := 0
 	for _, p := range ps {
 		n += p.Len()
 	}
 	if n == 0 {
-		if s.w == nil {
-			return errors.New("write provenance batches: store opened read-only")
-		}
 		return nil
-	}
-	tx, err := s.BeginPrepared(ctx)
-	if err != nil {
-		return err
-	}
-	if err := tx.Write(ctx, ps); err != nil {
-		return err
-	}
-	return tx.Commit()
-}
-
-// PreparedTx is a transaction of prepared writes that stays open across
-// several Write calls, so that one commit (the log pages it writes, its
-// fsync) serves many batches that did not arrive together. It holds the
-// store's writer from BeginPrepared until Commit or Rollback: the owner
-// ends it promptly, and no other write runs meanwhile. Not safe for
-// concurrent use.
-type PreparedTx struct {
-	s       *Store
-	tx      *sql.Tx
-	execs   map[provenance.Kind]*execWriter
-	rows    map[provenance.Kind]*sql.Stmt
-	batches int
-	records int
-	done    bool
-}
-
-// BeginPrepared starts a transaction of prepared writes. ctx bounds the
-// whole transaction: if it ends before Commit, the transaction is rolled
-// back.
-func (s *Store) BeginPrepared(ctx context.Context) (*PreparedTx, error) {
-	if s.w == nil {
-		return nil, errors.New("write provenance batches: store opened read-only")
 	}
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
-		s.mu.Unlock()
-		return nil, fmt.Errorf("write provenance batches: begin: %w", err)
+		return fmt.Errorf("write %d provenance batches: begin: %w", len(ps), err)
 	}
-	return &PreparedTx{s: s, tx: tx, execs: map[provenance.Kind]*execWriter{}, rows: map[provenance.Kind]*sql.Stmt{}}, nil
-}
-
-// Write inserts the prepared batches, in their order. On error the whole
-// transaction, what earlier Writes inserted included, is rolled back and
-// t is done.
-func (t *PreparedTx) Write(ctx context.Context, ps []*Prepared) error {
-	if t.done {
-		return errors.New("write provenance batches: transaction already ended")
-	}
+	execs := map[provenance.Kind]*execWriter{}
+	rows := map[provenance.Kind]*sql.Stmt{}
 	for _, p := range ps {
-		if err := t.s.writePrepared(ctx, t.tx, p, t.execs, t.rows); err != nil {
-			t.end(false)
+		if err = s.writePrepared(ctx, tx, p, execs, rows); err != nil {
+			tx.Rollback()
 			return fmt.Errorf("write %d provenance batches: %s batch: %w", len(ps), p.Kind(), err)
 		}
-		t.batches++
-		t.records += p.Len()
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("write %d provenance batches: commit: %w", len(ps), err)
 	}
 	return nil
-}
-
-// Records is the number of records written in t so far (duplicates
-// included).
-func (t *PreparedTx) Records() int { return t.records }
-
-// Commit commits what t's Writes inserted and ends t.
-func (t *PreparedTx) Commit() error {
-	if t.done {
-		return errors.New("commit provenance batches: transaction already ended")
-	}
-	if err := t.end(true); err != nil {
-		return fmt.Errorf("write %d provenance batches: commit: %w", t.batches, err)
-	}
-	return nil
-}
-
-// Rollback discards what t's Writes inserted and ends t; after Commit or
-// a failed Write it does nothing.
-func (t *PreparedTx) Rollback() error {
-	if t.done {
-		return nil
-	}
-	return t.end(false)
-}
-
-// end commits or rolls back the transaction and releases the writer.
-func (t *PreparedTx) end(commit bool) error {
-	t.done = true
-	defer t.s.mu.Unlock()
-	if commit {
-		return t.tx.Commit()
-	}
-	return t.tx.Rollback()
 }
 
 // writePrepared inserts one prepared batch in tx, with the transaction's
