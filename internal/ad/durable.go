@@ -361,14 +361,11 @@ func (s *durableSource) nextContext(ctx context.Context) (*nats.Msg, error) {
 }
 
 func (s *durableSource) next(d time.Duration) (*nats.Msg, error) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case m := <-s.ch:
-		return s.take(m), nil
-	case <-t.C:
-		return nil, nats.ErrTimeout
+	m, err := recvWithin(s.ch, d)
+	if err != nil {
+		return nil, err
 	}
+	return s.take(m), nil
 }
 
 func (s *durableSource) pending() int { return len(s.ch) }

@@ -63,14 +63,18 @@ func (q *queueSource) nextContext(ctx context.Context) (*nats.Msg, error) {
 	}
 }
 
-func (q *queueSource) next(d time.Duration) (*nats.Msg, error) {
+func (q *queueSource) next(d time.Duration) (*nats.Msg, error) { return recvWithin(q.ch, d) }
+
+// recvWithin receives from ch, or fails with nats.ErrTimeout after d.
+func recvWithin[T any](ch <-chan T, d time.Duration) (T, error) {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
-	case m := <-q.ch:
+	case m := <-ch:
 		return m, nil
 	case <-t.C:
-		return nil, nats.ErrTimeout
+		var zero T
+		return zero, nats.ErrTimeout
 	}
 }
 
