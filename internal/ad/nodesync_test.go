@@ -195,12 +195,13 @@ func TestNodeSyncSameModel(t *testing.T) {
 			}
 			// In lockstep every step boundary (one per frame, and the end
 			// of the last step at Close) is one write and one read per
-			// shard for the whole node, each carrying every rank's request.
+			// shard for the whole node, and Close one last write, each
+			// carrying every rank's request.
 			req, ranks := ns.Syncs()
-			want := uint64(2 * cfg.Shards * (len(byRank[0]) + 1))
+			want := uint64(cfg.Shards * (2*(len(byRank[0])+1) + 1))
 			switch {
 			case tc.maxParts == 0 && req != want:
-				t.Errorf("node sent %d requests, want 2 × shards × (frames+1) = %d", req, want)
+				t.Errorf("node sent %d requests, want shards × (2 × (frames+1) + 1) = %d", req, want)
 			case tc.maxParts > 0 && req <= want:
 				t.Errorf("node sent %d requests with at most %d parts each, want more than %d", req, tc.maxParts, want)
 			}

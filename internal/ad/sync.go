@@ -517,11 +517,19 @@ func (s *syncState) close(ctx context.Context) error {
 		return nil
 	}
 	if s.node != nil && s.node.linger == 0 {
-		// In lockstep (a node syncer without linger), what is in flight
-		// goes through the node and the rest goes straight: the node's
-		// batches wait for every detector, and the others may be reading
-		// models this one, closing, will not read. With a linger the last
-		// deltas go through the node like any others.
+		// In lockstep (a node syncer without linger) the node's batches
+		// wait for every detector: a closing one sends exactly one request
+		// per shard through the node (the others, closing too or still
+		// stepping, send theirs in the same batches), then leaves the node
+		// before the others read models it will not read; anything left
+		// goes straight. With a linger the last deltas go through the node
+		// like any others.
+		s.collect(true, ctx)
+		for i, sh := range s.shards {
+			if sh.inflight == nil {
+				s.send(i, true)
+			}
+		}
 		s.collect(true, ctx)
 		if !s.anyInflight() {
 			s.leaveNode()
