@@ -314,8 +314,9 @@ func (ns *NodeSyncer) sendChunk(ctx context.Context, shard int, calls []*nodeCal
 	}
 }
 
-// deliver answers each call with the global models of its own keys (deep
-// copies: every detector owns its models).
+// deliver answers each call with the global models of its own keys. The
+// histograms are shared by every call's reply: detectors only read them
+// (see Syncer).
 func deliver(calls []*nodeCall, rep *psync.SyncReply, applied bool) {
 	byKey := make(map[string]*psync.GlobalModel, len(rep.Models))
 	for i := range rep.Models {
@@ -328,17 +329,7 @@ func deliver(calls []*nodeCall, rep *psync.SyncReply, applied bool) {
 			if !ok {
 				continue
 			}
-			m := psync.GlobalModel{Key: g.Key, Moments: g.Moments}
-			if g.Histogram != nil {
-				h := *g.Histogram
-				h.Counts = slices.Clone(h.Counts)
-				m.Histogram = &h
-			}
-			if g.Tail != nil {
-				t := g.Tail.Clone()
-				m.Tail = &t
-			}
-			out.Models = append(out.Models, m)
+			out.Models = append(out.Models, *g)
 		}
 		c.done <- syncResult{rep: out}
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,7 +20,9 @@ import (
 // Syncer sends one sync request to a pserver shard and returns its reply. It
 // must be safe for concurrent use (a detector syncs its shards in parallel,
 // and the detectors of a node may share one Syncer). The request must not be
-// modified by the Syncer.
+// modified by the Syncer. The histograms of a reply may share memory with
+// other replies (a node's syncer hands every rank the same global models):
+// the detector only reads them.
 type Syncer interface {
 	Sync(ctx context.Context, shard int, req *psync.SyncRequest) (*psync.SyncReply, error)
 }
@@ -471,13 +474,19 @@ func (s *syncState) apply(i int, r syncResult) {
 				m.tGlobal = *g.Tail
 			}
 		} else {
+			// The global histograms may share memory with other
+			// detectors' (a node's reply is shared): merge into copies.
 			m.global.Merge(m.inflight)
-			if err := m.hGlobal.Merge(m.hInflight); err != nil {
+			h := m.hGlobal
+			h.Counts = slices.Clone(h.Counts)
+			if err := h.Merge(m.hInflight); err != nil {
 				d.stats.modelErrors.Add(1)
 			}
-			if err := m.tGlobal.Merge(m.tInflight); err != nil {
+			t := m.tGlobal.Clone()
+			if err := t.Merge(m.tInflight); err != nil {
 				d.stats.modelErrors.Add(1)
 			}
+			m.hGlobal, m.tGlobal = h, t
 		}
 		m.inflight, m.hInflight, m.inflightAnoms, m.inFlight = stats.Moments{}, stats.Histogram{}, 0, false
 		m.tInflight = stats.TailHist{}
