@@ -191,9 +191,8 @@ func Serve(ctx context.Context, cfg ServeConfig) ([]Stats, error) {
 				cfg.Logger.Info().Uint32("rank", r).Msg("rank's stream ended before: not served again")
 				continue
 			}
-			var seq uint64
 			if sc != nil {
-				ckpt, ckSeq, seq = sc.ckpt, sc.seq, sc.seq
+				ckpt, ckSeq = sc.ckpt, sc.seq
 				// Records the lost process may not have published.
 				if err := republish(ctx, cfg.Detector.Sink, sc.batches); err != nil {
 					return nil, fmt.Errorf("serve detectors: rank %d: %w", r, err)
@@ -202,9 +201,9 @@ func Serve(ctx context.Context, cfg ServeConfig) ([]Stats, error) {
 			if ckpt == nil {
 				fromSeq = 0 // this rank needs the stream from its start
 			} else if first {
-				fromSeq = seq + 1
+				fromSeq = ckSeq + 1
 			} else if fromSeq > 0 {
-				fromSeq = min(fromSeq, seq+1)
+				fromSeq = min(fromSeq, ckSeq+1)
 			}
 			first = false
 		}
