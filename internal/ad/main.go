@@ -93,6 +93,13 @@ type DaemonConfig struct {
 	FrameStorage    string
 	FrameStream     FrameStreamConfig
 	CheckpointEvery int // --checkpoint-every: io_steps between a rank's checkpoints, with durable frames
+	// --frames-domain: the JetStream domain of the frame stream and the
+	// checkpoints; "" is the one the server answers for (a node's leaf
+	// server with JetStream of its own)
+	FramesDomain string
+	// --prov-domain: the JetStream domain of the provenance stream (the
+	// hub's, when the leaf this ad connects to has JetStream of its own)
+	ProvDomain string
 	// --node-sync-linger: how long the node's merged sync waits for ranks that have not sent yet
 	NodeSyncLinger time.Duration
 	MetricsAddr    string // --metrics-addr: Prometheus /metrics listener; "" serves none
@@ -154,6 +161,9 @@ func (c DaemonConfig) Validate() error {
 	}
 	if c.CheckpointEvery < 1 {
 		bad("--checkpoint-every %d: at least 1", c.CheckpointEvery)
+	}
+	if c.FramesDomain != "" && c.Frames != FramesDurable {
+		bad("--frames-domain is for --frames durable")
 	}
 	if c.Frames == FramesDurable && c.Ranks == "auto" {
 		bad("--frames durable reads the listed ranks' frames through one consumer: it cannot be used with --ranks auto")
@@ -244,6 +254,8 @@ func parseArgs(args []string, lookup func(string) (string, bool), stderr io.Writ
 	fs.StringVar(&c.FrameStorage, "frame-storage", c.FrameStorage, "--frames durable: where the frame stream is kept, file or memory")
 	fs.Int64Var(&c.FrameStream.MaxBytes, "frame-stream-max-bytes", c.FrameStream.MaxBytes, "--frames durable: bound of the frame stream; past it the oldest frames are dropped (counted as missing steps by detectors that had not read them)")
 	fs.DurationVar(&c.FrameStream.MaxAge, "frame-stream-max-age", c.FrameStream.MaxAge, "--frames durable: frames older than this are dropped from the stream")
+	fs.StringVar(&c.FramesDomain, "frames-domain", c.FramesDomain, "--frames durable: JetStream domain that keeps the frame stream and the checkpoints (default: the one of the server this ad connects to; on a compute node, its leaf server's, so that frames stay on the node)")
+	fs.StringVar(&c.ProvDomain, "prov-domain", c.ProvDomain, "JetStream domain of the provenance stream provdb reads (default: the one of the server this ad connects to; give the hub's when the node's leaf server has JetStream of its own)")
 	fs.IntVar(&c.CheckpointEvery, "checkpoint-every", c.CheckpointEvery, "--frames durable: io_steps between a rank's checkpoints (after a restart, at most this many steps are processed again)")
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", "", "serve Prometheus /metrics on this address (e.g. 127.0.0.1:9464)")
 	fs.IntVar(&c.RankLabels, "rank-labels", c.RankLabels, "ranks with their own metric label; the rest are summed as rank=\"other\"")
@@ -310,7 +322,13 @@ func Run(ctx context.Context, cfg DaemonConfig, log zerolog.Logger) (Summary, er
 	if err != nil {
 		return sum, fmt.Errorf("jetstream: %w", err)
 	}
-	sink, err := NewNATSSink(js, cfg.Run, cfg.Queue, ov, log)
+	pjs := js
+	if cfg.ProvDomain != "" {
+		if pjs, err = jetstream.NewWithDomain(nc, cfg.ProvDomain); err != nil {
+			return sum, fmt.Errorf("jetstream domain %s: %w", cfg.ProvDomain, err)
+		}
+	}
+	sink, err := NewNATSSink(pjs, cfg.Run, cfg.Queue, ov, log)
 	if err != nil {
 		return sum, err
 	}
@@ -332,7 +350,13 @@ func Run(ctx context.Context, cfg DaemonConfig, log zerolog.Logger) (Summary, er
 	if cfg.Frames == FramesDurable {
 		fsc := cfg.FrameStream
 		fsc.Memory = cfg.FrameStorage == "memory"
-		durable = &Durable{JS: js, Stream: fsc, CheckpointEvery: cfg.CheckpointEvery}
+		fjs := js
+		if cfg.FramesDomain != "" {
+			if fjs, err = jetstream.NewWithDomain(nc, cfg.FramesDomain); err != nil {
+				return sum, fmt.Errorf("jetstream domain %s: %w", cfg.FramesDomain, err)
+			}
+		}
+		durable = &Durable{JS: fjs, Stream: fsc, CheckpointEvery: cfg.CheckpointEvery}
 	}
 	stats, serr := Serve(ctx, ServeConfig{
 		Conn: nc, Run: cfg.Run, PID: cfg.PID, Ranks: ranks, Discover: discover, Detector: dc,
