@@ -39,9 +39,10 @@ import (
 // completed the batch, or by the linger timer's; timeout bounds each round
 // trip to the pserver, while callers wait for their batch until their
 // context is cancelled (waiting for the node's other detectors is not a
-// failure). A NodeSyncer is safe for
-// concurrent use; Join and Leave keep the member count, and Close stops the
-// timers (calls after Close fail).
+// failure). A batch larger than MaxParts deltas goes as several requests,
+// in rank order. A NodeSyncer is safe for concurrent use; Join and Leave
+// keep the member count, and Close fails the calls still waiting (and any
+// later call).
 type NodeSyncer struct {
 	// MaxParts bounds the deltas (model, counter and step summary
 	// entries) of one request (default maxNodeParts); set it before use.
@@ -50,7 +51,7 @@ type NodeSyncer struct {
 	next   Syncer
 	node   string
 	linger time.Duration
-	// timeout bounds a send started by the linger timer.
+	// timeout bounds each round trip to the pserver.
 	timeout time.Duration
 
 	mu      sync.Mutex
