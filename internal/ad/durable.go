@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"math"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -170,9 +171,10 @@ func openDurable(ctx context.Context, cfg ServeConfig) (*durableNode, error) {
 }
 
 // openConsumer (re)creates the node's durable consumer so that it delivers
-// the frames of its ranks from stream sequence from on (from 0: all). It
-// starts afresh each time: frames a killed ad had received but not
-// acknowledged come again at once, not after their acknowledgement wait.
+// the frames of its ranks from stream sequence from on (all of them for
+// from at most 1, or no rank to serve). It starts afresh each time: frames
+// a killed ad had received but not acknowledged come again at once, not
+// after their acknowledgement wait.
 func (dn *durableNode) openConsumer(ctx context.Context, cfg ServeConfig, from uint64) error {
 	subj := natsx.Subjects{Run: cfg.Run}
 	filters := make([]string, len(cfg.Ranks))
@@ -194,7 +196,7 @@ func (dn *durableNode) openConsumer(ctx context.Context, cfg ServeConfig, from u
 		// waits in its queue.
 		MaxAckPending: len(cfg.Ranks) * (dn.cfg.CheckpointEvery + cfg.PendingFrames + 2),
 	}
-	if from > 0 {
+	if from > 1 && from < math.MaxUint64 {
 		cc.DeliverPolicy, cc.OptStartSeq = jetstream.DeliverByStartSequencePolicy, from
 	}
 	cons, err := dn.stream.CreateOrUpdateConsumer(ctx, cc)

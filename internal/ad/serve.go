@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"runtime/pprof"
 	"strconv"
 	"sync"
@@ -163,9 +164,9 @@ func Serve(ctx context.Context, cfg ServeConfig) ([]Stats, error) {
 	}
 	ranks := make([]*rankState, 0, len(cfg.Ranks))
 	// With durable frames, the stream sequence the consumer starts at: the
-	// first frame some rank's checkpoint does not cover.
-	var fromSeq uint64
-	first := true
+	// first frame some rank's checkpoint does not cover (1, the stream's
+	// start, for a rank without one).
+	fromSeq := uint64(math.MaxUint64)
 	var barrier *Barrier
 	if cfg.Lockstep {
 		barrier = NewBarrier()
@@ -198,14 +199,7 @@ func Serve(ctx context.Context, cfg ServeConfig) ([]Stats, error) {
 					return nil, fmt.Errorf("serve detectors: rank %d: %w", r, err)
 				}
 			}
-			if ckpt == nil {
-				fromSeq = 0 // this rank needs the stream from its start
-			} else if first {
-				fromSeq = ckSeq + 1
-			} else if fromSeq > 0 {
-				fromSeq = min(fromSeq, ckSeq+1)
-			}
-			first = false
+			fromSeq = min(fromSeq, ckSeq+1) // ckSeq is 0 without a checkpoint
 		}
 		var d *Detector
 		var err error

@@ -1,11 +1,9 @@
 package deploytest
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -45,7 +43,7 @@ func runNATSServer(dir, port string) {
 		fmt.Fprintln(os.Stderr, "nats server:", err)
 		os.Exit(2)
 	}
-	fmt.Println("ready", srv.ClientURL())
+	fmt.Println("listening on", srv.ClientURL())
 	select {}
 }
 
@@ -60,6 +58,15 @@ type proc struct {
 // start runs program with args, its output in dir/<name>.log.
 func start(t *testing.T, dir, name, program string, args ...string) *proc {
 	t.Helper()
+	cmd := exec.Command(program, args...)
+	cmd.Env = cleanEnv()
+	return startCmd(t, dir, name, cmd)
+}
+
+// startCmd runs cmd, its output in dir/<name>.log; the test's cleanup
+// kills it and, when the test failed, logs the end of its output.
+func startCmd(t *testing.T, dir, name string, cmd *exec.Cmd) *proc {
+	t.Helper()
 	path := filepath.Join(dir, name+".log")
 	if _, err := os.Stat(path); err == nil { // a restart: keep both logs
 		path = filepath.Join(dir, fmt.Sprintf("%s-%d.log", name, time.Now().UnixNano()))
@@ -68,9 +75,7 @@ func start(t *testing.T, dir, name, program string, args ...string) *proc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(program, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.Env = cleanEnv()
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", name, err)
 	}
@@ -131,45 +136,14 @@ func freePort(t *testing.T) int {
 }
 
 // startNATS runs a NATS server with JetStream on file storage in dir, as a
-// process of its own, and waits until it listens.
+// process of its own (this test binary, see TestMain), and waits until it
+// listens.
 func startNATS(t *testing.T, dir string, port int) *proc {
 	t.Helper()
-	logf, err := os.Create(filepath.Join(dir, fmt.Sprintf("nats-%d.log", time.Now().UnixNano())))
-	if err != nil {
-		t.Fatal(err)
-	}
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(cleanEnv(), natsServerEnv+"="+filepath.Join(dir, "nats"), natsPortEnv+"="+strconv.Itoa(port))
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = logf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p := &proc{name: "nats", cmd: cmd, log: logf, done: make(chan error, 1)}
-	ready := make(chan bool, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		ok := sc.Scan() && strings.HasPrefix(sc.Text(), "ready")
-		ready <- ok
-		_, _ = io.Copy(io.Discard, out)
-	}()
-	go func() { p.done <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-p.done
-		logf.Close()
-	})
-	select {
-	case ok := <-ready:
-		if !ok {
-			t.Fatal("NATS server did not start")
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("NATS server did not start within 30s")
-	}
+	p := startCmd(t, dir, "nats", cmd)
+	waitListening(t, fmt.Sprintf("127.0.0.1:%d", port))
 	return p
 }
 

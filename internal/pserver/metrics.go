@@ -128,16 +128,13 @@ func (m *metrics) observeRequest(req *psync.SyncRequest, merges uint64) {
 		m.lastMerge = merges
 	}
 	m.rankMu.Unlock()
-	if len(req.Ranks) == 0 {
-		m.rankParts.Inc()
-		m.observeRank(DetectorID{req.PID, req.Rank}, req.Steps)
-		return
+	if len(req.Ranks) > 0 {
+		m.nodeRequests.Inc()
 	}
-	m.nodeRequests.Inc()
-	m.rankParts.Add(float64(len(req.Ranks)))
-	for i := range req.Ranks {
-		p := &req.Ranks[i]
-		m.observeRank(DetectorID{p.PID, p.Rank}, p.Steps)
+	parts := rankParts(req)
+	m.rankParts.Add(float64(len(parts)))
+	for i := range parts {
+		m.observeRank(DetectorID{parts[i].PID, parts[i].Rank}, parts[i].Steps)
 	}
 }
 

@@ -68,12 +68,9 @@ func (s *State) Apply(req *psync.SyncRequest) (bool, error) {
 	if req.Reads() {
 		return false, nil // a read: the reply carries the global models
 	}
-	if len(req.Ranks) == 0 && req.Seq <= s.LastSeq[DetectorID{req.PID, req.Rank}] {
-		s.Duplicates++
-		return false, nil
-	}
-	for i := range req.Ranks {
-		p := &req.Ranks[i]
+	parts := rankParts(req)
+	for i := range parts {
+		p := &parts[i]
 		if p.Seq != 0 && p.Seq <= s.LastSeq[DetectorID{p.PID, p.Rank}] {
 			s.Duplicates++
 			return false, nil
@@ -117,15 +114,8 @@ func (s *State) Apply(req *psync.SyncRequest) (bool, error) {
 		}
 		s.Merges += uint64(1 + len(c.More))
 	}
-	if len(req.Ranks) == 0 {
-		id := DetectorID{req.PID, req.Rank}
-		for i := range req.Steps {
-			s.Agg.AddStep(id, &req.Steps[i])
-		}
-		s.LastSeq[id] = req.Seq
-	}
-	for i := range req.Ranks {
-		p := &req.Ranks[i]
+	for i := range parts {
+		p := &parts[i]
 		id := DetectorID{p.PID, p.Rank}
 		for j := range p.Steps {
 			s.Agg.AddStep(id, &p.Steps[j])
@@ -142,28 +132,39 @@ func (s *State) Apply(req *psync.SyncRequest) (bool, error) {
 	return true, nil
 }
 
+// rankParts returns the ranks' shares of req: a node's, or the one rank's
+// of its own request.
+func rankParts(req *psync.SyncRequest) []psync.RankPart {
+	if len(req.Ranks) > 0 {
+		return req.Ranks
+	}
+	return []psync.RankPart{{PID: req.PID, Rank: req.Rank, Seq: req.Seq, Steps: req.Steps}}
+}
+
 // mergeParts merges a delta's moments and histogram, then those of its
 // further ranks in order, into m.
 func mergeParts(m *Model, d *psync.ModelDelta) error {
-	m.Moments.Merge(d.Moments)
-	if d.Histogram != nil {
-		h, err := mergeHistogram(m.Histogram, d.Histogram)
-		if err != nil {
-			return err
-		}
-		m.Histogram = h
+	if err := mergePart(m, d.Moments, d.Histogram); err != nil {
+		return err
 	}
 	for i := range d.More {
-		p := &d.More[i]
-		m.Moments.Merge(p.Moments)
-		if p.Histogram != nil {
-			h, err := mergeHistogram(m.Histogram, p.Histogram)
-			if err != nil {
-				return err
-			}
-			m.Histogram = h
+		if err := mergePart(m, d.More[i].Moments, d.More[i].Histogram); err != nil {
+			return err
 		}
 	}
+	return nil
+}
+
+func mergePart(m *Model, mo stats.Moments, h *stats.Histogram) error {
+	m.Moments.Merge(mo)
+	if h == nil {
+		return nil
+	}
+	g, err := mergeHistogram(m.Histogram, h)
+	if err != nil {
+		return err
+	}
+	m.Histogram = g
 	return nil
 }
 
