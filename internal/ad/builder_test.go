@@ -391,3 +391,52 @@ func TestGPUCorrelation(t *testing.T) {
 		t.Errorf("gpu_parent call stack %+v", cs)
 	}
 }
+
+// TestAttachedEventsBounded runs many steps whose counter and comm events
+// fall partly outside every execution (before the first entry, between
+// calls, on a thread with no function at all) and checks that what a thread
+// keeps of them stays bounded by what the event windows can still need,
+// instead of growing with the steps.
+func TestAttachedEventsBounded(t *testing.T) {
+	const steps, calls = 200, 20
+	d, err := New(Config{Rank: 0, Algorithm: SSTD, Window: 2, SettleCount: -1, Sink: &MemorySink{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	maxKept := 0
+	for s := uint64(0); s < steps; s++ {
+		base := 1000 + s*10000
+		f := &frame.Frame{Step: s, TStart: base, TEnd: base + 9999}
+		if s == 0 {
+			f.Funcs = []frame.Name{{ID: 1, Name: "work"}}
+			f.Counters = []frame.Name{{ID: 0, Name: "PAPI_TOT_INS"}}
+		}
+		for c := uint64(0); c < calls; c++ {
+			ts := base + 10 + c*400
+			f.Events = append(f.Events, en(0, 1, ts), ex(0, 1, ts+100+c))
+			f.CounterEvents = append(f.CounterEvents,
+				frame.CounterEvent{Tid: 0, CID: 0, Value: c, TS: ts - 5},  // between calls: no execution
+				frame.CounterEvent{Tid: 0, CID: 0, Value: c, TS: ts + 50}, // inside the call
+				frame.CounterEvent{Tid: 7, CID: 0, Value: c, TS: ts + 50}) // a thread with no function
+			f.Comms = append(f.Comms,
+				frame.CommEvent{Tid: 0, Kind: frame.Send, Partner: 1, Bytes: 8, TS: ts - 5},
+				frame.CommEvent{Tid: 0, Kind: frame.Send, Partner: 1, Bytes: 8, TS: ts + 60})
+		}
+		sort.Slice(f.CounterEvents, func(i, j int) bool { return f.CounterEvents[i].TS < f.CounterEvents[j].TS })
+		if err := d.Process(ctx, f); err != nil {
+			t.Fatal(err)
+		}
+		for _, th := range d.stacks.threads {
+			maxKept = max(maxKept, len(th.counters), len(th.comms))
+		}
+	}
+	// A step adds calls counter and comm events attached to executions;
+	// what is kept after a step is at most that step's and the window's.
+	if limit := 2 * calls; maxKept > limit {
+		t.Errorf("a thread kept up to %d attached events after %d steps, want at most %d", maxKept, steps, limit)
+	}
+	if err := d.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

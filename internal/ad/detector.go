@@ -67,6 +67,12 @@ type Detector struct {
 	held     []*frame.Frame
 	heldOnce bool
 
+	// lent is the frame ProcessLent is running, and giveBack the function
+	// that takes it back once the detector no longer reads it (nil when no
+	// frame is lent).
+	lent     *frame.Frame
+	giveBack func(*frame.Frame)
+
 	batch Batch
 
 	stats           counters
@@ -117,6 +123,20 @@ const pathOverflow = ^uint32(0)
 // frames after it (see names.go); f is copied then, and the caller may
 // reuse it as always.
 func (d *Detector) Process(ctx context.Context, f *frame.Frame) error {
+	return d.ProcessLent(ctx, f, nil)
+}
+
+// ProcessLent is Process for a frame the caller lends from a pool shared by
+// many detectors: giveBack is called with f, once, as soon as the detector
+// has read all it needs of f, which is before the step's sync (in lockstep
+// that sync waits for every rank of the node, so a node's ranks waiting
+// for it hold no decoded frame). giveBack is called before ProcessLent
+// returns, whatever the outcome; a nil giveBack makes it Process.
+func (d *Detector) ProcessLent(ctx context.Context, f *frame.Frame, giveBack func(*frame.Frame)) error {
+	if giveBack != nil {
+		d.lent, d.giveBack = f, giveBack
+		defer d.returnLent(f)
+	}
 	if d.closed {
 		return ErrClosed
 	}
@@ -165,9 +185,21 @@ func (d *Detector) process(ctx context.Context, f *frame.Frame) {
 		}
 	}
 	d.stacks.build(f)
+	d.returnLent(f)
 	d.endStep(ctx, false)
 	d.processed++
 	d.stats.frames.Add(1) // last: a reader seeing the count sees the step done
+}
+
+// returnLent gives f back to the pool it was lent from, if it is the frame
+// ProcessLent is running and has not been given back yet.
+func (d *Detector) returnLent(f *frame.Frame) {
+	if d.lent != f || d.giveBack == nil {
+		return
+	}
+	giveBack := d.giveBack
+	d.lent, d.giveBack = nil, nil
+	giveBack(f)
 }
 
 // check validates f against the detector before anything is changed.

@@ -116,6 +116,7 @@ func (d *Detector) admit(ctx context.Context, f *frame.Frame) {
 			Msg("frames use function or counter ids whose names have not arrived yet: held until they do")
 	}
 	d.held = append(d.held, cloneFrame(f))
+	d.returnLent(f)
 	d.releaseHeld(ctx)
 	for len(d.held) > d.cfg.MaxHeldFrames {
 		d.dropHeld(1)

@@ -474,7 +474,6 @@ func serveRank(ctx context.Context, d *Detector, sub msgSource, endAll <-chan st
 			close(returned)
 		}()
 	}
-	var f frame.Frame
 	dropped := 0
 	for {
 		msg, err := sub.nextContext(rctx)
@@ -504,7 +503,9 @@ func serveRank(ctx context.Context, d *Detector, sub msgSource, endAll <-chan st
 			d.stats.ended.Store(true)
 			break
 		}
-		if err := decodeFrame(msg.Data, &f); err != nil {
+		f := frames.Get().(*frame.Frame)
+		if err := decodeFrame(msg.Data, f); err != nil {
+			frames.Put(f)
 			n := d.stats.badFrames.Add(1)
 			d.stepBad++
 			// Logged at the 1st, 2nd, 4th, 8th... so a flood cannot flood
@@ -514,14 +515,16 @@ func serveRank(ctx context.Context, d *Detector, sub msgSource, endAll <-chan st
 			}
 			continue
 		}
-		if dur != nil && dur.skip(d, f.Step) {
+		step := f.Step
+		if dur != nil && dur.skip(d, step) {
+			frames.Put(f)
 			continue
 		}
-		if err := d.Process(pctx, &f); err != nil {
+		if err := d.ProcessLent(pctx, f, putFrame); err != nil {
 			if errors.Is(err, ErrClosed) {
 				break
 			}
-			d.cfg.Logger.Warn().Err(err).Uint64("io_step", f.Step).Msg("frame rejected")
+			d.cfg.Logger.Warn().Err(err).Uint64("io_step", step).Msg("frame rejected")
 		}
 		if dur != nil {
 			if err := dur.processed(ctx, d); err != nil && ctx.Err() == nil {
@@ -549,6 +552,14 @@ func serveRank(ctx context.Context, d *Detector, sub msgSource, endAll <-chan st
 	}
 	return nil
 }
+
+// frames holds the decoded frames the ranks of a process share: a rank takes
+// one to decode a message into and gives it back as soon as its detector has
+// read it (Detector.ProcessLent), so that memory holds a decoded frame per
+// rank being processed, not one per rank served.
+var frames = sync.Pool{New: func() any { return new(frame.Frame) }}
+
+func putFrame(f *frame.Frame) { frames.Put(f) }
 
 // decodeFrame decodes a binary frame, or a JSON one when the body starts with
 // '{'.

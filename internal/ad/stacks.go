@@ -229,6 +229,7 @@ func (cs *callStacks) build(f *frame.Frame) {
 			t.commIdx = append(t.commIdx, int32(i))
 		}
 	}
+	cs.reserve(f, side)
 	step := uint32(f.Step)
 	for i := range f.Events {
 		ev := &f.Events[i]
@@ -293,6 +294,41 @@ func (cs *callStacks) build(f *frame.Frame) {
 	cs.stats.events.Add(uint64(len(f.Events) + len(f.CounterEvents) + len(f.Comms)))
 }
 
+// reserve makes room in each thread's ring and attached events for what f
+// adds to them, at once and with an eighth to spare, instead of letting
+// append grow them by a quarter or a half at a time: what a rank keeps of a
+// step is most of its memory, and in lockstep every rank of the process
+// holds a step at the same time.
+func (cs *callStacks) reserve(f *frame.Frame, side bool) {
+	for _, t := range cs.threads {
+		t.entries = 0
+	}
+	for i := range f.Events {
+		if f.Events[i].Kind == frame.Entry {
+			cs.thread(f.Events[i].Tid).entries++
+		}
+	}
+	for _, t := range cs.threads {
+		t.ring = reserve(t.ring, t.entries)
+		if side {
+			t.counters = reserve(t.counters, len(t.ctrIdx))
+			t.comms = reserve(t.comms, len(t.commIdx))
+		}
+	}
+}
+
+// reserve returns s with room for n more elements: s itself if it has it,
+// otherwise a copy with room for n and an eighth of its new length more.
+func reserve[T any](s []T, n int) []T {
+	if cap(s)-len(s) >= n {
+		return s
+	}
+	want := len(s) + n
+	ns := make([]T, len(s), want+want/8)
+	copy(ns, s)
+	return ns
+}
+
 // complete closes the innermost open execution of t at ts and hands it to
 // the next stage.
 func (cs *callStacks) complete(t *thread, ts uint64, flags uint8) {
@@ -325,11 +361,12 @@ func (cs *callStacks) drain(f *frame.Frame, t *thread, ts uint64, incl bool) {
 			break
 		}
 		t.ctrPos++
+		// An event outside every execution is attached to none: it counts
+		// in the profiles and the step's statistics only.
 		seq, ok := t.top()
-		if !ok {
-			seq = math.MaxUint64
+		if ok {
+			t.counters = append(t.counters, attachedCounter{seq: seq, ev: *c})
 		}
-		t.counters = append(t.counters, attachedCounter{seq: seq, ev: *c})
 		t.counterAdd(c.CID, float64(c.Value))
 		name := cs.ctrNames[c.CID]
 		if name == "" {
@@ -351,11 +388,9 @@ func (cs *callStacks) drain(f *frame.Frame, t *thread, ts uint64, incl bool) {
 			break
 		}
 		t.commPos++
-		seq, ok := t.top()
-		if !ok {
-			seq = math.MaxUint64
+		if seq, ok := t.top(); ok {
+			t.comms = append(t.comms, attachedComm{seq: seq, ev: *c})
 		}
-		t.comms = append(t.comms, attachedComm{seq: seq, ev: *c})
 	}
 }
 

@@ -108,6 +108,7 @@ type thread struct {
 	// per-frame cursors into the frame's counter and comm events of this thread
 	ctrIdx, commIdx []int32
 	ctrPos, commPos int
+	entries         int // the frame's entries on this thread
 }
 
 type gpuLoc struct {
@@ -294,7 +295,9 @@ func (t *thread) release(keep uint64) {
 		t.ring = t.ring[:m]
 		t.base = keep
 	}
-	keepEv := func(seq uint64) bool { return seq >= t.base || t.detached[seq] != nil }
+	// Events of executions still in the ring or detached stay, any other
+	// goes.
+	keepEv := func(seq uint64) bool { return (seq >= t.base && seq < t.next()) || t.detached[seq] != nil }
 	w := 0
 	for _, c := range t.counters {
 		if keepEv(c.seq) {

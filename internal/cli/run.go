@@ -150,7 +150,7 @@ the results are, and the commands to explore them.`,
 	f.StringVar(&cfg.HTTP, "http", "127.0.0.1:0", "dashboard address (port 0 picks a free port)")
 	f.BoolVar(&keepServing, "keep-serving", false, "keep the dashboard up after the run until interrupted")
 	f.StringVar(&cfg.TaudbDSN, "taudb", "", "PostgreSQL DSN: also store the run as a TAUdb trial (env KIPIMO_TAUDB or KIPIMO_TAUDB_DSN)")
-	f.IntVar(&cfg.MaxLag, "max-lag", 16, "io_steps a rank's input may run ahead of its detector before the input waits (back-pressure)")
+	f.IntVar(&cfg.MaxLag, "max-lag", 0, "io_steps a rank's input may run ahead of its detector before the input waits (back-pressure); 0: 16, fewer beyond 256 ranks so that at most 4,096 frames wait in all (at least 2)")
 	f.StringVar(&cfg.NATSURL, "nats", "", "use this NATS server instead of an embedded one")
 	f.BoolVar(&jsonOut, "json", false, "print the summary as JSON (with --exec: the last line of stdout, after the command's output)")
 	f.BoolVar(&execMode, "exec", false, "run the command given after -- under the event library and monitor it live")

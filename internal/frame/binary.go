@@ -242,16 +242,55 @@ func DecodeBinary(b []byte, f *Frame) (n int, err error) {
 	if b[4] != Version {
 		return 0, decErr(4, field("header.version"), fmtErr(ErrVersion, "version %d, this decoder reads %d", b[4], Version))
 	}
+	end, err := bodyEnd(b)
+	if err != nil {
+		return 0, err
+	}
+	if end > len(b) {
+		return 0, decErr(len(b), field("body"), fmtErr(ErrTruncated, "header declares %d body bytes, %d present", end-HeaderSize, len(b)-HeaderSize))
+	}
+	d := decoder{b: b[:end], p: HeaderSize}
+	if err := d.frame(f); err != nil {
+		return 0, err
+	}
+	return end, nil
+}
+
+// bodyEnd returns the end of the frame whose header (magic and version
+// checked) starts b, from its length field.
+func bodyEnd(b []byte) (int, error) {
 	size := binary.LittleEndian.Uint32(b[5:9])
 	if size > MaxFrameSize {
 		return 0, decErr(5, field("header.length"), fmtErr(ErrLength, "body length %d exceeds the %d byte limit", size, MaxFrameSize))
 	}
-	end := HeaderSize + int(size)
-	if end > len(b) {
-		return 0, decErr(len(b), field("body"), fmtErr(ErrTruncated, "header declares %d body bytes, %d present", size, len(b)-HeaderSize))
+	return HeaderSize + int(size), nil
+}
+
+// PreludeSize is how many of a binary frame's first bytes DecodePrelude
+// needs at most: the header and five varints.
+const PreludeSize = HeaderSize + 5*binary.MaxVarintLen64
+
+// DecodePrelude decodes what a binary frame says before its threads and
+// events (pid, rank, io_step, its start and end) into f, whose other fields
+// it empties, and returns the frame's whole size. b holds the frame's first
+// bytes: PreludeSize of them, or the whole frame if it is shorter. Only the
+// header and the prelude are checked; DecodeBinary of the whole frame checks
+// the rest. It lets a reader order frames without decoding or keeping them.
+func DecodePrelude(b []byte, f *Frame) (size int, err error) {
+	f.Reset()
+	if len(b) < HeaderSize || string(b[:4]) != Magic || b[4] != Version {
+		_, err := DecodeBinary(b[:min(len(b), HeaderSize)], f)
+		return 0, err
 	}
-	d := decoder{b: b[:end], p: HeaderSize}
-	if err := d.frame(f); err != nil {
+	end, err := bodyEnd(b)
+	if err != nil {
+		return 0, err
+	}
+	d := decoder{b: b[:min(end, len(b))], p: HeaderSize}
+	if err := d.prelude(f); err != nil {
+		if end > len(b) {
+			return 0, decErr(len(b), field("body"), fmtErr(ErrTruncated, "header declares %d body bytes, %d present", end-HeaderSize, len(b)-HeaderSize))
+		}
 		return 0, err
 	}
 	return end, nil
@@ -376,25 +415,9 @@ func grow[T any](s []T, n int) []T {
 }
 
 func (d *decoder) frame(f *Frame) error {
-	var err error
-	if f.PID, err = d.uint32(field("pid")); err != nil {
+	if err := d.prelude(f); err != nil {
 		return err
 	}
-	if f.Rank, err = d.uint32(field("rank")); err != nil {
-		return err
-	}
-	if f.Step, err = d.uvarint(field("io_step")); err != nil {
-		return err
-	}
-	if f.TStart, err = d.uvarint(field("t_start")); err != nil {
-		return err
-	}
-	dz, err := d.uvarint(field("t_end"))
-	if err != nil {
-		return err
-	}
-	f.TEnd = f.TStart + unzigzag(dz)
-
 	nt, err := d.count(field("threads.count"), 1)
 	if err != nil {
 		return err
@@ -467,6 +490,30 @@ func (d *decoder) frame(f *Frame) error {
 	if d.p != len(d.b) {
 		return decErr(d.p, field("body"), fmtErr(ErrTrailing, "%d bytes after the last section", len(d.b)-d.p))
 	}
+	return nil
+}
+
+// prelude reads the fields before the threads: pid, rank, io_step and its
+// start and end.
+func (d *decoder) prelude(f *Frame) error {
+	var err error
+	if f.PID, err = d.uint32(field("pid")); err != nil {
+		return err
+	}
+	if f.Rank, err = d.uint32(field("rank")); err != nil {
+		return err
+	}
+	if f.Step, err = d.uvarint(field("io_step")); err != nil {
+		return err
+	}
+	if f.TStart, err = d.uvarint(field("t_start")); err != nil {
+		return err
+	}
+	dz, err := d.uvarint(field("t_end"))
+	if err != nil {
+		return err
+	}
+	f.TEnd = f.TStart + unzigzag(dz)
 	return nil
 }
 

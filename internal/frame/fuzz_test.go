@@ -86,14 +86,27 @@ func FuzzDecodeBinary(f *testing.F) {
 		f.Add(b)
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		var fr Frame
+		var fr, pre Frame
+		// DecodePrelude never panics, on the whole input or its start.
+		size, perr := DecodePrelude(data, &pre)
 		n, err := DecodeBinary(data, &fr)
 		if err != nil {
 			checkDecodeError(t, err, data)
+			if perr != nil {
+				checkDecodeError(t, perr, data)
+			}
 			return
 		}
 		if n < HeaderSize || n > len(data) {
 			t.Fatalf("DecodeBinary used %d bytes of %d", n, len(data))
+		}
+		// On a frame DecodeBinary accepts, the prelude read from the
+		// frame's first PreludeSize bytes agrees with it.
+		size, perr = DecodePrelude(data[:min(len(data), PreludeSize)], &pre)
+		if perr != nil || size != n || pre.PID != fr.PID || pre.Rank != fr.Rank || pre.Step != fr.Step ||
+			pre.TStart != fr.TStart || pre.TEnd != fr.TEnd || len(pre.Events) != 0 {
+			t.Fatalf("DecodePrelude = %d, %+v, %v; DecodeBinary read %d bytes of pid %d rank %d step %d [%d, %d]",
+				size, pre, perr, n, fr.PID, fr.Rank, fr.Step, fr.TStart, fr.TEnd)
 		}
 		checkReencodes(t, &fr)
 		// The stream reader agrees with DecodeBinary on the first frame.

@@ -162,3 +162,47 @@ func TestReaderIOError(t *testing.T) {
 		t.Fatalf("Next: %v, want the read error", err)
 	}
 }
+
+func TestDecodePrelude(t *testing.T) {
+	f := Frame{PID: 3, Rank: 70000, Step: 12, TStart: 1 << 40, TEnd: 1<<40 + 999,
+		Events: []FuncEvent{{Tid: 0, Kind: Entry, FID: 1, TS: 1 << 40}, {Tid: 0, Kind: Exit, FID: 1, TS: 1<<40 + 5}}}
+	whole := AppendBinary(nil, &f)
+	tests := []struct {
+		name string
+		data []byte
+		err  error
+	}{
+		{"whole frame", whole, nil},
+		{"its first PreludeSize bytes", whole[:min(len(whole), PreludeSize)], nil},
+		{"header and prelude only", whole[:HeaderSize+13], nil},
+		{"cut inside the prelude", whole[:HeaderSize+4], ErrTruncated},
+		{"cut inside the header", whole[:5], ErrTruncated},
+		{"bad magic", append([]byte("XXXX"), whole[4:]...), ErrMagic},
+		{"bad version", append(append([]byte(Magic), Version+1), whole[5:]...), ErrVersion},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var got Frame
+			got.Events = []FuncEvent{{FID: 9}}
+			size, err := DecodePrelude(tc.data, &got)
+			if tc.err != nil {
+				if !errors.Is(err, tc.err) {
+					t.Fatalf("error %v, want %v", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if size != len(whole) {
+				t.Errorf("size %d, want %d", size, len(whole))
+			}
+			if got.PID != f.PID || got.Rank != f.Rank || got.Step != f.Step || got.TStart != f.TStart || got.TEnd != f.TEnd {
+				t.Errorf("prelude %+v, want that of %+v", got, f)
+			}
+			if len(got.Events) != 0 {
+				t.Errorf("events left from before: %v", got.Events)
+			}
+		})
+	}
+}

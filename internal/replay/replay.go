@@ -8,12 +8,14 @@
 package replay
 
 import (
+	"container/heap"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -158,46 +160,96 @@ func OpenFrames(paths []string) (*FrameFiles, error) {
 // Progress implements Sizer.
 func (s *FrameFiles) Progress() (done, total int64) { return s.done, s.total }
 
+// frameCursor is where one frame file is read: the order key (io_step and
+// its start) and place of its next frame, nothing of the frame itself, so
+// that a replay of thousands of files keeps no decoded frame per file.
 type frameCursor struct {
-	name string
-	fh   *os.File
-	r    *frame.Reader
-	f    frame.Frame
-	off  int64 // start of the current frame
-	size int64
+	name   string
+	order  int // the file's place among those given
+	fh     *os.File
+	off    int64 // offset of the next frame
+	size   int64 // the file's size
+	frames int   // frames read before the next one
+	step   uint64
+	tstart uint64
+	length int // the next frame's whole size
 }
 
-// Frames implements Source.
+// errAt is the error of c's next frame.
+func (c *frameCursor) errAt(err error) error {
+	var de *frame.DecodeError
+	if errors.As(err, &de) {
+		cp := *de
+		cp.Offset += int(c.off)
+		err = &cp
+	}
+	return fmt.Errorf("%s: frame %d: %w (%w; the frames before it were read)", c.name, c.frames, err, steps.ErrStopped)
+}
+
+// peek reads the prelude of c's next frame, if any.
+func (c *frameCursor) peek(pre *frame.Frame) (bool, error) {
+	if c.off >= c.size {
+		return false, nil
+	}
+	var b [frame.PreludeSize]byte
+	n, err := c.fh.ReadAt(b[:], c.off)
+	if err != nil && err != io.EOF {
+		return false, fmt.Errorf("%s: read frame %d: %w", c.name, c.frames, err)
+	}
+	length, err := frame.DecodePrelude(b[:n], pre)
+	if err != nil {
+		return false, c.errAt(err)
+	}
+	c.step, c.tstart, c.length = pre.Step, pre.TStart, length
+	return true, nil
+}
+
+// read decodes c's next frame into f, with buf as its bytes' buffer.
+func (c *frameCursor) read(f *frame.Frame, buf []byte) ([]byte, error) {
+	buf = slices.Grow(buf[:0], c.length)[:c.length]
+	n, err := c.fh.ReadAt(buf, c.off)
+	if err != nil && (err != io.EOF || n < c.length) {
+		if err == io.EOF {
+			_, err = frame.DecodeBinary(buf[:n], f)
+			return buf, c.errAt(err)
+		}
+		return buf, fmt.Errorf("%s: read frame %d: %w", c.name, c.frames, err)
+	}
+	if _, err := frame.DecodeBinary(buf, f); err != nil {
+		return buf, c.errAt(err)
+	}
+	c.off += int64(c.length)
+	c.frames++
+	return buf, nil
+}
+
+// Frames implements Source. Each file's next frame is known by its
+// prelude only; the frame to yield is read and decoded into one frame
+// shared by all files.
 func (s *FrameFiles) Frames(ctx context.Context, emit func(*frame.Frame) error) (Stats, error) {
 	var st Stats
 	threads := map[[2]uint32]bool{}
 	gpu := map[[2]uint32]bool{}
-	var cs []*frameCursor
+	// The cursors in a heap on (io_step, start), the file order breaking
+	// ties; a cursor leaves it (and its file is closed) at its file's end.
+	var h cursorHeap
 	defer func() {
-		for _, c := range cs {
+		for _, c := range h {
 			c.fh.Close()
 		}
 	}()
-	next := func(c *frameCursor) (bool, error) {
-		err := c.r.Next(&c.f)
-		if err == io.EOF {
-			return false, nil
-		}
-		if err != nil {
-			return false, fmt.Errorf("%s: frame %d: %w (%w; the frames before it were read)", c.name, c.r.Frames(), err, steps.ErrStopped)
-		}
-		return true, nil
-	}
+	var f frame.Frame
+	var buf []byte
 	for _, p := range s.paths {
 		fh, err := os.Open(p)
 		if err != nil {
 			return st, fmt.Errorf("frames: %w", err)
 		}
-		c := &frameCursor{name: p, fh: fh, r: frame.NewReader(fh)}
+		c := &frameCursor{name: p, order: len(h), fh: fh}
 		if fi, err := fh.Stat(); err == nil {
 			c.size = fi.Size()
 		}
-		ok, err := next(c)
+		ok, err := c.peek(&f)
 		if err != nil {
 			fh.Close()
 			return st, err
@@ -206,21 +258,19 @@ func (s *FrameFiles) Frames(ctx context.Context, emit func(*frame.Frame) error) 
 			fh.Close()
 			continue
 		}
-		cs = append(cs, c)
+		h = append(h, c)
 	}
-	for len(cs) > 0 {
+	heap.Init(&h)
+	for len(h) > 0 {
 		if err := ctx.Err(); err != nil {
 			return st, err
 		}
-		best := 0
-		for i, c := range cs[1:] {
-			b := cs[best]
-			if c.f.Step < b.f.Step || (c.f.Step == b.f.Step && c.f.TStart < b.f.TStart) {
-				best = i + 1
-			}
+		c := h[0]
+		var err error
+		if buf, err = c.read(&f, buf); err != nil {
+			return st, err
 		}
-		c := cs[best]
-		f := &c.f
+		s.done += int64(c.length)
 		st.Frames++
 		st.Events += f.NumEvents()
 		for _, e := range f.Events {
@@ -234,27 +284,48 @@ func (s *FrameFiles) Frames(ctx context.Context, emit func(*frame.Frame) error) 
 				gpu[[2]uint32{f.Rank, m.Tid}] = true
 			}
 		}
-		if err := emit(f); err != nil {
+		if err := emit(&f); err != nil {
 			return st, err
 		}
-		ok, err := next(c)
+		var pre frame.Frame
+		ok, err := c.peek(&pre)
 		if err != nil {
 			return st, err
 		}
 		if ok {
-			s.done += c.r.Offset() - c.off
-			c.off = c.r.Offset()
+			heap.Fix(&h, 0)
 		} else {
-			s.done += c.size - c.off
-		}
-		if !ok {
-			c.fh.Close()
-			cs = append(cs[:best], cs[best+1:]...)
+			heap.Pop(&h)
 		}
 	}
 	st.Threads, st.GPUThreads = len(threads), len(gpu)
 	st.InputEvents = st.Events
 	return st, nil
+}
+
+// cursorHeap orders frame files by their next frame's io_step, then its
+// start time, then the order the files were given in.
+type cursorHeap []*frameCursor
+
+func (h cursorHeap) Len() int { return len(h) }
+func (h cursorHeap) Less(i, j int) bool {
+	a, b := h[i], h[j]
+	if a.step != b.step {
+		return a.step < b.step
+	}
+	if a.tstart != b.tstart {
+		return a.tstart < b.tstart
+	}
+	return a.order < b.order
+}
+func (h cursorHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *cursorHeap) Push(x any)   { *h = append(*h, x.(*frameCursor)) }
+func (h *cursorHeap) Pop() any {
+	old := *h
+	c := old[len(old)-1]
+	*h = old[:len(old)-1]
+	c.fh.Close()
+	return c
 }
 
 func isStreamKey(k string) bool {

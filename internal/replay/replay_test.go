@@ -41,10 +41,16 @@ func TestConvertRoundTrip(t *testing.T) {
 				t.Fatal(err)
 			}
 			var last = map[uint32]uint64{}
+			var prevStep, prevStart uint64
 			got, err := back.Frames(context.Background(), func(f *frame.Frame) error {
 				if s, ok := last[f.Rank]; ok && f.Step != s+1 {
 					t.Errorf("rank %d: step %d after %d", f.Rank, f.Step, s)
 				}
+				// Across files, frames come in order of io_step, then start.
+				if f.Step < prevStep || (f.Step == prevStep && f.TStart < prevStart) {
+					t.Errorf("rank %d step %d starting at %d after step %d starting at %d", f.Rank, f.Step, f.TStart, prevStep, prevStart)
+				}
+				prevStep, prevStart = f.Step, f.TStart
 				last[f.Rank] = f.Step
 				return nil
 			})

@@ -191,3 +191,25 @@ func TestBackpressureText(t *testing.T) {
 		t.Errorf("summary text lacks %q:\n%s", want, b.String())
 	}
 }
+
+func TestChosenLag(t *testing.T) {
+	tests := []struct {
+		name          string
+		maxLag, ranks int
+		want          int
+	}{
+		{"set by the user", 5, 4096, 5},
+		{"one rank", 0, 1, 16},
+		{"256 ranks", 0, 256, 16},
+		{"1,024 ranks", 0, 1024, 4},
+		{"4,096 ranks", 0, 4096, 2},
+		{"16,384 ranks", 0, 16384, 2},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := (Config{MaxLag: tc.maxLag}).lag(tc.ranks); got != tc.want {
+				t.Errorf("lag(%d) with MaxLag %d = %d, want %d", tc.ranks, tc.maxLag, got, tc.want)
+			}
+		})
+	}
+}

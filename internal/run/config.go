@@ -51,7 +51,8 @@ type Config struct {
 	// TaudbDSN, when set, also stores the run's profile as a TAUdb trial.
 	TaudbDSN string
 	// MaxLag is how many frames a rank's input may run ahead of its
-	// detector before the input waits (back-pressure); default 16.
+	// detector before the input waits (back-pressure); 0 chooses
+	// (Config.lag).
 	MaxLag int
 	// NATSURL, when set, uses that NATS server instead of an embedded one.
 	NATSURL string
@@ -136,8 +137,8 @@ func (c *Config) Validate() error {
 	if c.HTTP == "" {
 		c.HTTP = "127.0.0.1:0"
 	}
-	if c.MaxLag <= 0 {
-		c.MaxLag = 16
+	if c.MaxLag < 0 {
+		return errors.New("max-lag must not be negative")
 	}
 	if c.Pace < 0 {
 		return errors.New("pace must not be negative")
@@ -149,3 +150,24 @@ func (c *Config) Validate() error {
 }
 
 func (c *Config) path(name string) string { return filepath.Join(c.Out, c.RunID, name) }
+
+// Chosen bounds of MaxLag: frames a rank's input may run ahead of its
+// detector, and frames in flight over all ranks.
+const (
+	maxAutoLag      = 16
+	minAutoLag      = 2
+	autoLagInFlight = 4096
+)
+
+// lag is MaxLag, or when it is 0 the bound chosen for ranks: 16 frames per
+// rank up to 256 ranks, then as many as keep 4,096 frames in flight in all,
+// but at least 2. A frame published ahead waits, encoded, in its
+// detector's queue, so at thousands of ranks a lag of 16 would hold
+// gigabytes that the detectors, in lockstep, cannot use: no rank goes past
+// a step before every rank has finished the one before.
+func (c Config) lag(ranks int) int {
+	if c.MaxLag > 0 {
+		return c.MaxLag
+	}
+	return max(minAutoLag, min(maxAutoLag, autoLagInFlight/max(1, ranks)))
+}

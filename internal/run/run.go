@@ -90,7 +90,7 @@ func (p *Pipeline) start(ctx context.Context) error {
 	// processes publish without it and keep the default.
 	var opts []nats.Option
 	if len(cfg.Live.Command) == 0 {
-		opts = append(opts, nats.SyncQueueLen(max(256, 4*cfg.MaxLag)))
+		opts = append(opts, nats.SyncQueueLen(max(256, 4*max(cfg.MaxLag, maxAutoLag))))
 	}
 	nc, err := natsx.Connect(ctx, url, "kipimo-run", opts...)
 	if err != nil {
@@ -268,7 +268,7 @@ func (p *Pipeline) Execute(ctx context.Context, progress func(Progress)) (*Summa
 	if h := cfg.hooks; h != nil && h.afterReady != nil {
 		h.afterReady()
 	}
-	flow := newFlowControl(collectorCounts{collector}, cfg.MaxLag, p.log.With().Str("component", "input").Logger())
+	flow := newFlowControl(collectorCounts{collector}, cfg.lag(len(ranks)), p.log.With().Str("component", "input").Logger())
 	// Progress is reported on the publishing goroutine: after frames are
 	// published, and while the input waits for a detector that fell behind.
 	var (
@@ -360,7 +360,7 @@ type served struct {
 func (p *Pipeline) startDetectors(ctx context.Context, sc ad.ServeConfig) (<-chan served, error) {
 	sc.Conn, sc.Run = p.nc, p.cfg.RunID
 	sc.Logger = p.log.With().Str("component", "ad").Logger()
-	sc.PendingFrames = p.cfg.MaxLag * 4
+	sc.PendingFrames = max(p.cfg.MaxLag, maxAutoLag) * 4
 	ready := make(chan struct{})
 	sc.Ready = func() { close(ready) }
 	done := make(chan served, 1)
