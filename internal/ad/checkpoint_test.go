@@ -711,8 +711,8 @@ func TestCheckpointCoversEveryField(t *testing.T) {
 		// Node and Ranks likewise
 		{psync.SyncRequest{}, "PID Rank Seq Step Algorithm Models Counters Steps Hostname TailRule Node Ranks"},
 		{execRec{}, "entry exit childIncl parent step idx pstep pidx fid path key nchild score label flags"},
-		// ctrIdx, commIdx, ctrPos and commPos are one frame's cursors
-		{thread{}, "tid gpu lastTS loc meta ring base detached pins stack counters comms paths over ctrs ctrIdx commIdx ctrPos commPos"},
+		// ctrIdx, commIdx, ctrPos, commPos and entries are one frame's cursors
+		{thread{}, "tid gpu lastTS loc meta ring base detached pins stack counters comms paths over ctrs ctrIdx commIdx ctrPos commPos entries"},
 		{gpuLoc{}, "context device stream set"},
 		{timerAcc{}, "calls subrs incl excl sqIncl sqExcl"},
 		{counterAcc{}, "n min max sum sumsq"},
@@ -740,9 +740,10 @@ func TestCheckpointCoversEveryField(t *testing.T) {
 		// held is released before every checkpoint (Checkpoint refuses otherwise)
 		{syncState{}, "d syncer node left shards summaries held counters lag ctx cancel wg"},
 		// batch is empty between steps (Checkpoint refuses otherwise), snap
-		// follows from the stacks, closeMu and closed are the process's
+		// follows from the stacks, closeMu and closed are the process's;
+		// lent and giveBack are set only while ProcessLent runs
 		{Detector{}, `cfg stacks models rec sync metaSeen cur lastStep lastSeen missing stepEvents stepBad processed
-			held heldOnce batch stats requestProfiles snap closeMu closed`},
+			held heldOnce lent giveBack batch stats requestProfiles snap closeMu closed`},
 		// a setting the state depends on goes into identity(); these are
 		// the restoring process's (Hostname is the checkpoint's)
 		{Config{}, `PID Rank Algorithm Chimbuko TailRatio TailRecur RecurFrac SettleCount Resolution Sigma Threshold Bins

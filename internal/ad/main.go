@@ -233,7 +233,7 @@ their node's server), and only end_of_run or a signal ends the process.`
 // normally os.LookupEnv) and a --config file, as internal/config describes,
 // into a DaemonConfig, the --log-level value and whether --json was given.
 // It returns pflag.ErrHelp after printing help on stderr.
-func parseArgs(args []string, lookup func(string) (string, bool), stderr io.Writer) (DaemonConfig, string, bool, error) {
+func parseArgs(args []string, lookup func(string) (string, bool), stderr io.Writer) (DaemonConfig, daemon.Process, bool, error) {
 	fs := pflag.NewFlagSet("ad", pflag.ContinueOnError)
 	c := DefaultDaemonConfig()
 	fs.StringVar(&c.NATS, "nats", c.NATS, "NATS server URL(s), comma-separated")
@@ -260,11 +260,11 @@ func parseArgs(args []string, lookup func(string) (string, bool), stderr io.Writ
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", "", "serve Prometheus /metrics on this address (e.g. 127.0.0.1:9464)")
 	fs.IntVar(&c.RankLabels, "rank-labels", c.RankLabels, "ranks with their own metric label; the rest are summed as rank=\"other\"")
 	jsonOut := fs.Bool("json", false, "print a JSON summary on stdout at the end")
-	level := daemon.AddLogLevelFlag(fs)
+	proc := daemon.AddProcessFlags(fs)
 	if err := daemon.ParseFlags(fs, "ad", mainUsage, args, lookup, stderr); err != nil {
-		return c, "", false, err
+		return c, *proc, false, err
 	}
-	return c, *level, *jsonOut, nil
+	return c, *proc, *jsonOut, nil
 }
 
 // Main is the ad command: flags (and KIPIMO_* environment, a YAML --config
@@ -273,11 +273,11 @@ func parseArgs(args []string, lookup func(string) (string, bool), stderr io.Writ
 // With --json it prints the Summary on stdout. It returns pflag.ErrHelp
 // after printing help.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	cfg, level, jsonOut, err := parseArgs(args, os.LookupEnv, stderr)
+	cfg, proc, jsonOut, err := parseArgs(args, os.LookupEnv, stderr)
 	if err != nil {
 		return err
 	}
-	log, err := daemon.NewLogger(stderr, level)
+	log, err := proc.Setup(stderr)
 	if err != nil {
 		return err
 	}

@@ -185,6 +185,34 @@ func (c *Collector) Stats() []Stats {
 	return out
 }
 
+// Taken is how many frames the detectors of rank have taken (processed
+// or rejected), and whether such a detector is registered. Unlike Stats it
+// allocates nothing, so an input that asks it for every frame it holds back
+// makes no garbage of the size of the process's ranks.
+func (c *Collector) Taken(rank uint32) (uint64, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var n uint64
+	found := false
+	for _, d := range c.detectors {
+		if d.cfg.Rank == rank {
+			n += d.stats.frames.Load() + d.stats.badFrames.Load()
+			found = true
+		}
+	}
+	return n, found
+}
+
+// EachTaken calls fn with each registered detector's rank and the frames it
+// has taken, allocating nothing.
+func (c *Collector) EachTaken(fn func(rank uint32, taken uint64)) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, d := range c.detectors {
+		fn(d.cfg.Rank, d.stats.frames.Load()+d.stats.badFrames.Load())
+	}
+}
+
 // Total is the sum of every registered detector's counts.
 func (c *Collector) Total() Stats {
 	var t Stats
@@ -232,6 +260,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- sinkDropDesc
 	ch <- nodeSyncsDesc
 	ch <- nodeSyncRanksDesc
+	ch <- nodeSyncRetriesDesc
 	for _, d := range []*prometheus.Desc{checkpointsDesc, checkpointBytesDesc, restoredDesc, replayedDesc} {
 		ch <- d
 	}
@@ -272,6 +301,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		req, ranks := ns.Syncs()
 		ch <- prometheus.MustNewConstMetric(nodeSyncsDesc, prometheus.CounterValue, float64(req))
 		ch <- prometheus.MustNewConstMetric(nodeSyncRanksDesc, prometheus.CounterValue, float64(ranks))
+		ch <- prometheus.MustNewConstMetric(nodeSyncRetriesDesc, prometheus.CounterValue, float64(ns.Retries()))
 	}
 	if dn := c.durable.Load(); dn != nil {
 		dn.collect(ch)

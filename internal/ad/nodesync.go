@@ -59,8 +59,9 @@ type NodeSyncer struct {
 	shards  map[int]*nodeShard
 	closed  bool
 
-	syncs atomic.Uint64 // requests answered by the pserver
-	parts atomic.Uint64 // ranks' requests in them
+	syncs   atomic.Uint64 // requests answered by the pserver
+	parts   atomic.Uint64 // ranks' requests in them
+	retries atomic.Uint64 // requests of complete batches sent again
 }
 
 type nodeShard struct {
@@ -142,6 +143,10 @@ func (ns *NodeSyncer) Close() {
 func (ns *NodeSyncer) Syncs() (requests, ranks uint64) {
 	return ns.syncs.Load(), ns.parts.Load()
 }
+
+// Retries returns how many times a request of a batch that waited for
+// every member was sent again after a failed round trip.
+func (ns *NodeSyncer) Retries() uint64 { return ns.retries.Load() }
 
 // Sync implements Syncer: it adds req to the shard's open batch and waits
 // for the batch's answer.
@@ -259,6 +264,27 @@ func (ns *NodeSyncer) send(ctx context.Context, shard int, calls []*nodeCall) {
 	}
 }
 
+// Waits between a complete batch's attempts.
+const (
+	retryBackoff    = 50 * time.Millisecond
+	maxRetryBackoff = 2 * time.Second
+)
+
+// pause waits d and reports whether to try again: not once ctx is done or
+// the syncer closed.
+func (ns *NodeSyncer) pause(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+	}
+	ns.mu.Lock()
+	defer ns.mu.Unlock()
+	return !ns.closed
+}
+
 func requestParts(r *psync.SyncRequest) int {
 	return 1 + len(r.Models) + len(r.Counters) + len(r.Steps)
 }
@@ -269,10 +295,23 @@ func (ns *NodeSyncer) sendChunk(ctx context.Context, shard int, calls []*nodeCal
 	for len(calls) > 0 {
 		req, err := mergeRequests(ns.node, calls)
 		var rep *psync.SyncReply
-		if err == nil {
+		backoff := retryBackoff
+		for err == nil {
 			actx, cancel := context.WithTimeout(ctx, ns.timeout)
 			rep, err = ns.next.Sync(actx, shard, req)
 			cancel()
+			// Batches that wait for every member (linger 0, detectors in
+			// lockstep) are sent again here, whole, until answered: their
+			// calls retried one by one would each wait in a new batch for
+			// members that were answered by another part of the same
+			// batch, and never be sent. The pserver's per-rank sequence
+			// numbers make a repeat apply once.
+			if err == nil || ns.linger > 0 || !ns.pause(ctx, backoff) {
+				break
+			}
+			err = nil
+			ns.retries.Add(1)
+			backoff = min(2*backoff, maxRetryBackoff)
 		}
 		if err == nil && rep == nil {
 			err = fmt.Errorf("pserver shard %d: empty reply", shard)
@@ -399,8 +438,9 @@ func mergeRequests(node string, calls []*nodeCall) (*psync.SyncRequest, error) {
 var _ Syncer = (*NodeSyncer)(nil)
 
 var (
-	nodeSyncsDesc     = prometheus.NewDesc("kipimo_ad_node_syncs_total", "Sync requests the node's syncer sent for all its ranks and the pserver answered (per step: shards, when every rank syncs).", nil, nil)
-	nodeSyncRanksDesc = prometheus.NewDesc("kipimo_ad_node_sync_ranks_total", "Ranks' sync requests merged into the node's requests.", nil, nil)
+	nodeSyncsDesc       = prometheus.NewDesc("kipimo_ad_node_syncs_total", "Sync requests the node's syncer sent for all its ranks and the pserver answered (per step: shards, when every rank syncs).", nil, nil)
+	nodeSyncRanksDesc   = prometheus.NewDesc("kipimo_ad_node_sync_ranks_total", "Ranks' sync requests merged into the node's requests.", nil, nil)
+	nodeSyncRetriesDesc = prometheus.NewDesc("kipimo_ad_node_sync_retries_total", "Node requests sent again after a failed round trip to the pserver (detectors in lockstep, whose batches wait for every rank).", nil, nil)
 )
 
 // SetNode makes the collector report the node syncer's counts.

@@ -31,7 +31,10 @@ type stateSyncer struct {
 	// loseReply, when set, applies the request of the given call number
 	// (counted from 1) and then fails as if its reply were lost.
 	loseReply int
-	calls     int
+	// failCall, when set, fails the given call number without applying
+	// anything, as a round trip that timed out before the pserver got it.
+	failCall int
+	calls    int
 }
 
 func newStateSyncer(shards int) *stateSyncer {
@@ -53,6 +56,10 @@ func (s *stateSyncer) Sync(_ context.Context, shard int, req *psync.SyncRequest)
 	}
 	s.mu.Lock()
 	s.calls++
+	if s.calls == s.failCall {
+		s.mu.Unlock()
+		return nil, context.DeadlineExceeded
+	}
 	st := s.shards[shard]
 	applied, err := st.Apply(&wire)
 	rep := st.Reply(&wire, applied)
@@ -343,6 +350,50 @@ func TestNodeSyncExactlyOnce(t *testing.T) {
 			}
 			if float64(execs) != tc.want {
 				t.Errorf("step summaries count %d executions, want %v", execs, tc.want)
+			}
+		})
+	}
+}
+
+// TestNodeSyncLockstepRetriesWholeBatch: with linger 0 (detectors in
+// lockstep) a batch split into several requests whose later request fails
+// (lost before or after the pserver applied it) is sent again by the
+// syncer until answered. Handing the failure back to its ranks would leave
+// their retries waiting forever in a new batch for members already
+// answered by the first request.
+func TestNodeSyncLockstepRetriesWholeBatch(t *testing.T) {
+	tests := []struct {
+		name            string
+		failCall, loseN int
+	}{
+		{"second request lost before the pserver", 2, 0},
+		{"second request's reply lost", 0, 2},
+		{"first request lost before the pserver", 1, 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ps := newStateSyncer(1)
+			ps.failCall, ps.loseReply = tc.failCall, tc.loseN
+			ns := ad.NewNodeSyncer(ps, "test-node", 0, time.Second)
+			ns.MaxParts = 6 // two ranks' requests (3 parts each) per request
+			defer ns.Close()
+			for range 4 {
+				ns.Join()
+			}
+			for i, err := range syncAll(ns, delta(0, 1, 1), delta(1, 1, 2), delta(2, 1, 3), delta(3, 1, 4)) {
+				if err != nil {
+					t.Fatalf("rank %d: %v", i, err)
+				}
+			}
+			st := ps.shards[0]
+			if got := st.Models["f"].Moments.N; got != 4 {
+				t.Errorf("global model holds %v values, want 4", got)
+			}
+			if ps.applied[0] != 2 {
+				t.Errorf("pserver applied %d requests, want 2", ps.applied[0])
+			}
+			if got := ns.Retries(); got != 1 {
+				t.Errorf("%d retries, want 1", got)
 			}
 		})
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/kipimo-hpc/kipimo/internal/ad"
 	"github.com/kipimo-hpc/kipimo/internal/config"
+	"github.com/kipimo-hpc/kipimo/internal/daemon"
 	"github.com/kipimo-hpc/kipimo/internal/instrument"
 	"github.com/kipimo-hpc/kipimo/internal/replay"
 	"github.com/kipimo-hpc/kipimo/internal/run"
@@ -31,6 +32,7 @@ func newRunCmd() *cobra.Command {
 		execMode    bool
 		injects     []string
 		ev          evalFlags
+		memLimit    string
 	)
 	cmd := &cobra.Command{
 		Use:   "run [flags] [--format FORMAT FILE... | --exec -- COMMAND [ARGS...]]",
@@ -128,6 +130,13 @@ the results are, and the commands to explore them.`,
 				cfg.TaudbDSN = os.Getenv("KIPIMO_TAUDB_DSN")
 			}
 			cfg.Workload = wl
+			lim, err := daemon.ApplyMemoryLimit(memLimit)
+			if err != nil {
+				return err
+			}
+			if lim.Bytes > 0 {
+				fmt.Fprintf(cmd.ErrOrStderr(), "memory limit: %s\n", lim)
+			}
 			return runPipeline(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), cfg, jsonOut, keepServing)
 		},
 	}
@@ -152,6 +161,7 @@ the results are, and the commands to explore them.`,
 	f.StringVar(&cfg.TaudbDSN, "taudb", "", "PostgreSQL DSN: also store the run as a TAUdb trial (env KIPIMO_TAUDB or KIPIMO_TAUDB_DSN)")
 	f.IntVar(&cfg.MaxLag, "max-lag", 0, "io_steps a rank's input may run ahead of its detector before the input waits (back-pressure); 0: 16, fewer beyond 256 ranks so that at most 4,096 frames wait in all (at least 2)")
 	f.StringVar(&cfg.NATSURL, "nats", "", "use this NATS server instead of an embedded one")
+	f.StringVar(&memLimit, "memory-limit", "auto", daemon.MemoryLimitUsage)
 	f.BoolVar(&jsonOut, "json", false, "print the summary as JSON (with --exec: the last line of stdout, after the command's output)")
 	f.BoolVar(&execMode, "exec", false, "run the command given after -- under the event library and monitor it live")
 	f.DurationVar(&cfg.Live.Period, "period", time.Second, "--exec: io_step period of each rank (like TAU_ADIOS2_PERIOD)")

@@ -59,6 +59,39 @@ func AddLogLevelFlag(fs *pflag.FlagSet) *string {
 	return fs.String("log-level", "info", "log level: "+LogLevels)
 }
 
+// Process holds the settings of the process rather than of the daemon's
+// work, which every daemon takes alike: --log-level and --memory-limit.
+type Process struct {
+	LogLevel    string
+	MemoryLimit string
+}
+
+// AddProcessFlags adds --log-level and --memory-limit to fs and returns
+// where their values land once fs is parsed.
+func AddProcessFlags(fs *pflag.FlagSet) *Process {
+	p := &Process{}
+	fs.StringVar(&p.LogLevel, "log-level", "info", "log level: "+LogLevels)
+	fs.StringVar(&p.MemoryLimit, "memory-limit", "auto", MemoryLimitUsage)
+	return p
+}
+
+// Setup builds the daemon's logger on w and applies the memory limit,
+// logging the limit in force when there is one.
+func (p Process) Setup(w io.Writer) (zerolog.Logger, error) {
+	log, err := NewLogger(w, p.LogLevel)
+	if err != nil {
+		return log, err
+	}
+	lim, err := ApplyMemoryLimit(p.MemoryLimit)
+	if err != nil {
+		return log, err
+	}
+	if lim.Bytes > 0 {
+		log.Info().Int64("memory_limit_mib", lim.Bytes>>20).Str("from", lim.Source).Msg("soft memory limit")
+	}
+	return log, nil
+}
+
 // NewLogger returns the logger of a daemon: JSON lines with a timestamp on
 // w, at level (a --log-level value: LogLevels, or zerolog's trace and
 // disabled). The error names the flag.

@@ -24,7 +24,7 @@ aggregates and serves the live dashboard and Prometheus metrics.`
 // (lookup, normally os.LookupEnv) and a --config file, as internal/config
 // describes, into a Config and the --log-level value. It returns
 // pflag.ErrHelp after printing help on stderr.
-func parseArgs(args []string, lookup func(string) (string, bool), stderr io.Writer) (Config, string, error) {
+func parseArgs(args []string, lookup func(string) (string, bool), stderr io.Writer) (Config, daemon.Process, error) {
 	fs := pflag.NewFlagSet("pserver", pflag.ContinueOnError)
 	c := DefaultConfig()
 	fs.StringVar(&c.NATS, "nats", c.NATS, "NATS server URL(s), comma-separated")
@@ -39,11 +39,11 @@ func parseArgs(args []string, lookup func(string) (string, bool), stderr io.Writ
 	fs.IntVar(&c.SnapshotEvery, "snapshot-every", c.SnapshotEvery, "also snapshot after this many applied sync requests")
 	fs.IntVar(&c.Window, "window", c.Window, "io_steps kept in full per rank; older steps are folded into per-rank totals")
 	fs.IntVar(&c.MaxRankSeries, "max-rank-series", c.MaxRankSeries, "ranks with their own Prometheus series (the first ones seen)")
-	level := daemon.AddLogLevelFlag(fs)
+	proc := daemon.AddProcessFlags(fs)
 	if err := daemon.ParseFlags(fs, "pserver", runUsage, args, lookup, stderr); err != nil {
-		return c, "", err
+		return c, *proc, err
 	}
-	return c, *level, nil
+	return c, *proc, nil
 }
 
 // Main is the pserver command: flags (and KIPIMO_* environment, a YAML
@@ -51,11 +51,11 @@ func parseArgs(args []string, lookup func(string) (string, bool), stderr io.Writ
 // until ctx is cancelled (SIGINT/SIGTERM in cmd/pserver). It returns
 // pflag.ErrHelp after printing help.
 func Main(ctx context.Context, args []string, stderr io.Writer) error {
-	cfg, level, err := parseArgs(args, os.LookupEnv, stderr)
+	cfg, proc, err := parseArgs(args, os.LookupEnv, stderr)
 	if err != nil {
 		return err
 	}
-	log, err := daemon.NewLogger(stderr, level)
+	log, err := proc.Setup(stderr)
 	if err != nil {
 		return err
 	}

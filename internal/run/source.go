@@ -185,20 +185,13 @@ func PublishWorkload(ctx context.Context, nc *nats.Conn, run string, wl workload
 type collectorCounts struct{ c *ad.Collector }
 
 func (cc collectorCounts) Taken(_ context.Context, rank uint32) uint64 {
-	for _, s := range cc.c.Stats() {
-		if s.Rank == rank {
-			return s.Frames + s.BadFrames
-		}
-	}
-	return 0
+	n, _ := cc.c.Taken(rank)
+	return n
 }
 
 func (cc collectorCounts) TakenAll() map[uint32]uint64 {
-	st := cc.c.Stats()
-	out := make(map[uint32]uint64, len(st))
-	for _, s := range st {
-		out[s.Rank] = s.Frames + s.BadFrames
-	}
+	out := map[uint32]uint64{}
+	cc.c.EachTaken(func(rank uint32, taken uint64) { out[rank] += taken })
 	return out
 }
 
