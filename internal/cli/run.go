@@ -58,14 +58,16 @@ the command's status. --inject FUNC:PROB:DELAY delays calls on purpose and
 scores the detection against them.
 
 At the end it prints what was found (with precision and recall against the
-injected anomalies for synthetic runs), how fast, how much data was kept, where
-the results are, and the commands to explore them.`,
+injected anomalies for synthetic runs and replays, and for directories of
+frame files that kipimo gen wrote with their truth.jsonl), how fast, how much
+data was kept, where the results are, and the commands to explore them.`,
 		Example: `  kipimo run
   kipimo run --ranks 16 --steps 100 --gpu --algorithm hbos
   kipimo run --profile realistic
   kipimo run --from traces/tau/ --from trace.pt.trace.json.gz --ranks 8 --steps 40
   kipimo run --format chrome --step 100ms trace.json.gz
   kipimo run --format frames rank-*.frames
+  kipimo gen --from trace/ --ranks 1024 --out replay && kipimo run --format frames replay
   kipimo run --keep-serving --http 127.0.0.1:8080
   kipimo run --exec -- mpirun -np 4 ./app input.dat
   kipimo run --exec --inject MPI_Send:0.0008:1s -- mpirun -np 2 lmp -in in.lj -var steps 3000`,

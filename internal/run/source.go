@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -128,7 +131,41 @@ func (p *Pipeline) source(ctx context.Context) (replay.Source, func() []workload
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	return src, nil, ranks, nil
+	truth, err := inputTruth(cfg.InputFormat, cfg.Inputs)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return src, truth, ranks, nil
+}
+
+// inputTruth returns the ground truth of frame files written by kipimo
+// gen: the truth.jsonl of each input directory, when every one has it, so
+// that a run on them is scored as the run that generated them would be.
+// It returns nil for other inputs.
+func inputTruth(format string, inputs []string) (func() []workload.Truth, error) {
+	if format != replay.FormatFrames {
+		return nil, nil
+	}
+	var all []workload.Truth
+	for _, in := range inputs {
+		if st, err := os.Stat(in); err != nil || !st.IsDir() {
+			return nil, nil
+		}
+		f, err := os.Open(filepath.Join(in, "truth.jsonl"))
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("ground truth of %s: %w", in, err)
+		}
+		t, err := workload.ReadTruth(f)
+		f.Close()
+		if err != nil {
+			return nil, fmt.Errorf("ground truth of %s: %w", in, err)
+		}
+		all = append(all, t...)
+	}
+	return func() []workload.Truth { return all }, nil
 }
 
 func (p *Pipeline) pid() uint32 {

@@ -3,15 +3,19 @@ package run
 import (
 	"bytes"
 	"context"
+	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/kipimo-hpc/kipimo/internal/frame"
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
 	"github.com/kipimo-hpc/kipimo/internal/replay"
 	"github.com/kipimo-hpc/kipimo/internal/replay/steps"
+	"github.com/kipimo-hpc/kipimo/internal/workload"
 )
 
 func traceRun(t *testing.T, input string) Config {
@@ -80,4 +84,77 @@ func TestRunTraceInputNothingUsable(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "holds no event frames can carry") || !strings.Contains(err.Error(), "1 instant (") {
 		t.Fatalf("err = %v, want nothing usable and the instant named", err)
 	}
+}
+
+// TestRunScoresGeneratedFrames: frame files written with their truth.jsonl
+// (what kipimo gen writes) are scored against it when run as input, as the
+// run that generated them is; without the file the run is not scored.
+func TestRunScoresGeneratedFrames(t *testing.T) {
+	wcfg := workload.DefaultConfig()
+	wcfg.Ranks, wcfg.Steps, wcfg.EventsPerStep, wcfg.Seed = 2, 6, 4000, 3
+	w, err := workload.New(wcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	var truth []workload.Truth
+	for r := range uint32(wcfg.Ranks) {
+		fh, err := os.Create(replay.RankFile(dir, r))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fw := frame.NewWriter(fh)
+		g := w.Rank(r)
+		var f frame.Frame
+		for {
+			tr, err := g.Next(&f)
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			truth = append(truth, tr...)
+			if err := fw.Write(&f); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := fw.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		fh.Close()
+	}
+	if len(truth) == 0 {
+		t.Fatal("the workload injected nothing")
+	}
+	frameRun := func() Config {
+		return Config{Out: t.TempDir(), RunID: "frames", Inputs: []string{dir}, InputFormat: replay.FormatFrames}
+	}
+
+	t.Run("without truth.jsonl", func(t *testing.T) {
+		if _, sum := execute(t, frameRun(), nil, nil); sum.Score != nil {
+			t.Errorf("scored without a ground truth: %+v", sum.Score)
+		}
+	})
+	t.Run("with truth.jsonl", func(t *testing.T) {
+		fh, err := os.Create(filepath.Join(dir, "truth.jsonl"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := workload.WriteTruth(fh, truth); err != nil {
+			t.Fatal(err)
+		}
+		fh.Close()
+		_, sum := execute(t, frameRun(), nil, nil)
+		_, direct := execute(t, Config{Out: t.TempDir(), RunID: "direct", Workload: wcfg}, nil, nil)
+		if sum.Score == nil || direct.Score == nil {
+			t.Fatalf("scores: frames %v, generated run %v", sum.Score, direct.Score)
+		}
+		if sum.Score.Injected != len(truth) || sum.Score.Injected != direct.Score.Injected {
+			t.Errorf("frames scored against %d injected, generated run %d, truth.jsonl holds %d", sum.Score.Injected, direct.Score.Injected, len(truth))
+		}
+		if sum.Score.TruePositives == 0 || sum.Score.Recall < direct.Score.Recall-0.05 {
+			t.Errorf("frames found %d (recall %.3f), the generated run recall %.3f", sum.Score.TruePositives, sum.Score.Recall, direct.Score.Recall)
+		}
+	})
 }
