@@ -17,6 +17,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/kipimo-hpc/kipimo/internal/replay"
 	"github.com/kipimo-hpc/kipimo/internal/run"
 	"github.com/kipimo-hpc/kipimo/internal/workload"
 )
@@ -26,7 +27,8 @@ import (
 var DefaultScaleRanks = []int{256, 1024, 4096}
 
 // ScaleConfig configures the scale benchmark: the whole pipeline of
-// `kipimo run`, in this process, on a synthetic workload of each size.
+// `kipimo run`, in this process, on a synthetic workload of each size (or
+// on frame files Prepare writes).
 type ScaleConfig struct {
 	// Out is a scratch directory; each size runs under Out/<ranks>.
 	Out string
@@ -35,6 +37,12 @@ type ScaleConfig struct {
 	// Steps, EventsPerStep and ThreadsPerRank shape each rank's workload
 	// (defaults 5, 1000 and 1: few events per rank).
 	Steps, EventsPerStep, ThreadsPerRank int
+	// Prepare, when set, writes the input of each size as frame files and
+	// their truth.jsonl into dir (what kipimo gen writes, e.g. a replay of
+	// real traces across the ranks), untimed; the size then runs on them
+	// as kipimo run --format frames dir does, instead of on the synthetic
+	// workload.
+	Prepare func(ctx context.Context, ranks int, dir string) error
 	// Log receives a line per size as it starts and ends.
 	Log io.Writer
 }
@@ -57,6 +65,8 @@ type ScalePoint struct {
 	OtherSeconds   float64 `json:"other_seconds"`
 	// MicrosPerRankStep is WallSeconds per rank per io_step, in µs.
 	MicrosPerRankStep float64 `json:"us_per_rank_step"`
+	// EventsPerRankStep is Events per rank per io_step.
+	EventsPerRankStep float64 `json:"events_per_rank_step"`
 	EventsPerSecond   float64 `json:"events_per_s"`
 	// PeakRSSMiB is this process's peak resident memory so far: every
 	// component runs in it, and sizes run in increasing order, so it is
@@ -108,7 +118,18 @@ func Scale(ctx context.Context, cfg ScaleConfig) ([]ScalePoint, error) {
 			return nil, fmt.Errorf("bench: %d ranks", r)
 		}
 		fmt.Fprintf(cfg.Log, "scale: %d ranks x %d steps x %d events per rank-step ...\n", r, cfg.Steps, cfg.EventsPerStep)
-		pt, err := ScaleOne(ctx, filepath.Join(cfg.Out, strconv.Itoa(r)), r, cfg.Steps, cfg.EventsPerStep, cfg.ThreadsPerRank)
+		dir := filepath.Join(cfg.Out, strconv.Itoa(r))
+		var pt ScalePoint
+		var err error
+		if cfg.Prepare != nil {
+			in := filepath.Join(dir, "input")
+			if err := cfg.Prepare(ctx, r, in); err != nil {
+				return out, fmt.Errorf("bench: input of %d ranks: %w", r, err)
+			}
+			pt, err = measure(ctx, run.Config{Out: dir, RunID: "scale", Inputs: []string{in}, InputFormat: replay.FormatFrames}, r, cfg.Steps)
+		} else {
+			pt, err = ScaleOne(ctx, dir, r, cfg.Steps, cfg.EventsPerStep, cfg.ThreadsPerRank)
+		}
 		if err != nil {
 			return out, fmt.Errorf("bench: scale at %d ranks: %w", r, err)
 		}
@@ -122,7 +143,13 @@ func Scale(ctx context.Context, cfg ScaleConfig) ([]ScalePoint, error) {
 func ScaleOne(ctx context.Context, dir string, ranks, steps, eventsPerStep, threads int) (ScalePoint, error) {
 	wl := workload.DefaultConfig()
 	wl.Ranks, wl.Steps, wl.EventsPerStep, wl.ThreadsPerRank = ranks, steps, eventsPerStep, threads
-	p, err := run.Start(ctx, run.Config{Out: dir, RunID: "scale", Workload: wl}, zerolog.Nop())
+	return measure(ctx, run.Config{Out: dir, RunID: "scale", Workload: wl}, ranks, steps)
+}
+
+// measure runs the pipeline once as rc says, on ranks ranks of steps
+// io_steps, and reads what it measured.
+func measure(ctx context.Context, rc run.Config, ranks, steps int) (ScalePoint, error) {
+	p, err := run.Start(ctx, rc, zerolog.Nop())
 	if err != nil {
 		return ScalePoint{}, err
 	}
@@ -142,6 +169,7 @@ func ScaleOne(ctx context.Context, dir string, ranks, steps, eventsPerStep, thre
 	}
 	pt.OtherSeconds = max(0, pt.WallSeconds-pt.DetectSeconds-pt.DrainSeconds-pt.ProfileSeconds)
 	pt.MicrosPerRankStep = wall * 1e6 / float64(ranks*steps)
+	pt.EventsPerRankStep = float64(sum.Events) / float64(ranks*steps)
 	if sum.Score != nil {
 		pt.Precision, pt.Recall = sum.Score.Precision, sum.Score.Recall
 	}

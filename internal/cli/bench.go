@@ -1,10 +1,13 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -14,6 +17,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kipimo-hpc/kipimo/internal/bench"
+	"github.com/kipimo-hpc/kipimo/internal/daemon"
+	"github.com/kipimo-hpc/kipimo/internal/workload"
 )
 
 func newBenchCmd() *cobra.Command {
@@ -28,6 +33,9 @@ func newBenchCmd() *cobra.Command {
 		events    int
 		simulate  bool
 		sim       bench.SimConfig
+		from      []string
+		format    string
+		memLimit  string
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -51,6 +59,10 @@ prints per size: wall time, time per rank-step, events/s, peak RSS of the
 process, the pserver's sync latency p50/p99 (bucket bounds of its histogram),
 provdb's lag (time from the detectors' end to everything stored) and where
 the time went: detection, draining provenance, writing the TAU profiles.
+--scale-from TRACE replays real traces across the ranks instead: each size's
+frame files and truth.jsonl are written first as kipimo gen --from writes them
+(untimed), then run as kipimo run --format frames runs them, and scored.
+--memory-limit applies to the whole process.
 
 With --simulate, bench runs a deployment at scale in this one process, each
 part on a NATS connection of its own as it would be deployed: one NATS server
@@ -76,6 +88,7 @@ Progress goes to stderr.`,
   kipimo bench --json
   kipimo bench --scale
   kipimo bench --scale --scale-ranks 128,1024 --json
+  kipimo bench --scale --scale-from trace/ --memory-limit 1800MiB
   kipimo bench --simulate
   kipimo bench --simulate --sim-ranks 1024 --sim-shards 2 --sim-provdbs 1 --json
   kipimo bench --simulate --sim-step-period 1s --sim-steps 10`,
@@ -106,8 +119,38 @@ Progress goes to stderr.`,
 				}
 				return writeSimulation(cmd.OutOrStdout(), res)
 			}
+			lim, err := daemon.ApplyMemoryLimit(memLimit)
+			if err != nil {
+				return err
+			}
+			if lim.Bytes > 0 {
+				fmt.Fprintf(log, "memory limit: %s\n", lim)
+			}
+			if len(from) > 0 && !scale {
+				return errors.New("--scale-from replays traces in the --scale benchmark: give --scale too")
+			}
 			if scale {
-				pts, err := bench.Scale(cmd.Context(), bench.ScaleConfig{Out: dir, Ranks: ranks, Steps: steps, EventsPerStep: events, Log: log})
+				sc := bench.ScaleConfig{Out: dir, Ranks: ranks, Steps: steps, EventsPerStep: events, Log: log}
+				if len(from) > 0 {
+					sc.Prepare = func(ctx context.Context, r int, in string) error {
+						tc := workload.DefaultTraceConfig()
+						for _, p := range from {
+							tc.Apps = append(tc.Apps, workload.TraceApp{Files: []string{p}, Format: format})
+						}
+						tc.Ranks, tc.Steps, tc.EventsPerStep = r, steps, events
+						if err := tc.Validate(); err != nil {
+							return err
+						}
+						w, err := workload.FromTraces(ctx, tc)
+						if err != nil {
+							return err
+						}
+						fmt.Fprintf(log, "scale: writing %d ranks replaying %s ...\n", r, strings.Join(slices.Compact(w.Applications()), ", "))
+						_, err = generateRun(ctx, w, in)
+						return err
+					}
+				}
+				pts, err := bench.Scale(cmd.Context(), sc)
 				if err != nil {
 					return err
 				}
@@ -115,9 +158,9 @@ Progress goes to stderr.`,
 					return json.NewEncoder(cmd.OutOrStdout()).Encode(pts)
 				}
 				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
-				fmt.Fprintln(tw, "ranks\twall s\tµs/rank-step\tevents/s\tpeak RSS MiB\tsyncs/step\tranks/sync\tsync p50 ms\tsync p99 ms\tprovdb lag s\tdetect s\tdrain s\tprofiles s\tother s\tprecision\trecall")
+				fmt.Fprintln(tw, "ranks\twall s\tµs/rank-step\tevents/rank-step\tevents/s\tpeak RSS MiB\tsyncs/step\tranks/sync\tsync p50 ms\tsync p99 ms\tprovdb lag s\tdetect s\tdrain s\tprofiles s\tother s\tprecision\trecall")
 				for _, p := range pts {
-					fmt.Fprintf(tw, "%d\t%.1f\t%.0f\t%.3g\t%.0f\t%.1f\t%.0f\t%.3g\t%.3g\t%.2f\t%.1f\t%.1f\t%.1f\t%.1f\t%.3f\t%.3f\n", p.Ranks, p.WallSeconds, p.MicrosPerRankStep, p.EventsPerSecond, p.PeakRSSMiB, p.SyncsPerStep, p.RanksPerSync, p.SyncP50Ms, p.SyncP99Ms, p.ProvLagSeconds, p.DetectSeconds, p.DrainSeconds, p.ProfileSeconds, p.OtherSeconds, p.Precision, p.Recall)
+					fmt.Fprintf(tw, "%d\t%.1f\t%.0f\t%.0f\t%.3g\t%.0f\t%.1f\t%.0f\t%.3g\t%.3g\t%.2f\t%.1f\t%.1f\t%.1f\t%.1f\t%.3f\t%.3f\n", p.Ranks, p.WallSeconds, p.MicrosPerRankStep, p.EventsPerRankStep, p.EventsPerSecond, p.PeakRSSMiB, p.SyncsPerStep, p.RanksPerSync, p.SyncP50Ms, p.SyncP99Ms, p.ProvLagSeconds, p.DetectSeconds, p.DrainSeconds, p.ProfileSeconds, p.OtherSeconds, p.Precision, p.Recall)
 				}
 				return tw.Flush()
 			}
@@ -167,6 +210,9 @@ Progress goes to stderr.`,
 	f.IntSliceVar(&ranks, "scale-ranks", bench.DefaultScaleRanks, "--scale: rank counts to run, in increasing order")
 	f.IntVar(&steps, "scale-steps", 5, "--scale: io_steps per run")
 	f.IntVar(&events, "scale-events-per-step", 1000, "--scale: events per rank per io_step")
+	f.StringArrayVar(&from, "scale-from", nil, "--scale: replay this trace (a file, or a directory of one run's files) across the ranks instead of the synthetic workload; repeat for more applications")
+	f.StringVar(&format, "scale-format", "", "--scale-from: format of the traces (default: from the names): tau, caliper, chrome, otf2 or frames")
+	f.StringVar(&memLimit, "memory-limit", "auto", daemon.MemoryLimitUsage)
 	f.BoolVar(&simulate, "simulate", false, "simulate a deployment at scale in this process instead (see the --sim- flags)")
 	f.IntVar(&sim.Ranks, "sim-ranks", 16384, "--simulate: ranks")
 	f.IntVar(&sim.RanksPerNode, "sim-ranks-per-node", 64, "--simulate: ranks served by each ad (one per node)")

@@ -145,3 +145,39 @@ func TestFramesConvertLosses(t *testing.T) {
 		})
 	}
 }
+
+// TestBenchScaleFrom: kipimo bench --scale --scale-from replays a real
+// trace across each size's ranks from frame files and scores the run
+// against the anomalies it injected.
+func TestBenchScaleFrom(t *testing.T) {
+	trace := filepath.Join("..", "replay", "tautrace", "testdata", "hecatoncheir")
+	out, _, err := runCLI(t, "bench", "--scale", "--scale-ranks", "4,8", "--scale-steps", "3",
+		"--scale-events-per-step", "2000", "--scale-from", trace, "--scale-format", "tau", "--out", t.TempDir(), "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pts []struct {
+		Ranks             int     `json:"ranks"`
+		Events            int64   `json:"events"`
+		EventsPerRankStep float64 `json:"events_per_rank_step"`
+		Precision         float64 `json:"precision"`
+		Recall            float64 `json:"recall"`
+	}
+	if err := json.Unmarshal([]byte(out), &pts); err != nil {
+		t.Fatalf("%v in %q", err, out)
+	}
+	if len(pts) != 2 || pts[0].Ranks != 4 || pts[1].Ranks != 8 {
+		t.Fatalf("points %+v, want 4 and 8 ranks", pts)
+	}
+	for _, p := range pts {
+		if p.Events == 0 || p.EventsPerRankStep != float64(p.Events)/float64(p.Ranks*3) {
+			t.Errorf("%d ranks: %d events, %.1f per rank-step", p.Ranks, p.Events, p.EventsPerRankStep)
+		}
+		if p.Recall == 0 || p.Precision == 0 {
+			t.Errorf("%d ranks: not scored against the injected anomalies: precision %.3f recall %.3f", p.Ranks, p.Precision, p.Recall)
+		}
+	}
+	if _, _, err := runCLI(t, "bench", "--scale-from", trace); err == nil || !strings.Contains(err.Error(), "--scale") {
+		t.Errorf("--scale-from without --scale: %v", err)
+	}
+}
