@@ -251,7 +251,7 @@ func (g *treeGen) next(f *frame.Frame) ([]Truth, error) {
 	}
 	var truth []Truth
 	for _, t := range g.threads {
-		for !t.done && (last || t.clock < end) {
+		for !t.done && (last || (t.clock < end && !t.startsAfter(end))) {
 			t.unit()
 		}
 		truth = t.cut(f, end, truth)
@@ -278,6 +278,20 @@ func (g *treeGen) next(f *frame.Frame) ([]Truth, error) {
 	}
 	g.step++
 	return truth, nil
+}
+
+// startsAfter reports whether the thread's next tree enters at or after
+// end, so that none of its events is in the step ending there: it is left
+// for the next step instead of being generated now and held, a step's
+// worth of events per rank when a cycle is a single tree. (Generating it
+// later draws the same values: each thread has its own generator.)
+func (t *treeThread) startsAfter(end uint64) bool {
+	a := t.g.app
+	th := t.tmpl
+	if !t.started || t.cycle >= a.cycles || len(th.trees) == 0 {
+		return false
+	}
+	return max(t.clock, T0+t.cycle*a.period+th.trees[t.next].off) >= end
 }
 
 // unit generates the thread's next piece of work: the root's entry, the

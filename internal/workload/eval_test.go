@@ -621,3 +621,38 @@ func TestDetectFormat(t *testing.T) {
 		})
 	}
 }
+
+// TestReplayHoldsLittleBetweenSteps: between two steps a rank's generator
+// holds only the part of a call tree that runs past the step's end (less
+// than a step: no tree that starts after the end is generated ahead), in
+// buffers at most four times its size: at thousands of ranks what each rank
+// holds between steps is what the whole run holds.
+func TestReplayHoldsLittleBetweenSteps(t *testing.T) {
+	tc := DefaultTraceConfig(evalApp(t, "kanika_phase1"))
+	tc.Ranks, tc.Steps, tc.EventsPerStep = 4, 6, 1000
+	w, err := FromTraces(context.Background(), tc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f frame.Frame
+	for r := range uint32(tc.Ranks) {
+		g := w.Rank(r)
+		for s := 0; s < tc.Steps-1; s++ {
+			if _, err := g.Next(&f); err != nil {
+				t.Fatal(err)
+			}
+			held, room := 0, 0
+			for _, th := range g.tree.threads {
+				held += len(th.ev) + len(th.ce) + len(th.cm)
+				room += cap(th.ev) + cap(th.ce) + cap(th.cm)
+			}
+			step := f.NumEvents()
+			if held >= step {
+				t.Errorf("rank %d step %d: %d events held for the next step, the step had %d", r, s, held, step)
+			}
+			if room > max(3*256, 4*held) {
+				t.Errorf("rank %d step %d: room for %d events kept to hold %d", r, s, room, held)
+			}
+		}
+	}
+}

@@ -173,18 +173,34 @@ func (g *RankGen) Next(f *frame.Frame) ([]Truth, error) {
 func (p *pending) cut(f *frame.Frame, end uint64, truth []Truth) []Truth {
 	i := sort.Search(len(p.ev), func(i int) bool { return p.ev[i].TS >= end })
 	f.Events = append(f.Events, p.ev[:i]...)
-	p.ev = p.ev[:copy(p.ev, p.ev[i:])]
+	p.ev = keepRest(p.ev, i)
 	i = sort.Search(len(p.ce), func(i int) bool { return p.ce[i].TS >= end })
 	f.CounterEvents = append(f.CounterEvents, p.ce[:i]...)
-	p.ce = p.ce[:copy(p.ce, p.ce[i:])]
+	p.ce = keepRest(p.ce, i)
 	i = sort.Search(len(p.cm), func(i int) bool { return p.cm[i].TS >= end })
 	f.Comms = append(f.Comms, p.cm[:i]...)
-	p.cm = p.cm[:copy(p.cm, p.cm[i:])]
+	p.cm = keepRest(p.cm, i)
 	// Truth records are appended at exit time, so they are in exit order.
 	i = sort.Search(len(p.truth), func(i int) bool { return p.truth[i].Exit >= end })
 	truth = append(truth, p.truth[:i]...)
 	p.truth = p.truth[:copy(p.truth, p.truth[i:])]
 	return truth
+}
+
+// keepRest returns s without its first i elements. What is left between
+// steps is the part of a call tree past the step's end: when it fills under
+// a quarter of s's room it moves to a slice of its own size, so that a run
+// of thousands of ranks does not keep a step's worth of room per rank and
+// thread between the steps it generates.
+func keepRest[T any](s []T, i int) []T {
+	rest := s[i:]
+	if cap(s) > 256 && 4*len(rest) < cap(s) {
+		if len(rest) == 0 {
+			return nil
+		}
+		return append(make([]T, 0, len(rest)), rest...)
+	}
+	return s[:copy(s, rest)]
 }
 
 // unit generates the thread's next piece of work: the root entry and the
