@@ -44,9 +44,14 @@ func (p *pathTable) put(k uint64, node uint32) {
 	p.n++
 }
 
+// minPathSlots is the table's first size: a rank's code often has a few
+// dozen call paths, and a table per rank of thousands of ranks is kept for
+// the whole run.
+const minPathSlots = 64
+
 func (p *pathTable) grow() {
 	old, oldv := p.keys, p.vals
-	size := max(1024, 2*len(old))
+	size := max(minPathSlots, 2*len(old))
 	p.keys, p.vals, p.n = make([]uint64, size), make([]uint32, size), 0
 	for i, v := range oldv {
 		if v != 0 {
