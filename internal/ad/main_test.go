@@ -17,6 +17,7 @@ import (
 	"github.com/kipimo-hpc/kipimo/internal/frame"
 	"github.com/kipimo-hpc/kipimo/internal/natsx"
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
+	"github.com/kipimo-hpc/kipimo/internal/provenance/provstream"
 	"github.com/kipimo-hpc/kipimo/internal/workload"
 )
 
@@ -144,18 +145,20 @@ func TestMainEndToEnd(t *testing.T) {
 			t.Fatal(err)
 		}
 		kind := provenance.Kind(m.Subject()[strings.LastIndex(m.Subject(), ".")+1:])
-		var recs []json.RawMessage
-		if err := json.Unmarshal(m.Data(), &recs); err != nil {
+		recs, err := provstream.Decode(kind, m.Headers(), m.Data())
+		if err != nil {
 			t.Fatalf("batch on %s: %v", m.Subject(), err)
 		}
-		counts[kind] += len(recs)
+		counts[kind] += recs.Len()
 		if m.Headers().Get(jetstream.MsgIDHeader) == "" {
 			t.Errorf("batch on %s has no message id", m.Subject())
 		}
 		if kind == provenance.KindAnomalies {
-			var a []provenance.Exec
-			if err := json.Unmarshal(m.Data(), &a); err != nil || a[0].EventID == "" || a[0].Algorithm != SSTD {
-				t.Errorf("anomaly batch: %v %+v", err, a[0])
+			if m.Headers().Get(provstream.EncodingHeader) != provstream.EncodingBlocks {
+				t.Errorf("anomaly batch not in the block encoding")
+			}
+			if a := recs.Execs; len(a) == 0 || a[0].EventID == "" || a[0].Algorithm != SSTD {
+				t.Errorf("anomaly batch: %+v", a)
 			}
 		}
 	}

@@ -20,6 +20,7 @@ func TestRecordsKnowNoTransport(t *testing.T) {
 	}
 	pkgs := []string{
 		"github.com/kipimo-hpc/kipimo/internal/provenance",
+		"github.com/kipimo-hpc/kipimo/internal/provenance/docblock",
 		"github.com/kipimo-hpc/kipimo/internal/provenance/sqlitestore",
 		"github.com/kipimo-hpc/kipimo/internal/provenance/mongostore",
 		"github.com/kipimo-hpc/kipimo/internal/summary",

@@ -22,15 +22,24 @@ import (
 
 // BenchmarkProvdbIngest measures provdb end to end on an embedded NATS
 // server: 10,000 anomaly records (5+5 event window) waiting in JetStream in
-// batches of 250 (about 700 KB, under MaxBatchBytes), are fetched, decoded, written
-// to a SQLite store (synchronous FULL; KIPIMO_BENCH_SYNC=NORMAL to compare)
-// and acknowledged. Each iteration starts a provdb on the waiting records
-// and stops it when all are written; publishing is not timed, nor is the
-// stop (which waits for the last fetch to expire, FetchWait). It reports
-// records/s and records per CPU-second (the NATS server runs in the same
-// process and is counted), and the store's size on disk per record
-// (B/record).
+// batches of 250 are fetched, decoded, written to a SQLite store
+// (synchronous FULL; KIPIMO_BENCH_SYNC=NORMAL to compare) and
+// acknowledged. The batches are in the block encoding producers publish
+// (wire=blocks: columns and compressed documents, about 100 KB) or JSON
+// arrays (wire=json: about 700 KB, under MaxBatchBytes). Each iteration
+// starts a provdb on the waiting records and stops it when all are
+// written; publishing is not timed, nor is the stop (which waits for the
+// last fetch to expire, FetchWait). It reports records/s and records per
+// CPU-second (the NATS server runs in the same process and is counted),
+// the store's size on disk per record (B/record) and the bytes the stream
+// holds per record (wire-B/record: bodies, headers and subjects).
 func BenchmarkProvdbIngest(b *testing.B) {
+	for _, wire := range []string{"json", "blocks"} {
+		b.Run("wire="+wire, func(b *testing.B) { benchProvdbIngest(b, wire == "blocks") })
+	}
+}
+
+func benchProvdbIngest(b *testing.B, blocks bool) {
 	const perIter, batch = 10000, 250
 	ctx := context.Background()
 	srv, err := natsx.StartServer(natsx.DefaultServerConfig(b.TempDir()))
@@ -54,23 +63,40 @@ func BenchmarkProvdbIngest(b *testing.B) {
 	defer store.Close()
 	execs := storetest.Generate(storetest.GenConfig{Seed: 42, N: perIter, Ranks: 64, Steps: 400, Window: 5, Anomaly: true})
 	subj := provstream.Subject("bench", provenance.KindAnomalies)
-	if _, err := provstream.EnsureStream(ctx, js, "bench"); err != nil {
+	stream, err := provstream.EnsureStream(ctx, js, "bench")
+	if err != nil {
 		b.Fatal(err)
 	}
 	log := zerolog.Nop()
 	var cpu time.Duration
 	var written int64
+	var wireBytes uint64
 	for i := 0; b.Loop(); i++ {
 		b.StopTimer()
+		info, err := stream.Info(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		before := info.State.Bytes
 		for lo := 0; lo < perIter; lo += batch {
 			part := slices.Clone(execs[lo : lo+batch])
 			for j := range part {
 				part[j].PID = uint32(i) // fresh keys: every record inserts
 			}
-			if err := provstream.PublishBatch(ctx, js, subj, fmt.Sprintf("%d.%d", i, lo), part); err != nil {
+			id := fmt.Sprintf("%d.%d", i, lo)
+			if blocks {
+				err = provstream.PublishExecBlocks(ctx, js, subj, id, part)
+			} else {
+				err = provstream.PublishBatch(ctx, js, subj, id, part)
+			}
+			if err != nil {
 				b.Fatal(err)
 			}
 		}
+		if info, err = stream.Info(ctx); err != nil {
+			b.Fatal(err)
+		}
+		wireBytes += info.State.Bytes - before
 		b.StartTimer()
 		c0 := procstat.CPUTime()
 		svc := New(Config{Run: "bench", FetchWait: 100 * time.Millisecond}, store, js, log)
@@ -94,5 +120,8 @@ func BenchmarkProvdbIngest(b *testing.B) {
 	}
 	if n, err := store.DiskUsage(ctx); err == nil && written > 0 {
 		b.ReportMetric(float64(n)/float64(written), "B/record")
+	}
+	if written > 0 {
+		b.ReportMetric(float64(wireBytes)/float64(written), "wire-B/record")
 	}
 }

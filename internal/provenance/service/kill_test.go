@@ -57,11 +57,12 @@ func (w *testWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// TestKillAndRestartLosesNothing publishes 100,000 records in 200 batches
-// (and 10 batches again under new message ids, as a restarted producer
-// would), SIGKILLs provdb twice while it ingests, restarts it each
-// time, and checks the store ends with exactly 100,000 records, 500 per
-// batch.
+// TestKillAndRestartLosesNothing publishes 100,000 records in 200 batches,
+// in the block encoding and, every other one, as JSON (producers of two
+// versions), and 10 batches again under new message ids, as a restarted
+// producer would; it SIGKILLs provdb twice while it ingests, restarts it
+// each time, and checks the store ends with exactly 100,000 records, 500
+// per batch.
 func TestKillAndRestartLosesNothing(t *testing.T) {
 	if testing.Short() {
 		t.Skip("kill test skipped in -short mode")
@@ -100,14 +101,20 @@ func TestKillAndRestartLosesNothing(t *testing.T) {
 			for i := range execs {
 				execs[i].PID = uint32(b)
 			}
-			if err := provstream.PublishBatch(ctx, js, subj, fmt.Sprintf("b%d", b), execs); err != nil {
+			publish := provstream.PublishBatch
+			if b%2 == 0 {
+				publish = func(ctx context.Context, js jetstream.JetStream, subj, id string, records any) error {
+					return provstream.PublishExecBlocks(ctx, js, subj, id, records.([]provenance.Exec))
+				}
+			}
+			if err := publish(ctx, js, subj, fmt.Sprintf("b%d", b), execs); err != nil {
 				produced <- err
 				return
 			}
 			if b%20 == 0 {
 				// A producer restarted past the duplicate window sends
 				// the batch again under a new id: the store must dedupe.
-				if err := provstream.PublishBatch(ctx, js, subj, fmt.Sprintf("again-b%d", b), execs); err != nil {
+				if err := publish(ctx, js, subj, fmt.Sprintf("again-b%d", b), execs); err != nil {
 					produced <- err
 					return
 				}

@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"fmt"
 	"runtime"
 	"strings"
 	"sync"
@@ -10,13 +11,17 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
+	"github.com/kipimo-hpc/kipimo/internal/provenance/docblock"
+	"github.com/kipimo-hpc/kipimo/internal/provenance/provstream"
 	"github.com/kipimo-hpc/kipimo/internal/provenance/sqlitestore"
 )
 
 // The ingest pipeline. One goroutine fetches messages and hands each, in
 // fetch order, to a pool of decoders and to the writer's queue; the
 // decoders decode the messages (and, for a store that can, prepare their
-// write: encoding and compressing documents) several at once; the writer
+// write: for executions in the block encoding, checking the producer's
+// compressed blocks, which are stored as they came; for a JSON batch,
+// encoding and compressing documents) several at once; the writer
 // takes the messages in fetch order as they become ready and writes those
 // ready together in one transaction, then acknowledges them. So the single
 // writer does only the inserts, records are written in the order they were
@@ -37,11 +42,13 @@ import (
 // many messages, few enough that a write stays well under AckWait.
 const maxTxRecords = 8192
 
-// preparer is a store whose write can be split: Prepare, the CPU work of a
-// batch, runs on the decoders; WritePrepared writes several prepared
-// batches in one transaction.
+// preparer is a store whose write can be split: Prepare (or PrepareBlocks,
+// for executions in the block encoding), the CPU work of a batch, runs on
+// the decoders; WritePrepared writes several prepared batches in one
+// transaction.
 type preparer interface {
 	Prepare(provenance.Batch) (*sqlitestore.Prepared, error)
+	PrepareBlocks(provenance.Kind, *docblock.Message) (*sqlitestore.Prepared, error)
 	WritePrepared(context.Context, []*sqlitestore.Prepared) error
 }
 
@@ -53,8 +60,9 @@ type job struct {
 	msg   jetstream.Msg
 	ready chan struct{}
 
-	bad   bool // undecodable, terminated
-	batch provenance.Batch
+	bad   bool             // undecodable, terminated
+	n     int              // the message's records
+	batch provenance.Batch // its kind, and its records unless prep holds them
 	prep  *sqlitestore.Prepared
 	err   error // Prepare failed: handled as a failed write
 }
@@ -118,18 +126,43 @@ func (s *Service) decodeLoop(p *pipeline) {
 func (s *Service) decode(j *job, pr preparer) {
 	subj := j.msg.Subject()
 	kind := provenance.Kind(subj[strings.LastIndexByte(subj, '.')+1:])
-	b, err := provenance.DecodeBatch(kind, j.msg.Data())
-	if err != nil {
+	j.batch.Kind = kind
+	if err := s.decodeMsg(j, kind, pr); err != nil {
 		s.bad.Add(1)
 		s.logBad(kind, err)
 		_ = j.msg.TermWithReason("undecodable provenance batch")
 		j.bad = true
-		return
 	}
-	j.batch = b
+}
+
+// decodeMsg decodes j's message of kind into j; an error means the message
+// is bad.
+func (s *Service) decodeMsg(j *job, kind provenance.Kind, pr preparer) error {
+	enc, err := provstream.Encoding(kind, j.msg.Headers())
+	if err != nil {
+		return err
+	}
+	if enc == provstream.EncodingBlocks && pr != nil {
+		m, err := docblock.DecodeMessage(j.msg.Data())
+		if err == nil {
+			err = m.Check()
+		}
+		if err != nil {
+			return fmt.Errorf("decode %s batch: %w", kind, err)
+		}
+		j.n = len(m.Rows)
+		j.prep, j.err = pr.PrepareBlocks(kind, m)
+		return nil
+	}
+	b, err := provstream.Decode(kind, j.msg.Headers(), j.msg.Data())
+	if err != nil {
+		return err
+	}
+	j.batch, j.n = b, b.Len()
 	if pr != nil {
 		j.prep, j.err = pr.Prepare(b)
 	}
+	return nil
 }
 
 // writeLoop writes the jobs in fetch order until the order queue is closed:
@@ -149,7 +182,7 @@ func (s *Service) writeLoop(ctx context.Context, p *pipeline) {
 		}
 		<-j.ready
 		group = append(group[:0], j)
-		n := j.batch.Len()
+		n := j.n
 	more:
 		for n < maxTxRecords {
 			select {
@@ -160,7 +193,7 @@ func (s *Service) writeLoop(ctx context.Context, p *pipeline) {
 				select {
 				case <-k.ready:
 					group = append(group, k)
-					n += k.batch.Len()
+					n += k.n
 				default:
 					next = k
 					break more
@@ -260,7 +293,7 @@ func (s *Service) written(jobs []*job) {
 		// An acknowledgement lost here only means the batch comes again
 		// and is written again, which the store ignores.
 		_ = j.msg.Ack()
-		s.counts[j.batch.Kind].Add(int64(j.batch.Len()))
+		s.counts[j.batch.Kind].Add(int64(j.n))
 	}
 	s.batches.Add(int64(len(jobs)))
 }

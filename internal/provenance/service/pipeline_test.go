@@ -49,20 +49,25 @@ func (r *recordingStore) Write(ctx context.Context, b provenance.Batch) error {
 	return nil
 }
 
-// TestPipelineOrderAndRedelivery publishes 40 batches of executions and
-// checks, for a store provdb prepares writes for (SQLite) and one it does
-// not, that every record is stored once, that a consumer has nothing left
-// pending, and, for the second one, that records are written in publish
-// order and that batches whose write failed are redelivered and written.
+// TestPipelineOrderAndRedelivery publishes 40 batches of executions, as
+// JSON or in the block encoding, and checks, for a store provdb prepares
+// writes for (SQLite) and one it does not, that every record is stored
+// once, that a consumer has nothing left pending, and, for the second one,
+// that records are written in publish order and that batches whose write
+// failed are redelivered and written.
 func TestPipelineOrderAndRedelivery(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
 		recording bool
+		blocks    bool
 		fail      map[int]bool
 	}{
 		{name: "prepared SQLite writes"},
+		{name: "prepared SQLite writes of blocks", blocks: true},
 		{name: "one write per kind, in order", recording: true},
+		{name: "one write per kind of blocks, in order", recording: true, blocks: true},
 		{name: "failed writes redelivered", recording: true, fail: map[int]bool{2: true, 3: true}},
+		{name: "failed writes of blocks redelivered", recording: true, blocks: true, fail: map[int]bool{2: true, 3: true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -98,7 +103,13 @@ func TestPipelineOrderAndRedelivery(t *testing.T) {
 				t.Fatal(err)
 			}
 			for i := range batches {
-				if err := provstream.PublishBatch(ctx, js, subj, fmt.Sprint(i), execs[i*per:(i+1)*per]); err != nil {
+				part := execs[i*per : (i+1)*per]
+				if tc.blocks {
+					err = provstream.PublishExecBlocks(ctx, js, subj, fmt.Sprint(i), part)
+				} else {
+					err = provstream.PublishBatch(ctx, js, subj, fmt.Sprint(i), part)
+				}
+				if err != nil {
 					t.Fatal(err)
 				}
 			}

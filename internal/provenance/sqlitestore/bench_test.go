@@ -13,6 +13,7 @@ import (
 
 	"github.com/kipimo-hpc/kipimo/internal/procstat"
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
+	"github.com/kipimo-hpc/kipimo/internal/provenance/docblock"
 	"github.com/kipimo-hpc/kipimo/internal/provenance/storetest"
 )
 
@@ -98,7 +99,7 @@ func BenchmarkSQLiteIngest(b *testing.B) {
 func BenchmarkAnomalyJSONSize(b *testing.B) {
 	execs := benchExecs(2048)
 	sizes := make([]int, len(execs))
-	var blk blockBuilder
+	var blk docblock.Builder
 	stored := 0
 	for i := range execs {
 		d, err := provenance.AppendExecJSON(nil, &execs[i])
@@ -106,24 +107,24 @@ func BenchmarkAnomalyJSONSize(b *testing.B) {
 			b.Fatal(err)
 		}
 		sizes[i] = len(d)
-		blk.add(d)
-		if len(blk.lens) == execRowsPerInsert {
-			stored += len(blk.appendCompressed(nil))
-			blk.reset()
+		blk.Add(d)
+		if blk.Len() == execRowsPerInsert {
+			stored += len(blk.AppendCompressed(nil))
+			blk.Reset()
 		}
 	}
 	slices.Sort(sizes)
 	var js, z []byte
-	blk.reset()
+	blk.Reset()
 	for i := 0; b.Loop(); i++ {
 		var err error
 		if js, err = provenance.AppendExecJSON(js[:0], &execs[i%len(execs)]); err != nil {
 			b.Fatal(err)
 		}
-		blk.add(js)
-		if len(blk.lens) == execRowsPerInsert {
-			z = blk.appendCompressed(z[:0])
-			blk.reset()
+		blk.Add(js)
+		if blk.Len() == execRowsPerInsert {
+			z = blk.AppendCompressed(z[:0])
+			blk.Reset()
 		}
 	}
 	b.ReportMetric(float64(sizes[len(sizes)/2]), "json-B/record")

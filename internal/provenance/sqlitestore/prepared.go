@@ -8,28 +8,37 @@ import (
 	"sync"
 
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
+	"github.com/kipimo-hpc/kipimo/internal/provenance/docblock"
 )
 
 // Prepared is a batch made ready to be written: for executions, their
-// documents encoded and compressed into the blocks Write would make, one per
-// group of execRowsPerInsert executions. Preparing is the CPU-bound part of
-// a write (about half of it); Prepare does it on the caller's goroutine, so
-// that several batches can be prepared at once while the store's single
-// writer only inserts (WritePrepared).
+// indexed columns and their documents compressed into blocks of up to
+// execRowsPerInsert, the blocks Write would make (Prepare) or those a
+// producer sent (PrepareBlocks). Preparing is the CPU-bound part of a
+// write; it runs on the caller's goroutine, so that several batches can be
+// prepared at once while the store's single writer only inserts
+// (WritePrepared).
 type Prepared struct {
-	batch  provenance.Batch
-	blocks [][]byte
+	kind   provenance.Kind
+	batch  provenance.Batch // the records of a kind other than executions
+	rows   []docblock.Row   // the executions' columns
+	blocks []docblock.Block // their documents, in rows' order
 }
 
 // Kind is the kind of the prepared batch's records.
-func (p *Prepared) Kind() provenance.Kind { return p.batch.Kind }
+func (p *Prepared) Kind() provenance.Kind { return p.kind }
 
 // Len is the number of records of the prepared batch.
-func (p *Prepared) Len() int { return p.batch.Len() }
+func (p *Prepared) Len() int {
+	if p.kind.IsExec() {
+		return len(p.rows)
+	}
+	return p.batch.Len()
+}
 
 // scratch holds one Prepare's buffers between calls.
 type scratch struct {
-	b blockBuilder
+	b docblock.Builder
 }
 
 var scratches = sync.Pool{New: func() any { return new(scratch) }}
@@ -41,21 +50,51 @@ func (s *Store) Prepare(b provenance.Batch) (*Prepared, error) {
 	if !b.Kind.Valid() {
 		return nil, fmt.Errorf("prepare provenance batch: unknown kind %q", b.Kind)
 	}
-	p := &Prepared{batch: b}
+	p := &Prepared{kind: b.Kind}
 	if !b.Kind.IsExec() {
+		p.batch = b
 		return p, nil
 	}
 	sc := scratches.Get().(*scratch)
 	defer scratches.Put(sc)
-	p.blocks = make([][]byte, 0, (len(b.Execs)+execRowsPerInsert-1)/execRowsPerInsert)
+	p.rows = make([]docblock.Row, len(b.Execs))
+	for i := range b.Execs {
+		p.rows[i] = docblock.RowOf(&b.Execs[i])
+	}
+	p.blocks = make([]docblock.Block, 0, (len(b.Execs)+execRowsPerInsert-1)/execRowsPerInsert)
 	for lo := 0; lo < len(b.Execs); lo += execRowsPerInsert {
-		z, err := sc.b.build(nil, b.Execs[lo:min(lo+execRowsPerInsert, len(b.Execs))])
+		group := b.Execs[lo:min(lo+execRowsPerInsert, len(b.Execs))]
+		z, err := sc.b.Build(nil, group)
 		if err != nil {
 			return nil, fmt.Errorf("prepare %s batch: %w", b.Kind, err)
 		}
-		p.blocks = append(p.blocks, z)
+		p.blocks = append(p.blocks, docblock.Block{N: len(group), Data: z})
 	}
 	return p, nil
+}
+
+// PrepareBlocks prepares the executions of kind a producer sent in the
+// block encoding, m, whose blocks Check passed: they are stored as they
+// came. It touches no connection; m must not be modified until the
+// Prepared is written.
+func (s *Store) PrepareBlocks(kind provenance.Kind, m *docblock.Message) (*Prepared, error) {
+	if !kind.IsExec() {
+		return nil, fmt.Errorf("prepare provenance blocks: %q is not a kind of executions", kind)
+	}
+	if !m.Checked() {
+		return nil, fmt.Errorf("prepare %s blocks: blocks not checked", kind)
+	}
+	n := 0
+	for _, b := range m.Blocks {
+		if b.N < 1 || b.N > execRowsPerInsert {
+			return nil, fmt.Errorf("prepare %s blocks: a block of %d documents", kind, b.N)
+		}
+		n += b.N
+	}
+	if n != len(m.Rows) {
+		return nil, fmt.Errorf("prepare %s blocks: %d documents for %d executions", kind, n, len(m.Rows))
+	}
+	return &Prepared{kind: kind, rows: m.Rows, blocks: m.Blocks}, nil
 }
 
 // WritePrepared stores the prepared batches, in their order, in one
@@ -113,11 +152,12 @@ func (s *Store) writePrepared(ctx context.Context, tx *sql.Tx, p *Prepared, exec
 		w = s.execWriter(ctx, tx, kind)
 		execs[kind] = w
 	}
-	for i, z := range p.blocks {
-		lo := i * execRowsPerInsert
-		if err := w.writeGroup(ctx, p.batch.Execs[lo:min(lo+execRowsPerInsert, len(p.batch.Execs))], z); err != nil {
+	lo := 0
+	for _, b := range p.blocks {
+		if err := w.writeGroup(ctx, p.rows[lo:lo+b.N], b.Data); err != nil {
 			return err
 		}
+		lo += b.N
 	}
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/kipimo-hpc/kipimo/internal/procstat"
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
+	"github.com/kipimo-hpc/kipimo/internal/provenance/docblock"
 	"github.com/kipimo-hpc/kipimo/internal/provenance/storetest"
 )
 
@@ -77,7 +78,7 @@ func TestWritePreparedAllOrNothing(t *testing.T) {
 		t.Fatalf("%d and %d blocks for 200 and 150 records, want 4 and 3", len(a.blocks), len(b.blocks))
 	}
 	// The third batch fails, after the first two were inserted.
-	bogus := &Prepared{batch: provenance.Batch{Kind: "bogus"}}
+	bogus := &Prepared{kind: "bogus"}
 	if err := s.WritePrepared(ctx, []*Prepared{a, b, bogus}); err == nil {
 		t.Fatal("a write with a batch of no known kind succeeded")
 	}
@@ -125,7 +126,7 @@ func TestWritePreparedAllOrNothing(t *testing.T) {
 		if err := rows.Scan(&data); err != nil {
 			t.Fatal(err)
 		}
-		d, err := decodeBlock(data)
+		d, err := docblock.Decode(data)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -23,6 +23,7 @@ import (
 	"modernc.org/sqlite"
 
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
+	"github.com/kipimo-hpc/kipimo/internal/provenance/docblock"
 )
 
 // Options tune a Store.
@@ -52,10 +53,11 @@ type Store struct {
 	insBlock map[provenance.Kind]*sql.Stmt
 
 	mu    sync.Mutex // held by Write: one writer, and the buffers below
-	block blockBuilder
-	// zblock is the compressed block; refs the rows' doc references; args
-	// the insert's arguments.
+	block docblock.Builder
+	// zblock is the compressed block; rows its executions' columns; refs
+	// the rows' doc references; args the insert's arguments.
 	zblock, refs []byte
+	rows         []docblock.Row
 	args         []any
 }
 
@@ -116,7 +118,7 @@ const execInsertColumns = "(pid, event_id, rid, tid, fid, func, io_step, entry, 
 // execRowsPerInsert is the number of executions one multi-row INSERT
 // carries at most, and so the most one document block holds: statement
 // overhead is paid once for them.
-const execRowsPerInsert = 64
+const execRowsPerInsert = docblock.MaxDocs
 
 // rowSizes are the row counts of the prepared multi-row INSERTs, largest
 // first: a group of n executions takes one statement per bit set in n.
@@ -351,10 +353,14 @@ func (s *Store) writeExecs(ctx context.Context, tx *sql.Tx, kind provenance.Kind
 		group := execs[:min(len(execs), execRowsPerInsert)]
 		execs = execs[len(group):]
 		var err error
-		if s.zblock, err = s.block.build(s.zblock[:0], group); err != nil {
+		if s.zblock, err = s.block.Build(s.zblock[:0], group); err != nil {
 			return err
 		}
-		if err := w.writeGroup(ctx, group, s.zblock); err != nil {
+		s.rows = s.rows[:0]
+		for i := range group {
+			s.rows = append(s.rows, docblock.RowOf(&group[i]))
+		}
+		if err := w.writeGroup(ctx, s.rows, s.zblock); err != nil {
 			return err
 		}
 	}
@@ -377,33 +383,47 @@ type execWriter struct {
 }
 
 // writeGroup stores group (at most execRowsPerInsert executions) with
-// zblock, the compressed block of their documents.
+// zblock, the compressed block of their documents, in their order.
 //
 // A group whose rows are not all new (a batch delivered again, or a record
 // given twice) is taken back and written again with only the records not
-// stored yet, so that no block holds a document that no row refers to.
-// (A savepoint per group would do the same, at a quarter of the write's
-// speed: SQLite then journals every page a group changes.)
-func (w *execWriter) writeGroup(ctx context.Context, group []provenance.Exec, zblock []byte) error {
+// stored yet, their documents taken out of zblock into a new block, so that
+// no block holds a document that no row refers to. (A savepoint per group
+// would do the same, at a quarter of the write's speed: SQLite then
+// journals every page a group changes.)
+func (w *execWriter) writeGroup(ctx context.Context, group []docblock.Row, zblock []byte) error {
 	id, n, err := w.insert(ctx, group, zblock)
-	if err == nil && n < int64(len(group)) {
-		if err = w.takeBack(ctx, group, id); err == nil {
-			var fresh []provenance.Exec
-			if fresh, err = w.unstored(ctx, group); err == nil && len(fresh) > 0 {
-				var b blockBuilder
-				if zblock, err = b.build(nil, fresh); err == nil {
-					_, _, err = w.insert(ctx, fresh, zblock)
-				}
-			}
-		}
+	if err != nil || n == int64(len(group)) {
+		return err
 	}
+	if err := w.takeBack(ctx, group, id); err != nil {
+		return err
+	}
+	fresh, err := w.unstored(ctx, group)
+	if err != nil || len(fresh) == 0 {
+		return err
+	}
+	docs, err := docblock.Decode(zblock)
+	if err != nil {
+		return fmt.Errorf("rebuild a document block: %w", err)
+	}
+	if len(docs) != len(group) {
+		return fmt.Errorf("rebuild a document block: %d documents for %d executions", len(docs), len(group))
+	}
+	var b docblock.Builder
+	rows := make([]docblock.Row, len(fresh))
+	for i, k := range fresh {
+		b.Add(docs[k])
+		rows[i] = group[k]
+	}
+	_, _, err = w.insert(ctx, rows, b.AppendCompressed(nil))
 	return err
 }
 
 // insert stores group (at most execRowsPerInsert executions) and zblock,
 // their documents' block, and returns the block's id and the number of rows
 // inserted.
-func (w *execWriter) insert(ctx context.Context, group []provenance.Exec, zblock []byte) (id, inserted int64, err error) {
+func (w *execWriter) insert(ctx context.Context, group []docblock.Row, zblock []byte) (id, inserted int64, err error) {
 	s := w.s
 	res, err := w.insBlock.ExecContext(ctx, zblock)
 	if err != nil {
@@ -445,7 +465,7 @@ func (w *execWriter) insert(ctx context.Context, group []provenance.Exec, zblock
 
 // takeBack deletes what insert stored for group as block id: the rows that
 // refer to the block, and the block.
-func (w *execWriter) takeBack(ctx context.Context, group []provenance.Exec, id int64) error {
+func (w *execWriter) takeBack(ctx context.Context, group []docblock.Row, id int64) error {
 	for i := range group {
 		e := &group[i]
 		if _, err := w.tx.ExecContext(ctx, "DELETE FROM "+string(w.kind)+" WHERE pid = ? AND event_id = ? AND doc = ?",
@@ -459,8 +479,9 @@ func (w *execWriter) takeBack(ctx context.Context, group []provenance.Exec, id i
 	return nil
 }
 
-// unstored returns the executions of group not stored yet, each once.
-func (w *execWriter) unstored(ctx context.Context, group []provenance.Exec) ([]provenance.Exec, error) {
+// unstored returns the indexes in group of the executions not stored yet,
+// each once (its first place).
+func (w *execWriter) unstored(ctx context.Context, group []docblock.Row) ([]int, error) {
 	if w.exists == nil {
 		var err error
 		if w.exists, err = w.tx.PrepareContext(ctx, "SELECT count(*) FROM "+string(w.kind)+" WHERE pid = ? AND event_id = ?"); err != nil {
@@ -468,8 +489,8 @@ func (w *execWriter) unstored(ctx context.Context, group []provenance.Exec) ([]p
 		}
 	}
 	seen := map[string]bool{}
-	var fresh []provenance.Exec
-	for _, e := range group {
+	var fresh []int
+	for i, e := range group {
 		key := provenance.ExecKey(e.PID, e.EventID)
 		if seen[key] {
 			continue
@@ -480,7 +501,7 @@ func (w *execWriter) unstored(ctx context.Context, group []provenance.Exec) ([]p
 			return nil, err
 		}
 		if n == 0 {
-			fresh = append(fresh, e)
+			fresh = append(fresh, i)
 		}
 	}
 	return fresh, nil
@@ -848,7 +869,7 @@ func (s *streamer) block(ctx context.Context, id int64) (*cachedBlock, error) {
 	if err := s.blockStmt.QueryRowContext(ctx, id).Scan(&data); err != nil {
 		return nil, fmt.Errorf("read document block %d: %w", id, err)
 	}
-	docs, err := decodeBlock(data)
+	docs, err := docblock.Decode(data)
 	if err != nil {
 		return nil, fmt.Errorf("document block %d: %w", id, err)
 	}
@@ -982,7 +1003,7 @@ func (s *Store) readExec(ctx context.Context, kind provenance.Kind, doc []byte, 
 			if err := s.r.QueryRowContext(ctx, "SELECT data FROM "+string(kind)+"_docs WHERE id = ?", id).Scan(&data); err != nil {
 				return fmt.Errorf("read document block %d: %w", id, err)
 			}
-			if docs, err = decodeBlock(data); err != nil {
+			if docs, err = docblock.Decode(data); err != nil {
 				return fmt.Errorf("document block %d: %w", id, err)
 			}
 			if blocks != nil {

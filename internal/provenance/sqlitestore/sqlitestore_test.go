@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
+	"github.com/kipimo-hpc/kipimo/internal/provenance/docblock"
 	"github.com/kipimo-hpc/kipimo/internal/provenance/storetest"
 )
 
@@ -166,7 +167,7 @@ func TestRewritesLeaveNoOrphanDocuments(t *testing.T) {
 				if err := rows.Scan(&data); err != nil {
 					t.Fatal(err)
 				}
-				d, err := decodeBlock(data)
+				d, err := docblock.Decode(data)
 				if err != nil {
 					t.Fatal(err)
 				}
