@@ -53,12 +53,6 @@ import (
 // LogLevels are the values --log-level takes.
 const LogLevels = "debug, info, warn, error"
 
-// AddLogLevelFlag adds --log-level (default info) to fs and returns where
-// its value lands.
-func AddLogLevelFlag(fs *pflag.FlagSet) *string {
-	return fs.String("log-level", "info", "log level: "+LogLevels)
-}
-
 // Process holds the settings of the process rather than of the daemon's
 // work, which every daemon takes alike: --log-level and --memory-limit.
 type Process struct {

@@ -165,9 +165,9 @@ and serves read-only queries on it over HTTP.`
 
 // parseArgs reads the provdb settings from args, then the environment
 // (lookup, normally os.LookupEnv) and a --config file, as internal/config
-// describes, into a Config and the --log-level value. It returns
-// pflag.ErrHelp after printing help on stderr.
-func parseArgs(args []string, lookup func(string) (string, bool), stderr io.Writer) (Config, string, error) {
+// describes, into a Config and the process settings (--log-level,
+// --memory-limit). It returns pflag.ErrHelp after printing help on stderr.
+func parseArgs(args []string, lookup func(string) (string, bool), stderr io.Writer) (Config, daemon.Process, error) {
 	fs := pflag.NewFlagSet("provdb", pflag.ContinueOnError)
 	c := DefaultConfig()
 	fs.StringVar(&c.NATS, "nats", c.NATS, "NATS server URL(s), comma-separated")
@@ -178,11 +178,11 @@ func parseArgs(args []string, lookup func(string) (string, bool), stderr io.Writ
 	fs.StringVar(&c.Durable, "durable", c.Durable, "name of the durable JetStream consumer")
 	fs.StringVar(&c.AllowOrigin, "allow-origin", "", "Access-Control-Allow-Origin of the HTTP API (e.g. the dashboard's origin)")
 	fs.DurationVar(&c.AckWait, "ack-wait", c.AckWait, "how long JetStream waits for a batch's acknowledgement before redelivering it")
-	level := daemon.AddLogLevelFlag(fs)
+	proc := daemon.AddProcessFlags(fs)
 	if err := daemon.ParseFlags(fs, "provdb", mainUsage, args, lookup, stderr); err != nil {
-		return c, "", err
+		return c, *proc, err
 	}
-	return c, *level, nil
+	return c, *proc, nil
 }
 
 // Main is the provdb command: flags (and KIPIMO_* environment, a YAML
@@ -190,11 +190,11 @@ func parseArgs(args []string, lookup func(string) (string, bool), stderr io.Writ
 // until ctx ends (SIGINT or SIGTERM in cmd/provdb). It returns
 // pflag.ErrHelp after printing help.
 func Main(ctx context.Context, args []string, stderr io.Writer) error {
-	cfg, level, err := parseArgs(args, os.LookupEnv, stderr)
+	cfg, proc, err := parseArgs(args, os.LookupEnv, stderr)
 	if err != nil {
 		return err
 	}
-	log, err := daemon.NewLogger(stderr, level)
+	log, err := proc.Setup(stderr)
 	if err != nil {
 		return err
 	}

@@ -63,7 +63,8 @@ func TestParseArgs(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			var stderr bytes.Buffer
-			got, level, err := parseArgs(tc.args, func(k string) (string, bool) { v, ok := tc.env[k]; return v, ok }, &stderr)
+			got, proc, err := parseArgs(tc.args, func(k string) (string, bool) { v, ok := tc.env[k]; return v, ok }, &stderr)
+			level := proc.LogLevel
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("error %v, want one containing %q", err, tc.wantErr)
