@@ -10,7 +10,9 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/kipimo-hpc/kipimo/internal/frame"
+	"github.com/kipimo-hpc/kipimo/internal/natsx"
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
+	"github.com/kipimo-hpc/kipimo/internal/provenance/provstream"
 )
 
 // optionFrame: fid 3 ("f") is called 200 times from "a" (fid 1) taking
@@ -280,5 +282,57 @@ func TestMissingSteps(t *testing.T) {
 				t.Errorf("step summaries carry %d missing steps, want %d", inSummaries, tc.missing)
 			}
 		})
+	}
+}
+
+// TestSinkRetriesUnpublished: a batch whose publication failed is kept and
+// published by the next Flush, which retries only what failed.
+func TestSinkRetriesUnpublished(t *testing.T) {
+	_, nc := startNATS(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	s, err := NewNATSSink(js, "retry", 4, Block, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Shutdown(context.Background())
+	// Without its stream, nothing can be published.
+	if err := js.DeleteStream(ctx, natsx.ProvStream("retry")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Publish(ctx, &Batch{Rank: 3, Metadata: []provenance.Metadata{{Descr: "k", Value: "v"}}}); err != nil {
+		t.Fatal(err)
+	}
+	short, cancelShort := context.WithTimeout(ctx, 5*time.Second)
+	defer cancelShort()
+	if err := s.Flush(short); err == nil {
+		t.Fatal("Flush succeeded with no stream to publish to")
+	}
+	if _, err := provstream.EnsureStream(ctx, js, "retry"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Flush(ctx); err != nil {
+		t.Fatalf("Flush once the stream is back: %v", err)
+	}
+	st, err := js.Stream(ctx, natsx.ProvStream("retry"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 1 {
+		t.Errorf("stream holds %d messages, want the one batch that had failed", info.State.Msgs)
+	}
+	if err := s.Flush(ctx); err != nil {
+		t.Fatalf("a Flush with nothing left to publish: %v", err)
 	}
 }

@@ -84,6 +84,11 @@ type NATSSink struct {
 	log      zerolog.Logger
 
 	pubs map[pubKey]*provstream.Publisher // owned by the run goroutine
+	// unflushed are the publishers whose last flush failed: the only ones
+	// holding records, since publish flushes every batch it adds (owned by
+	// the run goroutine). A flush request retries them alone, not every
+	// rank's publishers: every detector of a node asks for one at its end.
+	unflushed map[pubKey]*provstream.Publisher
 
 	dropped   atomic.Uint64
 	published atomic.Uint64
@@ -117,7 +122,8 @@ func NewNATSSink(js jetstream.JetStream, run string, queueLen int, overflow Over
 		queueLen = 64
 	}
 	return &NATSSink{js: js, run: run, incarnation: strconv.FormatInt(time.Now().UnixNano(), 36), overflow: overflow, queue: make(chan *Batch, queueLen),
-		flushReq: make(chan chan error), log: log, pubs: map[pubKey]*provstream.Publisher{}, done: make(chan struct{})}, nil
+		flushReq: make(chan chan error), log: log, pubs: map[pubKey]*provstream.Publisher{},
+		unflushed: map[pubKey]*provstream.Publisher{}, done: make(chan struct{})}, nil
 }
 
 // Start starts the publishing goroutine; it stops with Shutdown.
@@ -214,10 +220,14 @@ func (s *NATSSink) loop() {
 				s.publish(ctx, <-s.queue)
 			}
 			var err error
-			for _, p := range s.pubs {
-				if e := p.Flush(ctx); e != nil && err == nil {
-					err = e
+			for k, p := range s.unflushed {
+				if e := p.Flush(ctx); e != nil {
+					if err == nil {
+						err = e
+					}
+					continue
 				}
+				delete(s.unflushed, k)
 			}
 			ch <- err
 		case <-s.done:
@@ -251,7 +261,10 @@ func (s *NATSSink) publish(ctx context.Context, b *Batch) {
 			s.published.Add(1)
 		}
 		if err := p.Flush(ctx); err != nil {
+			s.unflushed[k] = p
 			s.log.Warn().Err(err).Str("kind", string(kind)).Msg("provenance batch not published; will retry with the next batch")
+		} else {
+			delete(s.unflushed, k)
 		}
 	}
 	add(provenance.KindAnomalies, len(b.Anomalies), func(i int) any { return &b.Anomalies[i] })

@@ -20,6 +20,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -301,7 +302,10 @@ func (p *Publisher) addBlocks(ctx context.Context, record any) error {
 
 // Flush publishes the pending batch, if any.
 func (p *Publisher) Flush(ctx context.Context) error {
-	id := fmt.Sprintf("%s.%d", p.prefix, p.n)
+	if p.Pending() == 0 {
+		return nil
+	}
+	id := p.prefix + "." + strconv.FormatUint(p.n, 10)
 	if p.blocks != nil && p.blocks.Len() > 0 {
 		p.buf = p.blocks.Finish(p.takeBuf())
 		if len(p.buf) > p.limit() {
@@ -360,6 +364,14 @@ func (p *Publisher) release() {
 		buffers.Put(&b)
 		p.buf = nil
 	}
+}
+
+// Pending is the number of records added and not yet published.
+func (p *Publisher) Pending() int {
+	if p.blocks != nil && p.blocks.Len() > 0 {
+		return p.blocks.Len()
+	}
+	return p.count
 }
 
 // Published is the number of batches published so far.
