@@ -3,45 +3,15 @@ package mongostore
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/FerretDB/FerretDB/ferretdb"
-
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
 	"github.com/kipimo-hpc/kipimo/internal/provenance/storetest"
 )
-
-// startFerretDB runs an in-process FerretDB (SQLite backend) on a loopback
-// port for the test and returns its MongoDB URI.
-func startFerretDB(t *testing.T) string {
-	t.Helper()
-	f, err := ferretdb.New(&ferretdb.Config{
-		Listener:  ferretdb.ListenerConfig{TCP: "127.0.0.1:0"},
-		Handler:   "sqlite",
-		SQLiteURL: "file:" + t.TempDir() + "/",
-		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = f.Run(ctx)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-	})
-	return f.MongoDBURI()
-}
 
 var dbSeq atomic.Int64
 
@@ -74,7 +44,7 @@ func TestSharedSuiteFerretDB(t *testing.T) {
 	if testing.Short() {
 		t.Skip("FerretDB suite skipped in -short mode")
 	}
-	suite(t, startFerretDB(t), 200)
+	suite(t, storetest.StartFerretDB(t), 200)
 }
 
 func TestSharedSuiteMongoDB(t *testing.T) {

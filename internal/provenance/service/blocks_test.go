@@ -7,8 +7,6 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -18,7 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/FerretDB/FerretDB/ferretdb"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
@@ -90,7 +87,7 @@ func ferretStore(t *testing.T) []testStore {
 	var dbs atomic.Int64
 	return []testStore{{"MongoDB (FerretDB)", func(t *testing.T) (provenance.Store, string) {
 		if uri == "" {
-			uri = startFerretDB(t)
+			uri = storetest.StartFerretDB(t)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -102,32 +99,6 @@ func ferretStore(t *testing.T) []testStore {
 		t.Cleanup(func() { s.Close() })
 		return s, ""
 	}}}
-}
-
-// startFerretDB runs FerretDB (SQLite backend) on a loopback port until
-// the test ends and returns its MongoDB URI.
-func startFerretDB(t *testing.T) string {
-	t.Helper()
-	f, err := ferretdb.New(&ferretdb.Config{
-		Listener:  ferretdb.ListenerConfig{TCP: "127.0.0.1:0"},
-		Handler:   "sqlite",
-		SQLiteURL: "file:" + t.TempDir() + "/",
-		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = f.Run(ctx)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-	})
-	return f.MongoDBURI()
 }
 
 // withDB is uri, mongodb://host:port/ possibly with a query, naming
