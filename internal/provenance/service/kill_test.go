@@ -8,6 +8,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -37,24 +38,65 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-func startChild(t *testing.T, args ...string) *exec.Cmd {
+// child is provdb running as a child process of the test.
+type child struct {
+	cmd    *exec.Cmd
+	stderr *testWriter
+	done   chan struct{} // closed when the process has exited
+	err    error         // its exit, once done is closed
+}
+
+func startChild(t *testing.T, args ...string) *child {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), "KIPIMO_PROVDB_CHILD_ARGS="+strings.Join(args, "\n"))
-	cmd.Stderr = &testWriter{t: t}
+	c := &child{cmd: cmd, stderr: &testWriter{t: t}, done: make(chan struct{})}
+	cmd.Stderr = c.stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	return cmd
+	go func() {
+		c.err = cmd.Wait()
+		close(c.done)
+	}()
+	return c
 }
 
-type testWriter struct{ t *testing.T }
+// exited reports whether the child has exited, and how.
+func (c *child) exited() (bool, error) {
+	select {
+	case <-c.done:
+		return true, c.err
+	default:
+		return false, nil
+	}
+}
+
+// testWriter keeps what the child writes on stderr (the last 64 KiB), and
+// logs it as it comes with -v.
+type testWriter struct {
+	t   *testing.T
+	mu  sync.Mutex
+	buf []byte
+}
 
 func (w *testWriter) Write(p []byte) (int, error) {
 	if testing.Verbose() {
 		w.t.Logf("provdb: %s", strings.TrimSpace(string(p)))
 	}
+	w.mu.Lock()
+	w.buf = append(w.buf, p...)
+	if over := len(w.buf) - 64<<10; over > 0 {
+		w.buf = w.buf[over:]
+	}
+	w.mu.Unlock()
 	return len(p), nil
+}
+
+func (w *testWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return string(w.buf)
 }
 
 // TestKillAndRestartLosesNothing publishes 100,000 records in 200 batches,
@@ -135,24 +177,27 @@ func TestKillAndRestartLosesNothing(t *testing.T) {
 		}
 		return n
 	}
-	waitFor := func(what string, cond func() bool) {
+	waitFor := func(c *child, what string, cond func() bool) {
 		for !cond() {
+			if done, err := c.exited(); done {
+				t.Fatalf("waiting for %s (store holds %d), provdb exited: %v; its stderr:\n%s", what, count(), err, c.stderr)
+			}
 			if ctx.Err() != nil {
-				t.Fatalf("timed out waiting for %s (store holds %d)", what, count())
+				t.Fatalf("timed out waiting for %s (store holds %d); provdb's stderr:\n%s", what, count(), c.stderr)
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
 	for _, at := range []int64{30000, 65000} {
-		child := startChild(t, args...)
-		waitFor(fmt.Sprintf("%d records", at), func() bool { return count() >= at })
-		if err := child.Process.Kill(); err != nil {
+		c := startChild(t, args...)
+		waitFor(c, fmt.Sprintf("%d records", at), func() bool { return count() >= at })
+		if err := c.cmd.Process.Kill(); err != nil {
 			t.Fatal(err)
 		}
-		_ = child.Wait()
+		<-c.done
 		t.Logf("%s: killed provdb with %d records stored", time.Since(start).Round(time.Millisecond), count())
 	}
-	child := startChild(t, args...)
+	c := startChild(t, args...)
 	if err := <-produced; err != nil {
 		t.Fatal(err)
 	}
@@ -161,16 +206,17 @@ func TestKillAndRestartLosesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor("the consumer to drain", func() bool {
+	waitFor(c, "the consumer to drain", func() bool {
 		info, err := cons.Info(ctx)
 		return err == nil && info.NumPending == 0 && info.NumAckPending == 0
 	})
 	t.Logf("%s: consumer drained", time.Since(start).Round(time.Millisecond))
-	if err := child.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := c.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	if err := child.Wait(); err != nil {
-		t.Fatalf("provdb did not stop cleanly on SIGTERM: %v", err)
+	<-c.done
+	if c.err != nil {
+		t.Fatalf("provdb did not stop cleanly on SIGTERM: %v; its stderr:\n%s", c.err, c.stderr)
 	}
 
 	s, err := sqlitestore.Open(ctx, dbPath, sqlitestore.Options{ReadOnly: true})
