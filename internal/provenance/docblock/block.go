@@ -115,16 +115,6 @@ func (b *Builder) AppendExec(e *provenance.Exec) (int, error) {
 	return len(b.lens) - 1, nil
 }
 
-// removeLast takes back the last document added.
-func (b *Builder) removeLast() {
-	n := b.lens[len(b.lens)-1]
-	b.lens = b.lens[:len(b.lens)-1]
-	b.raw = b.raw[:len(b.raw)-n]
-}
-
-// last is the last document added.
-func (b *Builder) last() []byte { return b.raw[len(b.raw)-b.lens[len(b.lens)-1]:] }
-
 // AppendCompressed appends the compressed block to dst.
 func (b *Builder) AppendCompressed(dst []byte) []byte {
 	if len(b.raw) < headerRoom {
