@@ -270,6 +270,27 @@ const (
 	maxRetryBackoff = 2 * time.Second
 )
 
+// roundTrip sends req to shard, each attempt bounded by the syncer's
+// timeout. Batches that wait for every member (linger 0, detectors in
+// lockstep) are sent again here, whole, until answered, ctx is done or the
+// syncer closes: their calls retried one by one would each wait in a new
+// batch for members that another request of the same batch answered, and
+// never be sent. The pserver's per-rank sequence numbers make a repeat
+// apply once.
+func (ns *NodeSyncer) roundTrip(ctx context.Context, shard int, req *psync.SyncRequest) (*psync.SyncReply, error) {
+	backoff := retryBackoff
+	for {
+		actx, cancel := context.WithTimeout(ctx, ns.timeout)
+		rep, err := ns.next.Sync(actx, shard, req)
+		cancel()
+		if err == nil || ns.linger > 0 || !ns.pause(ctx, backoff) {
+			return rep, err
+		}
+		ns.retries.Add(1)
+		backoff = min(2*backoff, maxRetryBackoff)
+	}
+}
+
 // pause waits d and reports whether to try again: not once ctx is done or
 // the syncer closed.
 func (ns *NodeSyncer) pause(ctx context.Context, d time.Duration) bool {
@@ -295,23 +316,8 @@ func (ns *NodeSyncer) sendChunk(ctx context.Context, shard int, calls []*nodeCal
 	for len(calls) > 0 {
 		req, err := mergeRequests(ns.node, calls)
 		var rep *psync.SyncReply
-		backoff := retryBackoff
-		for err == nil {
-			actx, cancel := context.WithTimeout(ctx, ns.timeout)
-			rep, err = ns.next.Sync(actx, shard, req)
-			cancel()
-			// Batches that wait for every member (linger 0, detectors in
-			// lockstep) are sent again here, whole, until answered: their
-			// calls retried one by one would each wait in a new batch for
-			// members that were answered by another part of the same
-			// batch, and never be sent. The pserver's per-rank sequence
-			// numbers make a repeat apply once.
-			if err == nil || ns.linger > 0 || !ns.pause(ctx, backoff) {
-				break
-			}
-			err = nil
-			ns.retries.Add(1)
-			backoff = min(2*backoff, maxRetryBackoff)
+		if err == nil {
+			rep, err = ns.roundTrip(ctx, shard, req)
 		}
 		if err == nil && rep == nil {
 			err = fmt.Errorf("pserver shard %d: empty reply", shard)

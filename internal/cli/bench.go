@@ -119,12 +119,8 @@ Progress goes to stderr.`,
 				}
 				return writeSimulation(cmd.OutOrStdout(), res)
 			}
-			lim, err := daemon.ApplyMemoryLimit(memLimit)
-			if err != nil {
+			if err := applyMemoryLimit(log, memLimit); err != nil {
 				return err
-			}
-			if lim.Bytes > 0 {
-				fmt.Fprintf(log, "memory limit: %s\n", lim)
 			}
 			if len(from) > 0 && !scale {
 				return errors.New("--scale-from replays traces in the --scale benchmark: give --scale too")

@@ -132,12 +132,8 @@ data was kept, where the results are, and the commands to explore them.`,
 				cfg.TaudbDSN = os.Getenv("KIPIMO_TAUDB_DSN")
 			}
 			cfg.Workload = wl
-			lim, err := daemon.ApplyMemoryLimit(memLimit)
-			if err != nil {
+			if err := applyMemoryLimit(cmd.ErrOrStderr(), memLimit); err != nil {
 				return err
-			}
-			if lim.Bytes > 0 {
-				fmt.Fprintf(cmd.ErrOrStderr(), "memory limit: %s\n", lim)
 			}
 			return runPipeline(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), cfg, jsonOut, keepServing)
 		},
@@ -242,6 +238,19 @@ func runPipeline(ctx context.Context, stdout, stderr io.Writer, cfg run.Config, 
 	}
 	if l := sum.Live; l != nil && l.ExitCode != 0 {
 		return &run.ExitError{Code: l.ExitCode}
+	}
+	return nil
+}
+
+// applyMemoryLimit applies a --memory-limit value to this process and says
+// on w which limit is in force, if any.
+func applyMemoryLimit(w io.Writer, value string) error {
+	lim, err := daemon.ApplyMemoryLimit(value)
+	if err != nil {
+		return err
+	}
+	if lim.Bytes > 0 {
+		fmt.Fprintf(w, "memory limit: %s\n", lim)
 	}
 	return nil
 }

@@ -208,14 +208,11 @@ func (c *frameCursor) peek(pre *frame.Frame) (bool, error) {
 func (c *frameCursor) read(f *frame.Frame, buf []byte) ([]byte, error) {
 	buf = slices.Grow(buf[:0], c.length)[:c.length]
 	n, err := c.fh.ReadAt(buf, c.off)
-	if err != nil && (err != io.EOF || n < c.length) {
-		if err == io.EOF {
-			_, err = frame.DecodeBinary(buf[:n], f)
-			return buf, c.errAt(err)
-		}
+	if n < c.length && err != io.EOF {
 		return buf, fmt.Errorf("%s: read frame %d: %w", c.name, c.frames, err)
 	}
-	if _, err := frame.DecodeBinary(buf, f); err != nil {
+	// A file that ends inside the frame: the decoder says where.
+	if _, err := frame.DecodeBinary(buf[:n], f); err != nil {
 		return buf, c.errAt(err)
 	}
 	c.off += int64(c.length)

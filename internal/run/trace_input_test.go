@@ -3,15 +3,12 @@ package run
 import (
 	"bytes"
 	"context"
-	"errors"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/kipimo-hpc/kipimo/internal/frame"
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
 	"github.com/kipimo-hpc/kipimo/internal/replay"
 	"github.com/kipimo-hpc/kipimo/internal/replay/steps"
@@ -97,33 +94,11 @@ func TestRunScoresGeneratedFrames(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	var truth []workload.Truth
-	for r := range uint32(wcfg.Ranks) {
-		fh, err := os.Create(replay.RankFile(dir, r))
-		if err != nil {
-			t.Fatal(err)
-		}
-		fw := frame.NewWriter(fh)
-		g := w.Rank(r)
-		var f frame.Frame
-		for {
-			tr, err := g.Next(&f)
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			truth = append(truth, tr...)
-			if err := fw.Write(&f); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if err := fw.Flush(); err != nil {
-			t.Fatal(err)
-		}
-		fh.Close()
+	src := &workloadSource{w: w, cfg: wcfg}
+	if _, err := replay.Convert(context.Background(), src, dir); err != nil {
+		t.Fatal(err)
 	}
+	truth := src.Truth()
 	if len(truth) == 0 {
 		t.Fatal("the workload injected nothing")
 	}

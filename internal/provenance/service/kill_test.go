@@ -8,7 +8,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -72,32 +71,21 @@ func (c *child) exited() (bool, error) {
 	}
 }
 
-// testWriter keeps what the child writes on stderr (the last 64 KiB), and
-// logs it as it comes with -v.
+// testWriter keeps what the child writes on stderr, and logs it as it
+// comes with -v.
 type testWriter struct {
 	t   *testing.T
-	mu  sync.Mutex
-	buf []byte
+	out syncBuffer
 }
 
 func (w *testWriter) Write(p []byte) (int, error) {
 	if testing.Verbose() {
 		w.t.Logf("provdb: %s", strings.TrimSpace(string(p)))
 	}
-	w.mu.Lock()
-	w.buf = append(w.buf, p...)
-	if over := len(w.buf) - 64<<10; over > 0 {
-		w.buf = w.buf[over:]
-	}
-	w.mu.Unlock()
-	return len(p), nil
+	return w.out.Write(p)
 }
 
-func (w *testWriter) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return string(w.buf)
-}
+func (w *testWriter) String() string { return w.out.String() }
 
 // TestKillAndRestartLosesNothing publishes 100,000 records in 200 batches,
 // in the block encoding and, every other one, as JSON (producers of two
