@@ -800,7 +800,7 @@ func counterFields(c *counters) []*atomic.Uint64 {
 		&c.syncs, &c.syncFailures, &c.droppedSummaries,
 		&c.modelErrors, &c.evictedLaunches, &c.unmatchedCorrelations,
 		&c.sourceDropped, &c.missingSteps, &c.pathOverflows,
-		&c.unnamedFrames,
+		&c.unnamedFrames, &c.lostAtGap, &c.staleFrames,
 	}
 }
 
@@ -1027,11 +1027,16 @@ func (r *ckReader) detector(d *Detector) {
 		d.metaSeen[metaKey{tid, r.str()}] = struct{}{}
 	}
 	cs := counterFields(&d.stats)
-	if n := r.count(1); r.err == nil && n != len(cs) {
+	// A checkpoint of an earlier version has fewer counts: the newer ones
+	// start at zero.
+	n = r.count(1)
+	if r.err == nil && n > len(cs) {
 		r.fail("%d counts, this detector keeps %d", n, len(cs))
 	}
-	for _, p := range cs {
-		p.Store(r.uvarint())
+	for i, p := range cs {
+		if i < n {
+			p.Store(r.uvarint())
+		}
 	}
 	d.stats.ended.Store(r.bool())
 	d.sync.lag.Store(r.uvarint())

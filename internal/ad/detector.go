@@ -108,6 +108,13 @@ func (d *Detector) Config() Config { return d.cfg }
 // ErrClosed is returned by Process after Close.
 var ErrClosed = errors.New("detector is closed")
 
+// ErrStaleFrame is returned by Process for a frame whose io_step is not
+// after the last one processed: a duplicate, or a frame that arrived after
+// its successors (whose gap has already closed the stacks it would have
+// continued). It is dropped without changing the detector's state and
+// counted in Stats.StaleFrames, not as a bad frame.
+var ErrStaleFrame = errors.New("io_step already passed")
+
 // pathOverflow is the call-path node of every path met once the table holds
 // Config.ProfilePaths nodes, and of every path below such a path, so that
 // each node's ancestors are nodes too.
@@ -144,6 +151,10 @@ func (d *Detector) ProcessLent(ctx context.Context, f *frame.Frame, giveBack fun
 	if err == nil {
 		err = d.stacks.checkNames(f)
 	}
+	if errors.Is(err, ErrStaleFrame) {
+		d.stats.staleFrames.Add(1)
+		return err
+	}
 	if err != nil {
 		d.stats.badFrames.Add(1)
 		d.stepBad++
@@ -167,6 +178,10 @@ func (d *Detector) process(ctx context.Context, f *frame.Frame) {
 		d.missing = f.Step
 	}
 	d.stats.missingSteps.Add(d.missing)
+	if d.missing > 0 {
+		// Never pair an entry before the gap with an exit after it.
+		d.stats.lostAtGap.Add(d.stacks.abandon())
+	}
 	d.lastStep, d.lastSeen = max(d.lastStep, f.Step), true
 	d.cur = stepInfo{step: f.Step, tstart: f.TStart, tend: f.TEnd}
 	d.stepEvents = uint64(f.NumEvents())
@@ -206,6 +221,9 @@ func (d *Detector) returnLent(f *frame.Frame) {
 func (d *Detector) check(f *frame.Frame) error {
 	if f.PID != d.cfg.PID || f.Rank != d.cfg.Rank {
 		return fmt.Errorf("frame of pid %d rank %d given to the detector of pid %d rank %d", f.PID, f.Rank, d.cfg.PID, d.cfg.Rank)
+	}
+	if d.lastSeen && f.Step <= d.lastStep {
+		return fmt.Errorf("%w: frame of io_step %d after io_step %d", ErrStaleFrame, f.Step, d.lastStep)
 	}
 	for i := range f.Events {
 		ev := &f.Events[i]

@@ -28,6 +28,10 @@ type counters struct {
 	// unnamedFrames are frames dropped while waiting for the names of
 	// ids their events use (Config.MaxHeldFrames, or held at Close).
 	unnamedFrames atomic.Uint64
+	// lostAtGap are executions open when a gap in the rank's io_steps was
+	// found, closed as lost (never modelled); staleFrames are frames whose
+	// io_step was not after the last one processed, dropped.
+	lostAtGap, staleFrames atomic.Uint64
 	// ended is set once the rank's stream ended (end-of-stream message).
 	ended atomic.Bool
 }
@@ -89,6 +93,15 @@ type Stats struct {
 	// frames waited, or the stream ended first. Their steps are also
 	// missing steps downstream.
 	UnnamedFrames uint64 `json:"unnamed_frames"`
+	// LostAtGap are executions that were open when a gap in the rank's
+	// io_steps was found: their exits were lost in the gap, so they were
+	// closed without a runtime and kept out of every model, label, profile
+	// and record (an entry before a gap is never paired with an exit after
+	// it).
+	LostAtGap uint64 `json:"lost_at_gap"`
+	// StaleFrames are frames dropped because their io_step was not after the
+	// last one processed (duplicates, or frames overtaken by later ones).
+	StaleFrames uint64 `json:"stale_frames"`
 	// Ended tells whether the rank's stream ended with an end-of-stream
 	// message (Add leaves it alone).
 	Ended bool `json:"ended"`
@@ -113,6 +126,8 @@ func (d *Detector) Stats() Stats {
 		Ended:                 c.ended.Load(),
 		PathOverflows:         c.pathOverflows.Load(),
 		UnnamedFrames:         c.unnamedFrames.Load(),
+		LostAtGap:             c.lostAtGap.Load(),
+		StaleFrames:           c.staleFrames.Load(),
 	}
 }
 
@@ -141,6 +156,8 @@ func (s *Stats) Add(o Stats) {
 	s.MissingSteps += o.MissingSteps
 	s.PathOverflows += o.PathOverflows
 	s.UnnamedFrames += o.UnnamedFrames
+	s.LostAtGap += o.LostAtGap
+	s.StaleFrames += o.StaleFrames
 }
 
 // Collector exports the counts of a set of detectors as Prometheus metrics
@@ -233,6 +250,8 @@ var metricDefs = []metricDef{
 	{"kipimo_ad_bad_frames_total", "Frames rejected as malformed or misrouted.", false, func(s *Stats) uint64 { return s.BadFrames }},
 	{"kipimo_ad_source_dropped_frames_total", "Frames the rank's event source dropped before they reached NATS.", false, func(s *Stats) uint64 { return s.SourceDroppedFrames }},
 	{"kipimo_ad_unnamed_frames_total", "Frames dropped because their events used function or counter ids whose names never arrived (held beyond --max-held-frames, or at the end).", false, func(s *Stats) uint64 { return s.UnnamedFrames }},
+	{"kipimo_ad_lost_at_gap_total", "Executions open when a gap in the rank's io_steps was found: closed without a runtime and kept out of the models.", false, func(s *Stats) uint64 { return s.LostAtGap }},
+	{"kipimo_ad_stale_frames_total", "Frames dropped because their io_step was not after the last one processed (duplicates, or overtaken by later frames).", false, func(s *Stats) uint64 { return s.StaleFrames }},
 	{"kipimo_ad_missing_steps_total", "io_steps that never reached the detector (gaps in the rank's sequence of frames).", false, func(s *Stats) uint64 { return s.MissingSteps }},
 	{"kipimo_ad_events_total", "Events (function, counter, comm) processed.", false, func(s *Stats) uint64 { return s.Events }},
 	{"kipimo_ad_executions_total", "Executions completed.", false, func(s *Stats) uint64 { return s.Executions }},

@@ -131,7 +131,10 @@ func (d *Detector) releaseHeld(ctx context.Context) {
 		f := d.held[0]
 		d.held = slices.Delete(d.held, 0, 1)
 		// Threads held frames would add were not counted when they came.
-		if err := d.check(f); err != nil {
+		if err := d.check(f); errors.Is(err, ErrStaleFrame) {
+			d.stats.staleFrames.Add(1)
+			continue
+		} else if err != nil {
 			d.stats.badFrames.Add(1)
 			d.stepBad++
 			d.cfg.Logger.Warn().Err(err).Uint64("io_step", f.Step).Msg("held frame rejected")

@@ -112,7 +112,7 @@ func (rc *recorder) callStack(t *thread, seq uint64) []provenance.CallFrame {
 			break
 		}
 		var exit uint64
-		if e.flags&flagDone != 0 {
+		if e.flags&(flagDone|flagLost) == flagDone {
 			exit = e.exit
 		}
 		cs = append(cs, provenance.CallFrame{
@@ -175,7 +175,7 @@ func (rc *recorder) windowEntry(ew *provenance.EventWindow, t *thread, s uint64)
 		return
 	}
 	var exit uint64
-	if e.flags&flagDone != 0 {
+	if e.flags&(flagDone|flagLost) == flagDone {
 		exit = e.exit
 	}
 	id := rc.stacks.eventID(e.step, e.idx)

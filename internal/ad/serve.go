@@ -524,7 +524,14 @@ func serveRank(ctx context.Context, d *Detector, sub msgSource, endAll <-chan st
 			if errors.Is(err, ErrClosed) {
 				break
 			}
-			d.cfg.Logger.Warn().Err(err).Uint64("io_step", step).Msg("frame rejected")
+			// Logged at the 1st, 2nd, 4th... of each kind; all counted.
+			n := d.stats.badFrames.Load()
+			if errors.Is(err, ErrStaleFrame) {
+				n = d.stats.staleFrames.Load()
+			}
+			if n&(n-1) == 0 {
+				d.cfg.Logger.Warn().Err(err).Uint64("io_step", step).Uint64("count", n).Msg("frame rejected")
+			}
 		}
 		if dur != nil {
 			if err := dur.processed(ctx, d); err != nil && ctx.Err() == nil {

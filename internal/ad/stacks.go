@@ -351,6 +351,29 @@ func (cs *callStacks) complete(t *thread, ts uint64, flags uint8) {
 	cs.done(t, e)
 }
 
+// abandon closes every open execution of every thread as lost: the rank's
+// io_steps have a gap, so their exits (and whatever they called in the gap)
+// will never be seen. A lost execution gets no runtime (its exit is its
+// entry) and goes to no later stage: no model, label, profile or record is
+// built across a gap. An exit after the gap whose entry came before it then
+// finds no open entry and is dropped (Stats.UnmatchedExits). It returns the
+// number of executions closed.
+func (cs *callStacks) abandon() uint64 {
+	var n uint64
+	for _, t := range cs.threads {
+		for len(t.stack) > 0 {
+			k := len(t.stack)
+			e := t.rec(t.stack[k-1])
+			t.stack = t.stack[:k-1]
+			e.exit = e.entry
+			e.flags |= flagDone | flagLost
+			e.label = labelLost
+			n++
+		}
+	}
+	return n
+}
+
 // drain attaches t's counter and comm events up to ts to the execution open
 // at their time: for an entry, events at ts belong to the new call (strictly
 // before); for an exit, to the exiting call (at or before).

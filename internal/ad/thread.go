@@ -13,12 +13,17 @@ const (
 	labelNone    int8 = 0 // open, or completed and not yet labelled
 	labelNormal  int8 = 1
 	labelAnomaly int8 = -1
+	// labelLost is an execution whose exit was lost in a gap of the rank's
+	// io_steps: it was closed when the gap was found, with no runtime, and
+	// is never scored, modelled, profiled or recorded.
+	labelLost int8 = 2
 )
 
 // Execution flags.
 const (
 	flagDone     uint8 = 1 << iota // exited
 	flagRepaired                   // closed by a repair, not by its own exit
+	flagLost                       // open at a gap in the io_steps: its exit is unknown
 )
 
 // execRec is one execution. Records live in their thread's ring, in entry
