@@ -31,9 +31,13 @@ var ErrNameConflict = errors.New("conflicting name")
 // have no name yet. Such a frame is held (a copy, in Detector.held, in
 // arrival order), and so is every later frame of the rank, so that the
 // order of steps is kept; once the names arrive the held frames are
-// processed in order. Beyond Config.MaxHeldFrames the oldest held frame is
-// dropped and counted (Stats.UnnamedFrames); its step is then missing
-// downstream like any lost frame. At Close the frames still held are
+// processed in order. When a whole dictionary arrives (a frame naming every
+// id the detector knows), the held frames whose ids are still unnamed can
+// never be processed: they are dropped at once and counted
+// (Stats.UnnamedFrames), and the frames behind them go on. Beyond
+// Config.MaxHeldFrames the oldest held frame is dropped and counted the same
+// way. A dropped frame's step is then missing downstream like any lost
+// frame. At Close the frames still held are
 // dropped and counted the same way.
 //
 // With a Barrier (detection on files, whose streams are read from their
@@ -105,7 +109,11 @@ func (cs *callStacks) named(f *frame.Frame) bool {
 // held or until its names arrive. Held frames that have their names are
 // processed, oldest first.
 func (d *Detector) admit(ctx context.Context, f *frame.Frame) {
+	whole := len(d.held) > 0 && d.stacks.wholeDictionary(f)
 	d.stacks.names(f)
+	if whole {
+		d.dropHopeless()
+	}
 	if d.cfg.Barrier != nil || (len(d.held) == 0 && d.stacks.named(f)) {
 		d.process(ctx, f)
 		return
@@ -157,6 +165,70 @@ func (d *Detector) dropHeld(n int) {
 	if bits.Len64(total-uint64(n)) != bits.Len64(total) {
 		d.cfg.Logger.Warn().Uint32("rank", d.cfg.Rank).Uint64("io_step", step).Uint64("unnamed_frames", total).
 			Msg("frames dropped: their function or counter ids never got a name")
+	}
+}
+
+// wholeDictionary reports whether f re-sends every function and counter name
+// the detector has learnt, as publishers do every few frames and after a
+// reconnect: after such a frame, an id used by an earlier frame and still
+// unnamed will never be named. A detector that has learnt no name yet
+// cannot tell a whole dictionary from a frame naming its first ids, and
+// answers false.
+func (cs *callStacks) wholeDictionary(f *frame.Frame) bool {
+	var known int
+	for _, k := range cs.funcKnown {
+		if k {
+			known++
+		}
+	}
+	if known+len(cs.ctrNames) == 0 || len(f.Funcs) < known || len(f.Counters) < len(cs.ctrNames) {
+		return false
+	}
+	named := make(map[uint32]bool, len(f.Funcs))
+	for i := range f.Funcs {
+		named[f.Funcs[i].ID] = true
+	}
+	for id, k := range cs.funcKnown {
+		if k && !named[uint32(id)] {
+			return false
+		}
+	}
+	clear(named)
+	for i := range f.Counters {
+		named[f.Counters[i].ID] = true
+	}
+	for id := range cs.ctrNames {
+		if !named[id] {
+			return false
+		}
+	}
+	return true
+}
+
+// dropHopeless drops the held frames that still use an unnamed id once a
+// whole dictionary has arrived (their names were never sent, or were lost
+// with every dictionary since), counting them in Stats.UnnamedFrames, and
+// keeps the others in order: one bad frame stalls its rank until the next
+// dictionary at most, never to the end of the run.
+func (d *Detector) dropHopeless() {
+	kept := d.held[:0]
+	var dropped int
+	for _, h := range d.held {
+		if d.stacks.named(h) {
+			kept = append(kept, h)
+			continue
+		}
+		dropped++
+	}
+	clear(d.held[len(kept):])
+	d.held = kept
+	if dropped == 0 {
+		return
+	}
+	total := d.stats.unnamedFrames.Add(uint64(dropped))
+	if bits.Len64(total-uint64(dropped)) != bits.Len64(total) {
+		d.cfg.Logger.Warn().Uint32("rank", d.cfg.Rank).Uint64("unnamed_frames", total).
+			Msg("frames dropped: a whole dictionary of names came and their function or counter ids are not in it")
 	}
 }
 

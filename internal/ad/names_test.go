@@ -490,3 +490,41 @@ func BenchmarkNamedCheck(b *testing.B) {
 	}
 	b.ReportMetric(float64(f.NumEvents())*float64(b.N)/b.Elapsed().Seconds(), "events/s")
 }
+
+// A frame that uses an id no frame ever names (lost with every name sent
+// since, or forged) stalls its rank until the next whole dictionary at
+// most: then it alone is dropped, and the frames held behind it are
+// processed in order.
+func TestUnnamedFrameDroppedAtNextDictionary(t *testing.T) {
+	const every, steps, bad = 4, 20, 3
+	d, err := New(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	dict := []frame.Name{{ID: 1, Name: "solve"}, {ID: 2, Name: "MPI_Send"}}
+	for s := range uint64(steps) {
+		st := nameStep{fids: []uint32{1, 2}}
+		if s == 0 || s%every == 0 {
+			st.names = dict
+		}
+		if s == bad {
+			st.fids = []uint32{1, 99} // id 99 is never named
+		}
+		if err := d.Process(ctx, st.frame(s)); err != nil {
+			t.Fatal(err)
+		}
+		if s == every*(bad/every+1) {
+			if got := d.Stats().Frames; got != s {
+				t.Errorf("after the dictionary of step %d: %d frames processed, want %d (every one but the unnamed)", s, got, s)
+			}
+		}
+	}
+	if err := d.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st := d.Stats()
+	if st.UnnamedFrames != 1 || st.MissingSteps != 1 || st.Frames != steps-1 {
+		t.Errorf("unnamed %d, missing %d, processed %d; want 1, 1, %d", st.UnnamedFrames, st.MissingSteps, st.Frames, steps-1)
+	}
+}
