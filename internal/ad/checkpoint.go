@@ -38,8 +38,8 @@ const (
 	// CheckpointMagic starts every checkpoint.
 	CheckpointMagic = "KPCK"
 	// CheckpointVersion is the format version Checkpoint writes and Restore
-	// reads.
-	CheckpointVersion = 1
+	// reads (2: the sync state's incarnation).
+	CheckpointVersion = 2
 	// maxCheckpointSize bounds what Restore accepts (1 GiB).
 	maxCheckpointSize = 1 << 30
 )
@@ -59,8 +59,8 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // attached counter and comm events, GPU launches, call-path nodes, profiles,
 // every model's statistics (global, local, accumulated and in flight) and
 // detection state, records waiting for the "after" half of their window,
-// the pserver protocol state (each shard's Seq and the request in flight,
-// unsent step summaries and counters), the frames held until their names
+// the pserver protocol state (its incarnation, each shard's Seq and the
+// request in flight, unsent step summaries and counters), the frames held until their names
 // arrive (in frame's binary encoding), plus the detector's step fields and
 // counts (Stats). Restore turns it back into a detector that
 // resumes exactly there: fed the frames that follow, it emits the same
@@ -748,11 +748,15 @@ func (w *ckWriter) request(q *psync.SyncRequest) error {
 }
 
 func (w *ckWriter) sync(s *syncState) error {
+	w.uvarint(s.incarnation)
 	w.uvarint(uint64(len(s.shards)))
 	for _, sh := range s.shards {
 		w.uvarint(sh.seq)
 		w.bool(sh.inflight != nil)
 		if sh.inflight != nil {
+			if sh.inflight.Incarnation != s.incarnation {
+				return fmt.Errorf("sync request %d in flight is of incarnation %x, the detector's is %x", sh.inflight.Seq, sh.inflight.Incarnation, s.incarnation)
+			}
 			if err := w.request(sh.inflight); err != nil {
 				return err
 			}
@@ -800,7 +804,7 @@ func counterFields(c *counters) []*atomic.Uint64 {
 		&c.syncs, &c.syncFailures, &c.droppedSummaries,
 		&c.modelErrors, &c.evictedLaunches, &c.unmatchedCorrelations,
 		&c.sourceDropped, &c.missingSteps, &c.pathOverflows,
-		&c.unnamedFrames, &c.lostAtGap, &c.staleFrames,
+		&c.unnamedFrames, &c.lostAtGap, &c.staleFrames, &c.droppedFrames,
 	}
 }
 
@@ -1571,6 +1575,10 @@ func (r *ckReader) request() *psync.SyncRequest {
 
 func (r *ckReader) sync(s *syncState) {
 	d := s.d
+	s.incarnation = r.uvarint()
+	if r.err == nil && s.incarnation == 0 {
+		r.fail("sync incarnation 0")
+	}
 	if n := r.count(2); r.err == nil && n != len(s.shards) {
 		r.fail("%d shards, the configuration has %d", n, len(s.shards))
 	}
@@ -1582,6 +1590,7 @@ func (r *ckReader) sync(s *syncState) {
 		sh.seq = r.uvarint()
 		if r.bool() {
 			sh.inflight = r.request()
+			sh.inflight.Incarnation = s.incarnation // written once for the shards
 			if r.err == nil && (sh.inflight.Seq != sh.seq || sh.inflight.PID != d.cfg.PID || sh.inflight.Rank != d.cfg.Rank) {
 				r.fail("request in flight on shard %d is seq %d of rank %d, the shard is at seq %d of rank %d",
 					i, sh.inflight.Seq, sh.inflight.Rank, sh.seq, d.cfg.Rank)

@@ -86,6 +86,8 @@ type DaemonConfig struct {
 	Queue         int    // --queue: provenance batches queued before Overflow applies
 	Overflow      string // --overflow: "block" or "drop"
 	PendingFrames int    // --pending-frames: frames buffered per rank before NATS drops them
+	PendingBytes  string // --pending-bytes: frame data buffered per rank before NATS drops frames ("16MiB")
+	MaxRanks      int    // --max-ranks: ranks --ranks auto starts a detector for at most
 	PerRankSync   bool   // --per-rank-sync: each rank syncs on its own instead of one merged sync per shard per step
 	Frames        string // --frames: "core" or "durable" (FramesCore, FramesDurable)
 	// --frame-storage, --frame-stream-max-bytes, --frame-stream-max-age:
@@ -116,6 +118,8 @@ func DefaultDaemonConfig() DaemonConfig {
 		Queue:           64,
 		Overflow:        "block",
 		PendingFrames:   256,
+		PendingBytes:    "16MiB",
+		MaxRanks:        DefaultMaxRanks,
 		NodeSyncLinger:  20 * time.Millisecond,
 		Frames:          FramesCore,
 		FrameStorage:    "file",
@@ -173,6 +177,14 @@ func (c DaemonConfig) Validate() error {
 	}
 	if c.PendingFrames < 1 {
 		bad("--pending-frames %d must be at least 1", c.PendingFrames)
+	}
+	if n, err := daemon.ParseSize(c.PendingBytes); err != nil {
+		bad("--pending-bytes: %w", err)
+	} else if n < 1<<16 || n > 1<<31-1 {
+		bad("--pending-bytes %s must be between 64KiB and 2GiB", c.PendingBytes)
+	}
+	if c.MaxRanks < 1 {
+		bad("--max-ranks %d must be at least 1", c.MaxRanks)
 	}
 	if c.MetricsAddr != "" {
 		if _, _, err := net.SplitHostPort(c.MetricsAddr); err != nil {
@@ -247,7 +259,9 @@ func parseArgs(args []string, lookup func(string) (string, bool), stderr io.Writ
 	fs.BoolVar(&c.NoPServer, "no-pserver", false, "run on local models only")
 	fs.IntVar(&c.Queue, "queue", c.Queue, "provenance batches queued before --overflow applies")
 	fs.StringVar(&c.Overflow, "overflow", c.Overflow, "full provenance queue: block (back-pressure, counted as lag) or drop (counted)")
-	fs.IntVar(&c.PendingFrames, "pending-frames", c.PendingFrames, "frames buffered per rank before NATS drops them (counted)")
+	fs.IntVar(&c.PendingFrames, "pending-frames", c.PendingFrames, "frames buffered per rank before NATS drops them (counted as dropped frames and missing steps)")
+	fs.StringVar(&c.PendingBytes, "pending-bytes", c.PendingBytes, "frame data buffered per rank before NATS drops frames (counted as dropped frames and missing steps)")
+	fs.IntVar(&c.MaxRanks, "max-ranks", c.MaxRanks, "--ranks auto: ranks this ad starts a detector for at most; frames of further ranks are dropped (counted)")
 	fs.BoolVar(&c.PerRankSync, "per-rank-sync", c.PerRankSync, "every rank syncs with the pserver on its own (by default the ranks served here send one merged sync per shard per step)")
 	fs.DurationVar(&c.NodeSyncLinger, "node-sync-linger", c.NodeSyncLinger, "how long a merged sync waits for ranks that have not sent theirs yet")
 	fs.StringVar(&c.Frames, "frames", c.Frames, "how frames arrive: core (NATS messages; frames published while this ad is down are lost, and counted as missing steps) or durable (the run's JetStream frame stream, a durable consumer and a checkpoint of every rank: a restarted ad resumes where it left off; needs JetStream on the server this ad connects to, else the frames travel to wherever JetStream is; the dashboard's counts lag by up to --checkpoint-every steps)")
@@ -358,9 +372,10 @@ func Run(ctx context.Context, cfg DaemonConfig, log zerolog.Logger) (Summary, er
 		}
 		durable = &Durable{JS: fjs, Stream: fsc, CheckpointEvery: cfg.CheckpointEvery}
 	}
+	pendingBytes, _ := daemon.ParseSize(cfg.PendingBytes) // checked by Validate
 	stats, serr := Serve(ctx, ServeConfig{
 		Conn: nc, Run: cfg.Run, PID: cfg.PID, Ranks: ranks, Discover: discover, Detector: dc,
-		PendingFrames: cfg.PendingFrames, PerRankSync: cfg.PerRankSync, NodeSyncLinger: cfg.NodeSyncLinger,
+		PendingFrames: cfg.PendingFrames, PendingBytes: int(pendingBytes), MaxRanks: cfg.MaxRanks, PerRankSync: cfg.PerRankSync, NodeSyncLinger: cfg.NodeSyncLinger,
 		Durable: durable, Collector: coll, Logger: log,
 	})
 	sctx, cancel := daemon.ShutdownContext(ctx)

@@ -32,8 +32,17 @@ type counters struct {
 	// found, closed as lost (never modelled); staleFrames are frames whose
 	// io_step was not after the last one processed, dropped.
 	lostAtGap, staleFrames atomic.Uint64
+	// droppedFrames are frames dropped before the detector read them: its
+	// input queue was full (ServeConfig.PendingFrames, PendingBytes).
+	droppedFrames atomic.Uint64
 	// ended is set once the rank's stream ended (end-of-stream message).
 	ended atomic.Bool
+}
+
+// taken is how many frames the detector has taken from its input:
+// processed, rejected, dropped as stale or dropped unread.
+func (c *counters) taken() uint64 {
+	return c.frames.Load() + c.badFrames.Load() + c.staleFrames.Load() + c.droppedFrames.Load()
 }
 
 // Stats is a snapshot of a detector's counts.
@@ -102,6 +111,10 @@ type Stats struct {
 	// StaleFrames are frames dropped because their io_step was not after the
 	// last one processed (duplicates, or frames overtaken by later ones).
 	StaleFrames uint64 `json:"stale_frames"`
+	// DroppedFrames are frames dropped before the detector read them
+	// because it was slower than its input (its queue was full in frames or
+	// bytes); their steps are also missing steps.
+	DroppedFrames uint64 `json:"dropped_frames"`
 	// Ended tells whether the rank's stream ended with an end-of-stream
 	// message (Add leaves it alone).
 	Ended bool `json:"ended"`
@@ -128,6 +141,7 @@ func (d *Detector) Stats() Stats {
 		UnnamedFrames:         c.unnamedFrames.Load(),
 		LostAtGap:             c.lostAtGap.Load(),
 		StaleFrames:           c.staleFrames.Load(),
+		DroppedFrames:         c.droppedFrames.Load(),
 	}
 }
 
@@ -158,6 +172,7 @@ func (s *Stats) Add(o Stats) {
 	s.UnnamedFrames += o.UnnamedFrames
 	s.LostAtGap += o.LostAtGap
 	s.StaleFrames += o.StaleFrames
+	s.DroppedFrames += o.DroppedFrames
 }
 
 // Collector exports the counts of a set of detectors as Prometheus metrics
@@ -171,6 +186,9 @@ type Collector struct {
 	sinkDrops  func() uint64
 	node       atomic.Pointer[NodeSyncer]  // the node's syncer, when there is one
 	durable    atomic.Pointer[durableNode] // the node's durable frames, when read so
+	// refusedRanks are frames of ranks discovery did not start a detector
+	// for (ServeConfig.MaxRanks).
+	refusedRanks atomic.Uint64
 }
 
 // NewCollector returns a collector labelling at most rankLabels ranks
@@ -213,7 +231,7 @@ func (c *Collector) Taken(rank uint32) (uint64, bool) {
 	found := false
 	for _, d := range c.detectors {
 		if d.cfg.Rank == rank {
-			n += d.stats.frames.Load() + d.stats.badFrames.Load()
+			n += d.stats.taken()
 			found = true
 		}
 	}
@@ -226,7 +244,7 @@ func (c *Collector) EachTaken(fn func(rank uint32, taken uint64)) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, d := range c.detectors {
-		fn(d.cfg.Rank, d.stats.frames.Load()+d.stats.badFrames.Load())
+		fn(d.cfg.Rank, d.stats.taken())
 	}
 }
 
@@ -251,6 +269,7 @@ var metricDefs = []metricDef{
 	{"kipimo_ad_source_dropped_frames_total", "Frames the rank's event source dropped before they reached NATS.", false, func(s *Stats) uint64 { return s.SourceDroppedFrames }},
 	{"kipimo_ad_unnamed_frames_total", "Frames dropped because their events used function or counter ids whose names never arrived (held beyond --max-held-frames, or at the end).", false, func(s *Stats) uint64 { return s.UnnamedFrames }},
 	{"kipimo_ad_lost_at_gap_total", "Executions open when a gap in the rank's io_steps was found: closed without a runtime and kept out of the models.", false, func(s *Stats) uint64 { return s.LostAtGap }},
+	{"kipimo_ad_dropped_frames_total", "Frames dropped before the detector read them: it was slower than its input (--pending-frames, --pending-bytes).", false, func(s *Stats) uint64 { return s.DroppedFrames }},
 	{"kipimo_ad_stale_frames_total", "Frames dropped because their io_step was not after the last one processed (duplicates, or overtaken by later frames).", false, func(s *Stats) uint64 { return s.StaleFrames }},
 	{"kipimo_ad_missing_steps_total", "io_steps that never reached the detector (gaps in the rank's sequence of frames).", false, func(s *Stats) uint64 { return s.MissingSteps }},
 	{"kipimo_ad_events_total", "Events (function, counter, comm) processed.", false, func(s *Stats) uint64 { return s.Events }},
@@ -271,12 +290,15 @@ func (c *Collector) desc(m metricDef) *prometheus.Desc {
 
 var sinkDropDesc = prometheus.NewDesc("kipimo_ad_sink_dropped_records_total", "Provenance records dropped by the publishing queue.", nil, nil)
 
+var refusedRanksDesc = prometheus.NewDesc("kipimo_ad_refused_rank_frames_total", "Frames of new ranks dropped because this ad already serves --max-ranks discovered ranks.", nil, nil)
+
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, m := range metricDefs {
 		ch <- c.desc(m)
 	}
 	ch <- sinkDropDesc
+	ch <- refusedRanksDesc
 	ch <- nodeSyncsDesc
 	ch <- nodeSyncRanksDesc
 	ch <- nodeSyncRetriesDesc
@@ -316,6 +338,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	if c.sinkDrops != nil {
 		ch <- prometheus.MustNewConstMetric(sinkDropDesc, prometheus.CounterValue, float64(c.sinkDrops()))
 	}
+	ch <- prometheus.MustNewConstMetric(refusedRanksDesc, prometheus.CounterValue, float64(c.refusedRanks.Load()))
 	if ns := c.node.Load(); ns != nil {
 		req, ranks := ns.Syncs()
 		ch <- prometheus.MustNewConstMetric(nodeSyncsDesc, prometheus.CounterValue, float64(req))

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/bits"
 	"runtime/pprof"
 	"strconv"
 	"sync"
@@ -45,6 +46,14 @@ const (
 	ControlSnapshot = "snapshot"
 )
 
+// DefaultPendingBytes is ServeConfig.PendingBytes's default: the frame
+// data buffered per rank before frames are dropped.
+const DefaultPendingBytes = 16 << 20
+
+// DefaultMaxRanks is ServeConfig.MaxRanks's default: the ranks one ad
+// discovers at most.
+const DefaultMaxRanks = 4096
+
 // ServeConfig configures Serve: the detectors of one node.
 type ServeConfig struct {
 	Conn  *nats.Conn
@@ -59,9 +68,15 @@ type ServeConfig struct {
 	// Detector is the configuration of every detector (PID and Rank are set
 	// per rank; Sink and Syncer are shared).
 	Detector Config
-	// PendingFrames bounds the frames buffered per rank (default 256); more
-	// are dropped by NATS and counted as bad frames.
+	// PendingFrames and PendingBytes bound the frames buffered per rank, in
+	// number (default 256) and in bytes (default DefaultPendingBytes); more
+	// are dropped and counted (Stats.DroppedFrames; their steps are then
+	// missing steps).
 	PendingFrames int
+	PendingBytes  int
+	// MaxRanks bounds the ranks Discover starts a detector for (default
+	// DefaultMaxRanks): frames of further ranks are dropped and counted.
+	MaxRanks int
 	// CloseTimeout bounds the final flush after the stream ends or ctx is
 	// cancelled (default 10s).
 	CloseTimeout time.Duration
@@ -114,6 +129,12 @@ func Serve(ctx context.Context, cfg ServeConfig) ([]Stats, error) {
 	}
 	if cfg.PendingFrames <= 0 {
 		cfg.PendingFrames = 256
+	}
+	if cfg.PendingBytes <= 0 {
+		cfg.PendingBytes = DefaultPendingBytes
+	}
+	if cfg.MaxRanks <= 0 {
+		cfg.MaxRanks = DefaultMaxRanks
 	}
 	if cfg.CloseTimeout <= 0 {
 		cfg.CloseTimeout = 10 * time.Second
@@ -248,7 +269,7 @@ func Serve(ctx context.Context, cfg ServeConfig) ([]Stats, error) {
 		if err != nil {
 			return nil, fmt.Errorf("subscribe to the frames of rank %d: %w", rs.d.cfg.Rank, err)
 		}
-		if err := s.SetPendingLimits(cfg.PendingFrames, -1); err != nil {
+		if err := s.SetPendingLimits(cfg.PendingFrames, cfg.PendingBytes); err != nil {
 			return nil, fmt.Errorf("frame subscription limits: %w", err)
 		}
 		rs.sub = s
@@ -489,14 +510,21 @@ func serveRank(ctx context.Context, d *Detector, sub msgSource, endAll <-chan st
 			}
 		}
 		if n := sub.dropped(); n > dropped {
-			d.stats.badFrames.Add(uint64(n - dropped))
-			d.cfg.Logger.Warn().Int("dropped", n-dropped).Msg("frames dropped: the detector is slower than its input")
+			total := d.stats.droppedFrames.Add(uint64(n - dropped))
+			if bits.Len64(total-uint64(n-dropped)) != bits.Len64(total) {
+				d.cfg.Logger.Warn().Uint64("dropped_frames", total).
+					Msg("frames dropped: the detector is slower than its input (--pending-frames, --pending-bytes)")
+			}
 			dropped = n
 		}
 		if v := msg.Header.Get(SourceDroppedHeader); v != "" {
-			if n, err := strconv.ParseUint(v, 10, 64); err == nil && n > d.stats.sourceDropped.Load() {
-				d.stats.sourceDropped.Store(n)
-				d.cfg.Logger.Warn().Uint64("source_dropped_frames", n).Msg("the rank's event source dropped frames")
+			if n, err := strconv.ParseUint(v, 10, 64); err == nil {
+				if old := d.stats.sourceDropped.Load(); n > old {
+					d.stats.sourceDropped.Store(n)
+					if bits.Len64(old) != bits.Len64(n) {
+						d.cfg.Logger.Warn().Uint64("source_dropped_frames", n).Msg("the rank's event source dropped frames")
+					}
+				}
 			}
 		}
 		if msg.Header.Get(EndOfStreamHeader) != "" || len(msg.Data) == 0 {

@@ -36,34 +36,55 @@ func (s subSource) next(d time.Duration) (*nats.Msg, error) { return s.s.NextMsg
 func (s subSource) pending() int                            { n, _, _ := s.s.Pending(); return n }
 func (s subSource) dropped() int                            { n, _ := s.s.Dropped(); return n }
 
-// queueSource is a bounded queue of one rank's messages; the run-wide
+// queueSource is a queue of one rank's messages bounded in number (the
+// channel's capacity) and in bytes (maxBytes of message data); the run-wide
 // subscription's handler pushes without waiting and counts what did not fit.
 type queueSource struct {
-	ch    chan *nats.Msg
-	drops int64
-	mu    sync.Mutex
+	ch       chan *nats.Msg
+	maxBytes int64
+	mu       sync.Mutex
+	bytes    int64 // data of the messages in ch
+	drops    int64
 }
 
 func (q *queueSource) push(m *nats.Msg) {
+	n := int64(len(m.Data))
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.bytes > 0 && q.bytes+n > q.maxBytes {
+		q.drops++
+		return
+	}
 	select {
 	case q.ch <- m:
+		q.bytes += n
 	default:
-		q.mu.Lock()
 		q.drops++
+	}
+}
+
+// took accounts for m, received from ch.
+func (q *queueSource) took(m *nats.Msg, err error) (*nats.Msg, error) {
+	if err == nil {
+		q.mu.Lock()
+		q.bytes -= int64(len(m.Data))
 		q.mu.Unlock()
 	}
+	return m, err
 }
 
 func (q *queueSource) nextContext(ctx context.Context) (*nats.Msg, error) {
 	select {
 	case m := <-q.ch:
-		return m, nil
+		return q.took(m, nil)
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
 }
 
-func (q *queueSource) next(d time.Duration) (*nats.Msg, error) { return recvWithin(q.ch, d) }
+func (q *queueSource) next(d time.Duration) (*nats.Msg, error) {
+	return q.took(recvWithin(q.ch, d))
+}
 
 // recvWithin receives from ch, or fails with nats.ErrTimeout after d.
 func recvWithin[T any](ch <-chan T, d time.Duration) (T, error) {
@@ -132,6 +153,7 @@ func serveDiscovered(ctx context.Context, cfg ServeConfig) ([]Stats, error) {
 		errs    []error
 		wg      sync.WaitGroup
 		badSubj uint64
+		refused uint64 // frames of ranks beyond cfg.MaxRanks
 		stopped bool
 	)
 	start := func(k rankKey) (*discovered, error) {
@@ -142,7 +164,7 @@ func serveDiscovered(ctx context.Context, cfg ServeConfig) ([]Stats, error) {
 		if err != nil {
 			return nil, fmt.Errorf("rank %d of program %d: %w", k.rank, k.pid, err)
 		}
-		r := &discovered{d: d, q: &queueSource{ch: make(chan *nats.Msg, cfg.PendingFrames)}}
+		r := &discovered{d: d, q: &queueSource{ch: make(chan *nats.Msg, cfg.PendingFrames), maxBytes: int64(cfg.PendingBytes)}}
 		if r.sub, err = cfg.Conn.Subscribe(subj.Callstack(k.pid, k.rank), func(m *nats.Msg) { respondCallstack(m, d) }); err != nil {
 			return nil, fmt.Errorf("subscribe to the call-stack probe of rank %d: %w", k.rank, err)
 		}
@@ -177,6 +199,17 @@ func serveDiscovered(ctx context.Context, cfg ServeConfig) ([]Stats, error) {
 			return
 		}
 		r := ranks[k]
+		if r == nil && len(ranks) >= cfg.MaxRanks {
+			refused++
+			if refused&(refused-1) == 0 {
+				cfg.Logger.Warn().Uint32("pid", k.pid).Uint32("rank", k.rank).Int("max_ranks", cfg.MaxRanks).Uint64("refused_frames", refused).
+					Msg("frame of a new rank dropped: this ad already serves --max-ranks ranks")
+			}
+			if cfg.Collector != nil {
+				cfg.Collector.refusedRanks.Add(1)
+			}
+			return
+		}
 		if r == nil {
 			if r, err = start(k); err != nil {
 				errs = append(errs, err)
