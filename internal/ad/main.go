@@ -327,7 +327,7 @@ func Run(ctx context.Context, cfg DaemonConfig, log zerolog.Logger) (Summary, er
 	ov, _ := parseOverflow(cfg.Overflow)
 	dc := cfg.Detector
 	start := time.Now()
-	nc, err := natsx.Connect(ctx, cfg.NATS, "kipimo-ad-"+cfg.Run)
+	nc, err := natsx.Connect(ctx, cfg.NATS, "kipimo-ad-"+cfg.Run, natsx.Logged(log))
 	if err != nil {
 		return sum, err
 	}

@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
 )
 
 // Connect opens a connection to the NATS server(s) at rawURL (comma-separated
@@ -77,4 +79,45 @@ func Redact(raw string) string {
 	}
 	u.User = nil
 	return u.String()
+}
+
+// Logged makes a connection log to log when it loses its server, when it
+// reconnects (with the server's URL and its maximum payload), when it is
+// closed for good, and the asynchronous errors the server reports (a slow
+// consumer, a permission refused: at the 1st, 2nd, 4th... report), never
+// once per message.
+// Each component that connects passes it to Connect.
+func Logged(log zerolog.Logger) nats.Option {
+	return func(o *nats.Options) error {
+		o.DisconnectedErrCB = func(nc *nats.Conn, err error) {
+			ev := log.Warn()
+			if err != nil {
+				ev = ev.Err(err)
+			}
+			ev.Str("server", Redact(nc.ConnectedUrlRedacted())).Msg("NATS connection lost: reconnecting")
+		}
+		o.ReconnectedCB = func(nc *nats.Conn) {
+			log.Info().Str("server", Redact(nc.ConnectedUrlRedacted())).Int64("max_payload", nc.MaxPayload()).
+				Uint64("reconnects", nc.Stats().Reconnects).Msg("NATS connection regained")
+		}
+		o.ClosedCB = func(nc *nats.Conn) {
+			if err := nc.LastError(); err != nil {
+				log.Warn().Err(err).Msg("NATS connection closed")
+			}
+		}
+		var asyncErrs atomic.Uint64
+		o.AsyncErrorCB = func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			// A slow consumer is reported each time it falls behind again:
+			// logged at the 1st, 2nd, 4th... report.
+			if n := asyncErrs.Add(1); n&(n-1) != 0 {
+				return
+			}
+			ev := log.Warn().Err(err).Uint64("reports", asyncErrs.Load())
+			if sub != nil {
+				ev = ev.Str("subject", sub.Subject)
+			}
+			ev.Msg("NATS reported an error")
+		}
+		return nil
+	}
 }
