@@ -104,8 +104,11 @@ type DaemonConfig struct {
 	ProvDomain string
 	// --node-sync-linger: how long the node's merged sync waits for ranks that have not sent yet
 	NodeSyncLinger time.Duration
-	MetricsAddr    string // --metrics-addr: Prometheus /metrics listener; "" serves none
-	RankLabels     int    // --rank-labels: ranks with their own metric label
+	// --nats-creds, --nats-nkey, --nats-user, --nats-password-file,
+	// --nats-ca, --nats-cert, --nats-key: who this ad is to NATS, and TLS
+	NATSAuth    daemon.NATSAuth
+	MetricsAddr string // --metrics-addr: Prometheus /metrics listener; "" serves none
+	RankLabels  int    // --rank-labels: ranks with their own metric label
 }
 
 // DefaultDaemonConfig is the ad command's defaults (Run is left empty: it is
@@ -249,6 +252,7 @@ func parseArgs(args []string, lookup func(string) (string, bool), stderr io.Writ
 	fs := pflag.NewFlagSet("ad", pflag.ContinueOnError)
 	c := DefaultDaemonConfig()
 	fs.StringVar(&c.NATS, "nats", c.NATS, "NATS server URL(s), comma-separated")
+	auth := daemon.AddNATSAuthFlags(fs)
 	fs.StringVar(&c.Run, "run", "", "run id (letters, digits, '-' and '_'); required")
 	fs.Uint32Var(&c.PID, "pid", c.PID, "program id of the ranks served")
 	fs.StringVar(&c.Ranks, "ranks", c.Ranks, `ranks served by this process, e.g. "0-7" or "0,4,8"; "auto": every rank (of any --pid) that publishes frames on this NATS server`)
@@ -278,6 +282,7 @@ func parseArgs(args []string, lookup func(string) (string, bool), stderr io.Writ
 	if err := daemon.ParseFlags(fs, "ad", mainUsage, args, lookup, stderr); err != nil {
 		return c, *proc, false, err
 	}
+	c.NATSAuth = *auth
 	return c, *proc, *jsonOut, nil
 }
 
@@ -327,7 +332,11 @@ func Run(ctx context.Context, cfg DaemonConfig, log zerolog.Logger) (Summary, er
 	ov, _ := parseOverflow(cfg.Overflow)
 	dc := cfg.Detector
 	start := time.Now()
-	nc, err := natsx.Connect(ctx, cfg.NATS, "kipimo-ad-"+cfg.Run, natsx.Logged(log))
+	authOpts, err := cfg.NATSAuth.Options()
+	if err != nil {
+		return sum, err
+	}
+	nc, err := natsx.Connect(ctx, cfg.NATS, "kipimo-ad-"+cfg.Run, append(authOpts, natsx.Logged(log))...)
 	if err != nil {
 		return sum, err
 	}
