@@ -28,6 +28,10 @@ const (
 	// FramesDurable reads frames from the run's JetStream stream through a
 	// durable consumer, checkpointing every rank's state (see Durable).
 	FramesDurable = "durable"
+	// FramesAuto, ad's default, is FramesDurable where the NATS server the
+	// ad connects to offers JetStream (in the frames' domain), else
+	// FramesCore with a warning; FramesCore with --ranks auto.
+	FramesAuto = "auto"
 )
 
 // FrameStreamConfig bounds the run's frame stream. The application is never

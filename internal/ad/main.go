@@ -89,7 +89,7 @@ type DaemonConfig struct {
 	PendingBytes  string // --pending-bytes: frame data buffered per rank before NATS drops frames ("16MiB")
 	MaxRanks      int    // --max-ranks: ranks --ranks auto starts a detector for at most
 	PerRankSync   bool   // --per-rank-sync: each rank syncs on its own instead of one merged sync per shard per step
-	Frames        string // --frames: "core" or "durable" (FramesCore, FramesDurable)
+	Frames        string // --frames: "auto", "core" or "durable" (FramesAuto, FramesCore, FramesDurable)
 	// --frame-storage, --frame-stream-max-bytes, --frame-stream-max-age:
 	// the run's frame stream, with durable frames
 	FrameStorage    string
@@ -124,7 +124,7 @@ func DefaultDaemonConfig() DaemonConfig {
 		PendingBytes:    "16MiB",
 		MaxRanks:        DefaultMaxRanks,
 		NodeSyncLinger:  20 * time.Millisecond,
-		Frames:          FramesCore,
+		Frames:          FramesAuto,
 		FrameStorage:    "file",
 		FrameStream:     DefaultFrameStreamConfig(),
 		CheckpointEvery: 10,
@@ -154,8 +154,8 @@ func (c DaemonConfig) Validate() error {
 	if c.Queue < 1 {
 		bad("--queue %d must be at least 1", c.Queue)
 	}
-	if c.Frames != FramesCore && c.Frames != FramesDurable {
-		bad("--frames %q: want %s or %s", c.Frames, FramesCore, FramesDurable)
+	if c.Frames != FramesAuto && c.Frames != FramesCore && c.Frames != FramesDurable {
+		bad("--frames %q: want %s, %s or %s", c.Frames, FramesAuto, FramesCore, FramesDurable)
 	}
 	if c.FrameStorage != "file" && c.FrameStorage != "memory" {
 		bad("--frame-storage %q: want file or memory", c.FrameStorage)
@@ -169,8 +169,8 @@ func (c DaemonConfig) Validate() error {
 	if c.CheckpointEvery < 1 {
 		bad("--checkpoint-every %d: at least 1", c.CheckpointEvery)
 	}
-	if c.FramesDomain != "" && c.Frames != FramesDurable {
-		bad("--frames-domain is for --frames durable")
+	if c.FramesDomain != "" && c.Frames == FramesCore {
+		bad("--frames-domain is for durable frames (--frames durable or auto)")
 	}
 	if c.Frames == FramesDurable && c.Ranks == "auto" {
 		bad("--frames durable reads the listed ranks' frames through one consumer: it cannot be used with --ranks auto")
@@ -268,7 +268,7 @@ func parseArgs(args []string, lookup func(string) (string, bool), stderr io.Writ
 	fs.IntVar(&c.MaxRanks, "max-ranks", c.MaxRanks, "--ranks auto: ranks this ad starts a detector for at most; frames of further ranks are dropped (counted)")
 	fs.BoolVar(&c.PerRankSync, "per-rank-sync", c.PerRankSync, "every rank syncs with the pserver on its own (by default the ranks served here send one merged sync per shard per step)")
 	fs.DurationVar(&c.NodeSyncLinger, "node-sync-linger", c.NodeSyncLinger, "how long a merged sync waits for ranks that have not sent theirs yet")
-	fs.StringVar(&c.Frames, "frames", c.Frames, "how frames arrive: core (NATS messages; frames published while this ad is down are lost, and counted as missing steps) or durable (the run's JetStream frame stream, a durable consumer and a checkpoint of every rank: a restarted ad resumes where it left off; needs JetStream on the server this ad connects to, else the frames travel to wherever JetStream is; the dashboard's counts lag by up to --checkpoint-every steps)")
+	fs.StringVar(&c.Frames, "frames", c.Frames, "how frames arrive: durable (the run's JetStream frame stream, a durable consumer and a checkpoint of every rank: a restarted ad resumes where it left off and loses nothing; the stream lives where JetStream runs, so give a compute node's leaf server JetStream of its own; the dashboard's counts lag by up to --checkpoint-every steps), core (NATS messages; frames published while this ad is down are lost, and counted as missing steps), or auto: durable when the server offers JetStream (in --frames-domain), else core with a warning; core with --ranks auto")
 	fs.StringVar(&c.FrameStorage, "frame-storage", c.FrameStorage, "--frames durable: where the frame stream is kept, file or memory")
 	fs.Int64Var(&c.FrameStream.MaxBytes, "frame-stream-max-bytes", c.FrameStream.MaxBytes, "--frames durable: bound of the frame stream; past it the oldest frames are dropped (counted as missing steps by detectors that had not read them)")
 	fs.DurationVar(&c.FrameStream.MaxAge, "frame-stream-max-age", c.FrameStream.MaxAge, "--frames durable: frames older than this are dropped from the stream")
@@ -284,6 +284,18 @@ func parseArgs(args []string, lookup func(string) (string, bool), stderr io.Writ
 	}
 	c.NATSAuth = *auth
 	return c, *proc, *jsonOut, nil
+}
+
+// jetStreamOffered reports whether js answers (for --frames auto), and
+// warns when it does not.
+func jetStreamOffered(ctx context.Context, js jetstream.JetStream, log zerolog.Logger) bool {
+	actx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	if _, err := js.AccountInfo(actx); err != nil {
+		log.Warn().Err(err).Msg("--frames auto: no JetStream on the NATS server, so frames are core messages and a restarted ad loses those published while it was down (give the server JetStream, or say --frames core)")
+		return false
+	}
+	return true
 }
 
 // Main is the ad command: flags (and KIPIMO_* environment, a YAML --config
@@ -370,7 +382,7 @@ func Run(ctx context.Context, cfg DaemonConfig, log zerolog.Logger) (Summary, er
 		return sum, errors.Join(err, sink.Shutdown(sctx))
 	}
 	var durable *Durable
-	if cfg.Frames == FramesDurable {
+	if cfg.Frames != FramesCore && !discover {
 		fsc := cfg.FrameStream
 		fsc.Memory = cfg.FrameStorage == "memory"
 		fjs := js
@@ -379,7 +391,14 @@ func Run(ctx context.Context, cfg DaemonConfig, log zerolog.Logger) (Summary, er
 				return sum, fmt.Errorf("jetstream domain %s: %w", cfg.FramesDomain, err)
 			}
 		}
-		durable = &Durable{JS: fjs, Stream: fsc, CheckpointEvery: cfg.CheckpointEvery}
+		if cfg.Frames == FramesDurable || jetStreamOffered(ctx, fjs, log) {
+			durable = &Durable{JS: fjs, Stream: fsc, CheckpointEvery: cfg.CheckpointEvery}
+		}
+	}
+	if durable != nil {
+		log.Info().Str("frames", FramesDurable).Int("checkpoint_every", cfg.CheckpointEvery).Msg("frames read from the run's JetStream stream: a restarted ad resumes where it left off")
+	} else {
+		log.Info().Str("frames", FramesCore).Msg("frames read as core NATS messages: frames published while this ad is down are lost")
 	}
 	pendingBytes, _ := daemon.ParseSize(cfg.PendingBytes) // checked by Validate
 	stats, serr := Serve(ctx, ServeConfig{
