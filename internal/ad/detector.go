@@ -23,6 +23,11 @@ const maxThreads = 1 << 16
 // maxRepairDepth is how far down the stack an exit looks for its entry.
 const maxRepairDepth = 64
 
+// maxStepJump bounds how far past the last io_step a rank's next frame may
+// be (a gap of a million steps is days of a run); a frame beyond it is
+// refused as malformed.
+const maxStepJump = 1 << 20
+
 // maxLaunches bounds the table of CPU launches awaiting their GPU kernels.
 const maxLaunches = 1 << 16
 
@@ -224,6 +229,10 @@ func (d *Detector) check(f *frame.Frame) error {
 	}
 	if d.lastSeen && f.Step <= d.lastStep {
 		return fmt.Errorf("%w: frame of io_step %d after io_step %d", ErrStaleFrame, f.Step, d.lastStep)
+	}
+	if d.lastSeen && f.Step-d.lastStep > maxStepJump {
+		// Taken, it would make every later frame of the rank stale.
+		return fmt.Errorf("frame of io_step %d after io_step %d: a jump of more than %d steps", f.Step, d.lastStep, maxStepJump)
 	}
 	for i := range f.Events {
 		ev := &f.Events[i]

@@ -190,3 +190,24 @@ func TestStaleFrameDropped(t *testing.T) {
 		t.Errorf("models changed by stale frames:\n got %v\nwant %v", got, want)
 	}
 }
+
+// A frame whose io_step jumps absurdly far ahead (forged, or corrupted) is
+// refused as malformed: taken, it would make every later frame stale.
+func TestFarFutureFrameRefused(t *testing.T) {
+	d, err := New(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	names := []frame.Name{{ID: 1, Name: "f"}}
+	for _, s := range []uint64{0, 1, 1 << 62, 2, 3} {
+		_ = d.Process(ctx, nameStep{fids: []uint32{1}, names: names}.frame(s))
+	}
+	if err := d.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st := d.Stats()
+	if st.Frames != 4 || st.BadFrames != 1 || st.StaleFrames != 0 || st.MissingSteps != 0 {
+		t.Errorf("processed %d, bad %d, stale %d, missing %d; want 4 1 0 0", st.Frames, st.BadFrames, st.StaleFrames, st.MissingSteps)
+	}
+}

@@ -187,17 +187,19 @@ type restartRun struct {
 	ads     map[string]*proc
 }
 
+// startAD starts an ad with the default frames (--frames auto: durable,
+// since the server has JetStream), checkpointing every 3 steps.
 func (r *restartRun) startAD(name, ranks string) *proc {
 	p := start(r.t, r.dir, name, r.bins["ad"],
-		"--run", r.run, "--nats", r.natsURL, "--ranks", ranks, "--frames", "durable", "--checkpoint-every", "3",
+		"--run", r.run, "--nats", r.natsURL, "--ranks", ranks, "--checkpoint-every", "3",
 		"--log-level", "warn")
 	r.ads[name] = p
 	return p
 }
 
 // TestDurableFramesSurviveKills runs the pipeline as separate processes
-// (NATS with JetStream on file storage, pserver, provdb, two ad with durable
-// frames serving ranks 0-3 and 4-7) under a paced replay of a generated run:
+// (NATS with JetStream on file storage, pserver, provdb, two ad with the
+// default frames, durable there, serving ranks 0-3 and 4-7) under a paced replay of a generated run:
 // once uninterrupted, then once for each process killed with SIGKILL mid-run
 // and started again (the second ad, NATS itself, the pserver, provdb). Each
 // must store the anomalies of the uninterrupted run, name every function,
