@@ -5,7 +5,8 @@
 //     variables, a --config YAML file) into the daemon's Config, which has a
 //     DefaultConfig and a Validate that checks without changing anything;
 //   - secrets: --token-file and other *-file flags are read with Secret
-//     (internal/config.ReadSecret), never given on the command line;
+//     (internal/config.ReadSecret), never given on the command line, and a
+//     secret file every user may read is refused (CheckPrivate);
 //   - logging: one zerolog.Logger built by NewLogger from --log-level and
 //     passed by value to whatever logs; no package uses zerolog's global;
 //   - HTTP: one bearer-token rule (Bearer), one JSON answer and error shape
@@ -99,14 +100,37 @@ func NewLogger(w io.Writer, level string) (zerolog.Logger, error) {
 
 // Secret reads the secret file named by the value path of flag (token-file,
 // password-file) through config.ReadSecret: "" when path is empty, an error
-// naming the flag and the file when it cannot be read or holds only
-// whitespace. The error never holds the file's contents.
+// naming the flag and the file when it cannot be read, holds only
+// whitespace, or is readable by every user of the machine (its mode gives
+// others read access: the error says to chmod 600 it). The error never
+// holds the file's contents.
 func Secret(flag, path string) (string, error) {
+	if path != "" {
+		if err := CheckPrivate(path); err != nil {
+			return "", fmt.Errorf("--%s: %w", flag, err)
+		}
+	}
 	s, err := config.ReadSecret(path)
 	if err != nil {
 		return "", fmt.Errorf("--%s: %w", flag, err)
 	}
 	return s, nil
+}
+
+// CheckPrivate refuses a secret file that every user may read (the
+// permission bit "others read"): a token anyone on the machine can read
+// guards nothing. Its owner and group may read it (a Kubernetes secret
+// mounted with defaultMode 0440 and the pod's fsGroup is accepted). A
+// file that cannot be examined is left to its reader to report.
+func CheckPrivate(path string) error {
+	fi, err := os.Stat(path)
+	if err != nil || !fi.Mode().IsRegular() {
+		return nil
+	}
+	if perm := fi.Mode().Perm(); perm&0o004 != 0 {
+		return fmt.Errorf("secret file %s is readable by every user (mode %04o): run chmod 600 %s (or chmod 640 for its group), then start again", path, perm, path)
+	}
+	return nil
 }
 
 // ParseFlags is the whole settings step of a daemon named name: fs (with

@@ -1,12 +1,14 @@
 package daemon
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -97,6 +99,13 @@ func TestSecret(t *testing.T) {
 		}
 		return p
 	}
+	writeMode := func(name, body string, mode os.FileMode) string {
+		p := write(name, body)
+		if err := os.Chmod(p, mode); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
 	tests := []struct {
 		name    string
 		path    string
@@ -111,6 +120,10 @@ func TestSecret(t *testing.T) {
 		{name: "empty file", path: write("empty", ""), wantErr: []string{"--token-file", "empty", "is empty"}},
 		{name: "whitespace only", path: write("blank", " \n\t\n"), wantErr: []string{"--token-file", "blank", "is empty"}},
 		{name: "directory", path: dir, wantErr: []string{"--token-file", "read secret"}},
+		{name: "readable by its group", path: writeMode("group", "t0k\n", 0o640), want: "t0k"},
+		{name: "read-only for its owner", path: writeMode("owner", "t0k\n", 0o400), want: "t0k"},
+		{name: "readable by every user", path: writeMode("world", "t0k\n", 0o644), wantErr: []string{"--token-file", "world", "readable by every user", "chmod 600 " + filepath.Join(dir, "world")}},
+		{name: "only others may read", path: writeMode("others", "t0k\n", 0o604), wantErr: []string{"chmod 600"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -317,5 +330,49 @@ func TestHTTPServerLifecycle(t *testing.T) {
 	}
 	if _, err := http.Get("http://" + s.Addr() + "/a"); err == nil {
 		t.Error("still serving after Shutdown")
+	}
+}
+
+// TestHTTPServerClosesIdleConnections: a kept-alive connection on which no
+// request comes is closed by the server once its idle timeout passes, and
+// a daemon's server has the timeouts of the package.
+func TestHTTPServerClosesIdleConnections(t *testing.T) {
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { WriteJSON(w, "ok") })
+	def, err := Listen("http", "127.0.0.1:0", h, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer def.Close()
+	if def.srv.IdleTimeout != IdleTimeout || def.srv.ReadHeaderTimeout != ReadHeaderTimeout || IdleTimeout <= 0 {
+		t.Fatalf("idle timeout %v and read-header timeout %v, want %v and %v", def.srv.IdleTimeout, def.srv.ReadHeaderTimeout, IdleTimeout, ReadHeaderTimeout)
+	}
+	s, err := Listen("http", "127.0.0.1:0", h, zerolog.Nop(), WithIdleTimeout(200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	conn, err := net.Dial("tcp", s.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := io.WriteString(conn, "GET /a HTTP/1.1\r\nHost: kipimo\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(conn)
+	res, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadAll(res.Body); err != nil || res.StatusCode != 200 || res.Close {
+		t.Fatalf("answer %d (close %v, %v): want 200 on a kept-alive connection", res.StatusCode, res.Close, err)
+	}
+	// Idle now: the server must close the connection well before this
+	// bound (which only keeps a failing test from hanging).
+	if err := conn.SetReadDeadline(time.Now().Add(20 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := br.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
+		t.Fatalf("idle connection: read %d bytes, %v; want it closed by the server (EOF)", n, err)
 	}
 }

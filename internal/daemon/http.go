@@ -139,15 +139,39 @@ type HTTPServer struct {
 	err  error // why Serve ended, when not by Shutdown or Close; read after done
 }
 
+// Timeouts of a daemon's HTTP server. A request's head must arrive within
+// ReadHeaderTimeout; a kept-alive connection on which no request comes for
+// IdleTimeout is closed by the server, so that idle clients cannot hold
+// connections (and file descriptors) for ever. Neither bounds a request
+// under way: answers that stream (the dashboard's event stream, a listing
+// of every record) take as long as they take.
+const (
+	ReadHeaderTimeout = 10 * time.Second
+	IdleTimeout       = 2 * time.Minute
+)
+
+// ListenOption changes a setting of Listen.
+type ListenOption func(*http.Server)
+
+// WithIdleTimeout closes kept-alive connections idle for d instead of
+// IdleTimeout.
+func WithIdleTimeout(d time.Duration) ListenOption {
+	return func(s *http.Server) { s.IdleTimeout = d }
+}
+
 // Listen binds addr (the value of --flag, named in errors) and serves h on
-// it until Shutdown or Close.
-func Listen(flag, addr string, h http.Handler, log zerolog.Logger) (*HTTPServer, error) {
+// it until Shutdown or Close, with ReadHeaderTimeout and IdleTimeout.
+func Listen(flag, addr string, h http.Handler, log zerolog.Logger, opts ...ListenOption) (*HTTPServer, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("--%s %s: %w", flag, addr, err)
 	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: ReadHeaderTimeout, IdleTimeout: IdleTimeout}
+	for _, o := range opts {
+		o(srv)
+	}
 	s := &HTTPServer{
-		srv:  &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second},
+		srv:  srv,
 		ln:   ln,
 		log:  log,
 		done: make(chan struct{}),

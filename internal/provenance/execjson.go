@@ -1229,3 +1229,43 @@ func DecodeExec(data []byte, e *Exec) error {
 	}
 	return d.err
 }
+
+// ExecChecker decodes execution documents one after another with the rules
+// of DecodeExec, reusing its memory across documents: what Check returns
+// is valid only until its next call. It serves readers that check
+// documents without keeping them. The zero value is ready; it is not safe
+// for concurrent use.
+type ExecChecker struct {
+	d jr
+	e Exec
+}
+
+// Check decodes data as DecodeExec does and returns the execution.
+func (c *ExecChecker) Check(data []byte) (*Exec, error) {
+	d := &c.d
+	if d.names == nil || len(d.names) >= 4096 {
+		d.names = map[string]string{}
+	}
+	d.b, d.i, d.err = data, 0, nil
+	// Strings handed out are never written again (see text), so the text
+	// buffer is kept across documents until it is large.
+	if d.texts.Len() > 1<<20 {
+		d.texts = strings.Builder{}
+	}
+	if d.texts.Cap() == 0 {
+		d.texts.Grow(64 << 10)
+	}
+	d.frames, d.counters, d.window, d.comms = d.frames[:0], d.counters[:0], d.window[:0], d.comms[:0]
+	c.e = Exec{}
+	if d.peek() != '{' {
+		return nil, fmt.Errorf("%w: not a JSON object", errJSON)
+	}
+	d.exec(&c.e)
+	if d.err == nil && d.peek() != 0 {
+		d.fail("data after the document")
+	}
+	if d.err != nil {
+		return nil, d.err
+	}
+	return &c.e, nil
+}

@@ -200,3 +200,29 @@ func FuzzDecodeExec(f *testing.F) {
 		}
 	})
 }
+
+// FuzzExecChecker checks that the reusing decoder reads every document as
+// DecodeExec does, accepting and refusing the same ones, also after it
+// has read another (whose memory it reuses).
+func FuzzExecChecker(f *testing.F) {
+	docs := generated(3)
+	a, _ := json.Marshal(docs[0])
+	b, _ := json.Marshal(docs[1])
+	f.Add(a, b)
+	f.Add(b, []byte(`{"call_stack":[{"func":"x"}],"event_window":{"exec_window":[{}]}}`))
+	f.Add([]byte(`{not json}`), a)
+	f.Fuzz(func(t *testing.T, first, second []byte) {
+		var c provenance.ExecChecker
+		for _, data := range [][]byte{first, second} {
+			got, err := c.Check(data)
+			var want provenance.Exec
+			wantErr := provenance.DecodeExec(data, &want)
+			if (err == nil) != (wantErr == nil) {
+				t.Fatalf("%q: checker says %v, DecodeExec %v", data, err, wantErr)
+			}
+			if err == nil && !reflect.DeepEqual(*got, want) {
+				t.Fatalf("%q: checker read\n%+v\nDecodeExec\n%+v", data, *got, want)
+			}
+		}
+	})
+}

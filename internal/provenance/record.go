@@ -29,7 +29,11 @@
 //	benchstat new.txt
 package provenance
 
-import "github.com/kipimo-hpc/kipimo/internal/stats"
+import (
+	"fmt"
+
+	"github.com/kipimo-hpc/kipimo/internal/stats"
+)
 
 // CallFrame is one execution on a call stack, the execution itself first.
 type CallFrame struct {
@@ -206,6 +210,12 @@ type GlobalCounterStats struct {
 // ThreadProfile is a detector's profile of one thread, published at the end of
 // a run (and every K steps when asked), from which the summary writer builds TAU
 // profiles. Times are microseconds.
+//
+// A profile too large for one message (a thread with many thousands of call
+// paths) is published in Parts parts, numbered by Part from 0, each with
+// some of the timers and of Overflow; part 0 has the counters and the
+// metadata.
+// ThreadProfile.Join puts them back together.
 type ThreadProfile struct {
 	PID      uint32            `json:"pid"`
 	Rank     uint32            `json:"rank"`
@@ -215,6 +225,53 @@ type ThreadProfile struct {
 	Timers   []TimerProfile    `json:"timers"` // flat functions and call paths "a => b"
 	Counters []CounterProfile  `json:"counters"`
 	Metadata map[string]string `json:"metadata,omitempty"`
+	// FirstTS and LastTS are the thread's first and last event timestamps
+	// so far: its wall time, the inclusive time of TAU's ".TAU application"
+	// root. Zero when unknown.
+	FirstTS uint64 `json:"first_ts,omitempty"`
+	LastTS  uint64 `json:"last_ts,omitempty"`
+	// Overflow holds, per function, the part of its flat timer that ran
+	// below another call with no call path of its own (the call-path table
+	// was full): counted in the flat timer, never a top-level call.
+	Overflow []TimerProfile `json:"overflow,omitempty"`
+	// Part and Parts number the parts of a split profile (Parts 0 or 1:
+	// not split).
+	Part  int `json:"part,omitempty"`
+	Parts int `json:"parts,omitempty"`
+}
+
+// Join returns the profile whose parts are parts (every part of one
+// thread's profile at one step, in any order), or an error naming what is
+// missing or mixed.
+func Join(parts []ThreadProfile) (ThreadProfile, error) {
+	if len(parts) == 0 {
+		return ThreadProfile{}, fmt.Errorf("join thread profile: no parts")
+	}
+	n := max(parts[0].Parts, 1)
+	got := make([]*ThreadProfile, n)
+	for i := range parts {
+		p := &parts[i]
+		if p.PID != parts[0].PID || p.Rank != parts[0].Rank || p.TID != parts[0].TID || p.Step != parts[0].Step || p.Final != parts[0].Final || max(p.Parts, 1) != n {
+			return ThreadProfile{}, fmt.Errorf("join thread profile %s: part %s is of another profile", parts[0].Key(), p.Key())
+		}
+		if p.Part < 0 || p.Part >= n || got[p.Part] != nil {
+			return ThreadProfile{}, fmt.Errorf("join thread profile %s: part %d of %d out of range or repeated", parts[0].Key(), p.Part, n)
+		}
+		got[p.Part] = p
+	}
+	for i, p := range got {
+		if p == nil {
+			return ThreadProfile{}, fmt.Errorf("join thread profile %s: part %d of %d missing", parts[0].Key(), i, n)
+		}
+	}
+	out := *got[0]
+	out.Part, out.Parts = 0, 0
+	out.Timers, out.Overflow = nil, nil
+	for _, p := range got {
+		out.Timers = append(out.Timers, p.Timers...)
+		out.Overflow = append(out.Overflow, p.Overflow...)
+	}
+	return out, nil
 }
 
 // TimerProfile is one flat function or call path of a thread profile.

@@ -7,17 +7,80 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
+	"sync/atomic"
 )
 
 // ErrNotFound is returned by Store.Get when no record has the key.
 var ErrNotFound = errors.New("provenance record not found")
+
+// ErrBadDocument is wrapped by the errors that report a stored record whose
+// document is bad: not JSON, not a record of its kind, over its size bound,
+// or disagreeing with the columns the store indexes it by. Store.Get
+// returns it for such a record; the other reads leave the record out and
+// report it (Skips).
+var ErrBadDocument = errors.New("stored document is bad")
+
+// Skips collects what reads left out: the stored records whose documents
+// are bad. A caller who wants to know attaches one to the context of its
+// reads (WithSkips); the stores report to it (Skip). Safe for concurrent
+// use; the zero value is empty.
+type Skips struct {
+	n     atomic.Int64
+	mu    sync.Mutex
+	first error
+}
+
+// Count is the number of records left out.
+func (s *Skips) Count() int64 { return s.n.Load() }
+
+// First is why the first record was left out (nil when none was).
+func (s *Skips) First() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.first
+}
+
+// Add counts n records left out, err saying why.
+func (s *Skips) Add(n int64, err error) {
+	if n <= 0 {
+		return
+	}
+	s.mu.Lock()
+	if s.first == nil {
+		s.first = err
+	}
+	s.mu.Unlock()
+	s.n.Add(n)
+}
+
+type skipsKey struct{}
+
+// WithSkips returns ctx carrying s: reads under it report the records they
+// leave out to s.
+func WithSkips(ctx context.Context, s *Skips) context.Context {
+	return context.WithValue(ctx, skipsKey{}, s)
+}
+
+// Skip reports n records a read under ctx left out, err (wrapping
+// ErrBadDocument) saying why, to the Skips ctx carries, if any.
+func Skip(ctx context.Context, n int64, err error) {
+	if s, ok := ctx.Value(skipsKey{}).(*Skips); ok {
+		s.Add(n, err)
+	}
+}
 
 // Store keeps provenance records durably and answers queries on them.
 //
 // Implementations (sqlitestore, mongostore) are safe for concurrent use by
 // several goroutines: writes may run concurrently with queries. Write is
 // idempotent: writing a record whose natural key (see Batch.Keys) is already
-// stored leaves one record, the first one written. A Store is owned by whoever
+// stored leaves one record, the first one written.
+//
+// Reads never fail on a bad stored document (ErrBadDocument): Query, Each,
+// Profiles, Metadata and FuncStats leave such a record out, report it to
+// the Skips of their context (WithSkips) and return the rest; Get returns
+// an error wrapping ErrBadDocument. A Store is owned by whoever
 // opened it, who calls Close once when no call is in flight; no method may be
 // called after Close.
 type Store interface {
@@ -268,5 +331,60 @@ func (f GlobalFuncStats) Key() string { return fmt.Sprintf("%d/%s", f.PID, f.Fun
 // Key is the natural key of a counter's statistics, "<pid>/<counter>".
 func (c GlobalCounterStats) Key() string { return fmt.Sprintf("%d/%s", c.PID, c.Counter) }
 
-// Key is the natural key of a thread profile, "<pid>/<rank>/<tid>/<io_step>".
-func (p ThreadProfile) Key() string { return fmt.Sprintf("%d/%d/%d/%d", p.PID, p.Rank, p.TID, p.Step) }
+// Key is the natural key of a thread profile, "<pid>/<rank>/<tid>/<io_step>",
+// followed by "/<part>" for a part of a split profile.
+func (p ThreadProfile) Key() string {
+	if p.Parts > 1 {
+		return fmt.Sprintf("%d/%d/%d/%d/%d", p.PID, p.Rank, p.TID, p.Step, p.Part)
+	}
+	return fmt.Sprintf("%d/%d/%d/%d", p.PID, p.Rank, p.TID, p.Step)
+}
+
+// EachFilled is how a store's read of q (normalized) returns q.Limit
+// records even where it leaves bad ones out: each reads, in q's order,
+// what q selects, at most q.Limit rows, passing the good records to its fn
+// and reporting every other row it reads to Skip. EachFilled runs each
+// again, after the last good record passed, for as many rows more as were
+// left out, until q.Limit records reached fn or each read fewer rows than
+// it was asked for (the matches ran out). Without a limit (NoLimit), or
+// when nothing is left out, each runs once. Errors, fn's included, are
+// returned as each returns them.
+func EachFilled(ctx context.Context, q Query, each func(ctx context.Context, q Query, fn func(Exec) error) error, fn func(Exec) error) error {
+	if q.Limit == NoLimit {
+		return each(ctx, q, fn)
+	}
+	outer, _ := ctx.Value(skipsKey{}).(*Skips)
+	need := q.Limit
+	var behind int64 // the bad rows known to follow the last good record
+	for {
+		var sk Skips
+		var last *Exec
+		good, skipsAtLast := 0, int64(0)
+		r := q
+		r.Limit = need + int(behind)
+		err := each(WithSkips(ctx, &sk), r, func(e Exec) error {
+			good++
+			last = &e
+			skipsAtLast = sk.Count()
+			return fn(e)
+		})
+		if outer != nil {
+			// The rows met again on the next round were reported already.
+			outer.Add(sk.Count()-min(behind, sk.Count()), sk.First())
+		}
+		if err != nil {
+			return err
+		}
+		read := int64(good) + sk.Count()
+		if good >= need || sk.Count() == 0 || read < int64(r.Limit) {
+			return nil
+		}
+		need -= good
+		if last != nil {
+			q.After = CursorAfter(q, last)
+			behind = sk.Count() - skipsAtLast
+		} else {
+			behind = sk.Count()
+		}
+	}
+}

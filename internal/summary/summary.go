@@ -69,11 +69,30 @@ type Source interface {
 // treeTimers gives: its root first, then its call paths from the root.
 func ReadTrial(ctx context.Context, src Source, name string) (*taudb.Trial, error) {
 	latest := latestProfiles{}
+	// Parts of split profiles wait for their siblings.
+	type splitKey struct {
+		ThreadKey
+		step  uint64
+		final bool
+	}
+	split := map[splitKey][]provenance.ThreadProfile{}
 	if err := src.Profiles(ctx, func(p provenance.ThreadProfile) error {
+		if p.Parts > 1 {
+			k := splitKey{ThreadKey{p.PID, p.Rank, p.TID}, p.Step, p.Final}
+			split[k] = append(split[k], p)
+			return nil
+		}
 		latest.add(p)
 		return nil
 	}); err != nil {
 		return nil, fmt.Errorf("summary: read profiles: %w", err)
+	}
+	for _, parts := range split {
+		p, err := provenance.Join(parts)
+		if err != nil {
+			return nil, fmt.Errorf("summary: %w", err)
+		}
+		latest.add(p)
 	}
 	var meta []provenance.Metadata
 	if err := src.Metadata(ctx, func(m provenance.Metadata) error {
@@ -166,7 +185,14 @@ type profileLine struct {
 // added with a path to each top-level function and above every path. A
 // function's top-level calls are its flat values less those of the paths
 // that end in it.
-func treeTimers(timers []provenance.TimerProfile) []profileLine {
+//
+// The added root's inclusive time is the thread's wall time (LastTS less
+// FirstTS) when the profile has it, as TAU's ".TAU application" is, and its
+// exclusive time what the top-level calls leave of it; without it, the sum
+// of the top-level calls. Calls in Overflow ran below another call with no
+// call path of their own: they are never top-level calls.
+func treeTimers(tp *provenance.ThreadProfile) []profileLine {
+	timers := tp.Timers
 	type fn struct {
 		flat  provenance.TimerProfile
 		top   provenance.TimerProfile // flat less the paths ending in it
@@ -193,6 +219,16 @@ func treeTimers(timers []provenance.TimerProfile) []profileLine {
 			continue
 		}
 		paths = append(paths, t)
+	}
+	for _, o := range tp.Overflow {
+		if f := funcs[taudb.NormalizeName(o.Name)]; f != nil {
+			f.top.Calls -= min(f.top.Calls, o.Calls)
+			f.top.Subrs -= min(f.top.Subrs, o.Subrs)
+			f.top.Inclusive = max(0, f.top.Inclusive-o.Inclusive)
+			f.top.Exclusive = max(0, f.top.Exclusive-o.Exclusive)
+			f.top.SumSqInclusive = max(0, f.top.SumSqInclusive-o.SumSqInclusive)
+			f.top.SumSqExclusive = max(0, f.top.SumSqExclusive-o.SumSqExclusive)
+		}
 	}
 	for _, p := range paths {
 		nodes := taudb.SplitCallpath(p.Name)
@@ -240,11 +276,17 @@ func treeTimers(timers []provenance.TimerProfile) []profileLine {
 		have[best] = true
 	case len(roots) > 1:
 		root := provenance.TimerProfile{Name: ApplicationRoot, Group: "TAU_DEFAULT", Calls: 1}
+		var tops float64
 		for _, r := range roots {
 			top := funcs[r].top
 			root.Subrs += top.Calls
-			root.Inclusive += top.Inclusive
+			tops += top.Inclusive
 		}
+		root.Inclusive = tops
+		if tp.LastTS > tp.FirstTS {
+			root.Inclusive = max(tops, float64(tp.LastTS-tp.FirstTS))
+		}
+		root.Exclusive = root.Inclusive - tops
 		out = append(out, profileLine{TimerProfile: root})
 		have[ApplicationRoot] = true
 		prefix = ApplicationRoot + " => "
@@ -297,7 +339,7 @@ func lessPath(a, b []string) bool {
 }
 
 func addTimers(tr *taudb.Trial, th *taudb.Thread, m *taudb.Metric, p *provenance.ThreadProfile) error {
-	lines := treeTimers(p.Timers)
+	lines := treeTimers(p)
 	root := ""
 	if len(lines) > 0 {
 		root = lines[0].Name

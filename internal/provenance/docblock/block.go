@@ -36,6 +36,17 @@ const MaxDocs = 64
 // (header and documents).
 const MaxWireLen = 16 << 20
 
+// MaxDocLen bounds one execution document (its JSON, decompressed): a
+// producer refuses to send a larger one and provdb refuses to store it.
+// The detectors' documents take a few KiB.
+const MaxDocLen = 4 << 20
+
+// MaxMessageRawLen bounds the decompressed bytes of all the blocks of one
+// wire message together, so that a small message cannot make provdb
+// decompress much: a message of at most provstream.MaxBatchBytes (1 MiB) holds about 8 MiB of
+// documents.
+const MaxMessageRawLen = 64 << 20
+
 // MaxLen bounds a stored block's decompressed size, so that a corrupt block
 // cannot make a reader allocate gigabytes. No write makes one this large.
 const MaxLen = 256 << 20
@@ -100,7 +111,7 @@ func (b *Builder) Add(doc []byte) int {
 }
 
 // AppendExec appends e's JSON document (provenance.AppendExecJSON) and
-// returns its slot.
+// returns its slot; a document over MaxDocLen is refused (ErrTooLarge).
 func (b *Builder) AppendExec(e *provenance.Exec) (int, error) {
 	if len(b.raw) < headerRoom {
 		b.Reset()
@@ -110,6 +121,10 @@ func (b *Builder) AppendExec(e *provenance.Exec) (int, error) {
 	if b.raw, err = provenance.AppendExecJSON(b.raw, e); err != nil {
 		b.raw = b.raw[:n]
 		return 0, err
+	}
+	if l := len(b.raw) - n; l > MaxDocLen {
+		b.raw = b.raw[:n]
+		return 0, fmt.Errorf("execution %s: its document of %d bytes exceeds the bound of %d: %w", e.EventID, l, MaxDocLen, ErrTooLarge)
 	}
 	b.lens = append(b.lens, len(b.raw)-n)
 	return len(b.lens) - 1, nil
@@ -199,32 +214,5 @@ func header(raw []byte, want int) ([]int, int, error) {
 	return lens, off, nil
 }
 
-// rawBufs holds the buffers Check decompresses into.
+// rawBufs holds the buffers Message.Check decompresses into.
 var rawBufs = sync.Pool{New: func() any { return new([]byte) }}
-
-// Check decompresses a block of a wire message into a pooled buffer and
-// checks it: at most MaxWireLen bytes, n documents, lengths that frame them
-// exactly, each document starting with '{' and ending with '}'. It keeps
-// nothing of the block.
-func Check(data []byte, n int) error {
-	buf := rawBufs.Get().(*[]byte)
-	defer rawBufs.Put(buf)
-	raw, err := wireDecoder.DecodeAll(data, (*buf)[:0])
-	if cap(raw) <= 1<<20 {
-		*buf = raw[:0]
-	}
-	if err != nil {
-		return fmt.Errorf("document block: %w", err)
-	}
-	lens, off, err := header(raw, n)
-	if err != nil {
-		return fmt.Errorf("document block: %w", err)
-	}
-	for i, l := range lens {
-		if l < 2 || raw[off] != '{' || raw[off+l-1] != '}' {
-			return fmt.Errorf("document block: document %d is not a JSON object", i)
-		}
-		off += l
-	}
-	return nil
-}

@@ -45,7 +45,7 @@ func TestSpecExample(t *testing.T) {
 		t.Fatal(err)
 	}
 	var b Builder
-	b.Add([]byte(`{"event_id":"0:3:7"}`))
+	b.Add([]byte(`{"event_id":"0:3:7","fid":2,"func":"main","io_step":3,"entry":1000,"exit":1150,"runtime_total":150,"runtime_exclusive":100,"outlier_score":2.5}`))
 	if z := b.AppendCompressed(nil); len(m.Blocks) != 1 || !bytes.Equal(m.Blocks[0].Data, z) {
 		t.Fatalf("block % x, a Builder makes % x", m.Blocks[0].Data, z)
 	}

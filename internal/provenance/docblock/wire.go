@@ -6,7 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync"
 	"unicode/utf8"
+
+	"github.com/klauspost/compress/zstd"
 
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
 )
@@ -113,8 +116,8 @@ func (e *Encoder) Add(x *provenance.Exec, limit int) (bool, error) {
 			return false, fmt.Errorf("encode execution %s: %w", c.EventID, err)
 		}
 	}
-	if len(e.doc)+2*binary.MaxVarintLen64 > MaxWireLen {
-		return false, fmt.Errorf("encode execution %s: its document of %d bytes exceeds a block's %d", c.EventID, len(e.doc), MaxWireLen)
+	if len(e.doc) > MaxDocLen {
+		return false, fmt.Errorf("encode execution %s: its document of %d bytes exceeds the bound of %d: %w", c.EventID, len(e.doc), MaxDocLen, ErrTooLarge)
 	}
 	fn := c.Func
 	idx, known := e.names[fn]
@@ -450,55 +453,140 @@ func DecodeMessage(data []byte) (*Message, error) {
 	return m, nil
 }
 
-// Check checks every block of m (see the function Check), so that a store
-// can keep them as they came.
+// Check checks every block of m so that a store can keep them as they
+// came: each one decompresses within the bounds (MaxWireLen a block,
+// MaxMessageRawLen the message, MaxDocLen a document), holds its count of
+// documents framed exactly, and each document is a JSON object that decodes
+// as an execution (as DecodeBatch decodes a record) whose fields equal its
+// row. The error wraps ErrTooLarge, ErrDocument or ErrColumns where one of
+// those is why.
 func (m *Message) Check() error {
-	for i, b := range m.Blocks {
-		if err := Check(b.Data, b.N); err != nil {
-			return fmt.Errorf("decode block batch: block %d: %w", i, err)
-		}
+	c := checkers.Get().(*provenance.ExecChecker)
+	defer checkers.Put(c)
+	if err := m.walk(func(_ int, doc []byte) (*provenance.Exec, error) { return c.Check(doc) }); err != nil {
+		return err
 	}
 	m.checked = true
 	return nil
 }
 
+// checkers are the decoders Check reads documents with, keeping nothing.
+var checkers = sync.Pool{New: func() any { return new(provenance.ExecChecker) }}
+
 // Execs decodes the documents of m into executions, validated and
-// normalized as DecodeBatch leaves them, and checks that each agrees with
-// its row.
+// normalized as DecodeBatch leaves them, with the checks of Check.
 func (m *Message) Execs() ([]provenance.Exec, error) {
 	out := make([]provenance.Exec, len(m.Rows))
-	lo := 0
-	for bi, b := range m.Blocks {
-		raw, err := wireDecoder.DecodeAll(b.Data, nil)
-		if err != nil {
-			return nil, fmt.Errorf("decode block batch: block %d: document block: %w", bi, err)
-		}
-		lens, off, err := header(raw, b.N)
-		if err != nil {
-			return nil, fmt.Errorf("decode block batch: block %d: document block: %w", bi, err)
-		}
-		for i, l := range lens {
-			e := &out[lo+i]
-			if err := provenance.DecodeExec(raw[off:off+l], e); err != nil {
-				return nil, fmt.Errorf("decode block batch: block %d, document %d: %w", bi, i, err)
-			}
-			if err := e.Validate(); err != nil {
-				return nil, fmt.Errorf("decode block batch: record %d: %w", lo+i, err)
-			}
-			e.Normalize()
-			if got := RowOf(e); !sameRow(got, m.Rows[lo+i]) {
-				return nil, fmt.Errorf("decode block batch: record %d: its document disagrees with its columns", lo+i)
-			}
-			off += l
-		}
-		lo += b.N
+	if err := m.walk(func(i int, doc []byte) (*provenance.Exec, error) {
+		return &out[i], provenance.DecodeExec(doc, &out[i])
+	}); err != nil {
+		return nil, err
 	}
 	return out, nil
 }
 
-// sameRow compares rows, the scores by their bits.
-func sameRow(a, b Row) bool {
-	return math.Float64bits(a.OutlierScore) == math.Float64bits(b.OutlierScore) && a.PID == b.PID && a.EventID == b.EventID &&
-		a.RID == b.RID && a.TID == b.TID && a.FID == b.FID && a.Func == b.Func && a.IOStep == b.IOStep && a.Entry == b.Entry &&
-		a.Exit == b.Exit && a.RuntimeTotal == b.RuntimeTotal && a.RuntimeExclusive == b.RuntimeExclusive && a.IsGPUEvent == b.IsGPUEvent
+// walk decompresses m's blocks, one at a time into a pooled buffer, and
+// decodes (with decode, given the record's index) and checks each
+// document.
+func (m *Message) walk(decode func(int, []byte) (*provenance.Exec, error)) error {
+	buf := rawBufs.Get().(*[]byte)
+	defer rawBufs.Put(buf)
+	total, lo := 0, 0
+	for bi, b := range m.Blocks {
+		raw, err := wireDecoder.DecodeAll(b.Data, (*buf)[:0])
+		if cap(raw) <= 1<<20 {
+			*buf = raw[:0]
+		}
+		if errors.Is(err, zstd.ErrDecoderSizeExceeded) || errors.Is(err, zstd.ErrWindowSizeExceeded) {
+			return fmt.Errorf("decode block batch: block %d: decompresses past %d bytes: %w", bi, MaxWireLen, ErrTooLarge)
+		}
+		if err != nil {
+			return fmt.Errorf("decode block batch: block %d: document block: %w", bi, err)
+		}
+		if total += len(raw); total > MaxMessageRawLen {
+			return fmt.Errorf("decode block batch: block %d: the blocks decompress past %d bytes: %w", bi, MaxMessageRawLen, ErrTooLarge)
+		}
+		lens, off, err := header(raw, b.N)
+		if err != nil {
+			return fmt.Errorf("decode block batch: block %d: document block: %w", bi, err)
+		}
+		for i, l := range lens {
+			doc := raw[off : off+l]
+			off += l
+			if err := checkDoc(doc, &m.Rows[lo+i], func(doc []byte) (*provenance.Exec, error) { return decode(lo+i, doc) }); err != nil {
+				return fmt.Errorf("decode block batch: block %d, document %d (record %d, event %s): %w", bi, i, lo+i, m.Rows[lo+i].EventID, err)
+			}
+		}
+		lo += b.N
+	}
+	return nil
+}
+
+// Why a document is refused (Message.Check and Execs wrap one of these).
+var (
+	// ErrTooLarge: a document, a block or a message decompresses past its
+	// bound (MaxDocLen, MaxWireLen, MaxMessageRawLen).
+	ErrTooLarge = errors.New("over the size bound")
+	// ErrDocument: a document is not a JSON object that decodes as a valid
+	// execution.
+	ErrDocument = errors.New("not an execution document")
+	// ErrColumns: a document's fields differ from its row's columns.
+	ErrColumns = errors.New("document disagrees with its indexed columns")
+)
+
+// checkDoc decodes doc with decode, validates and normalizes it as
+// DecodeBatch does a record, and checks it against its row w.
+func checkDoc(doc []byte, w *Row, decode func([]byte) (*provenance.Exec, error)) error {
+	if len(doc) > MaxDocLen {
+		return fmt.Errorf("%d bytes, at most %d: %w", len(doc), MaxDocLen, ErrTooLarge)
+	}
+	if len(doc) < 2 || doc[0] != '{' || doc[len(doc)-1] != '}' {
+		return fmt.Errorf("not a JSON object: %w", ErrDocument)
+	}
+	e, err := decode(doc)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrDocument, err)
+	}
+	if err := e.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrDocument, err)
+	}
+	e.Normalize()
+	if f := RowDiff(RowOf(e), *w); f != "" {
+		return fmt.Errorf("%w: %s", ErrColumns, f)
+	}
+	return nil
+}
+
+// RowDiff names the first column in which a and b differ (the scores
+// compared by their bits), or is "" when they are equal.
+func RowDiff(a, b Row) string {
+	switch {
+	case a.PID != b.PID:
+		return "pid"
+	case a.EventID != b.EventID:
+		return "event_id"
+	case a.RID != b.RID:
+		return "rid"
+	case a.TID != b.TID:
+		return "tid"
+	case a.FID != b.FID:
+		return "fid"
+	case a.Func != b.Func:
+		return "func"
+	case a.IOStep != b.IOStep:
+		return "io_step"
+	case a.Entry != b.Entry:
+		return "entry"
+	case a.Exit != b.Exit:
+		return "exit"
+	case a.RuntimeTotal != b.RuntimeTotal:
+		return "runtime_total"
+	case a.RuntimeExclusive != b.RuntimeExclusive:
+		return "runtime_exclusive"
+	case math.Float64bits(a.OutlierScore) != math.Float64bits(b.OutlierScore):
+		return "outlier_score"
+	case a.IsGPUEvent != b.IsGPUEvent:
+		return "is_gpu_event"
+	}
+	return ""
 }

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"math"
 	"reflect"
 	"strings"
@@ -96,7 +98,7 @@ func TestMessageRoundTrip(t *testing.T) {
 				t.Fatalf("%d rows, want %d", len(m.Rows), len(want))
 			}
 			for i := range want {
-				if !sameRow(m.Rows[i], RowOf(&want[i])) {
+				if f := RowDiff(m.Rows[i], RowOf(&want[i])); f != "" {
 					t.Fatalf("row %d: %+v, want %+v", i, m.Rows[i], RowOf(&want[i]))
 				}
 			}
@@ -181,7 +183,7 @@ func TestEncoderLimit(t *testing.T) {
 					t.Fatal(err)
 				}
 				for j, r := range m.Rows {
-					if !sameRow(r, RowOf(&execs[n+j])) {
+					if RowDiff(r, RowOf(&execs[n+j])) != "" {
 						t.Fatalf("message %d, row %d is not record %d", i, j, n+j)
 					}
 				}
@@ -329,12 +331,32 @@ func TestDecodeMessageRejects(t *testing.T) {
 		{"block lengths not framing", with(func(m *message) {
 			m.blocks = [][2]any{{uint64(1), Compress([]byte("\x01\x02{}x"), nil)}}
 		}), "check", "bytes after the last document"},
-		{"document not JSON", with(func(m *message) { m.blocks = [][2]any{{uint64(1), block(`{"entry":}`)}} }), "execs", "invalid JSON"},
-		{"document of another record", with(func(m *message) { m.blocks = [][2]any{{uint64(1), block(string(doc1))}} }), "execs", "disagrees with its columns"},
+		{"document not JSON", with(func(m *message) { m.blocks = [][2]any{{uint64(1), block(`{"entry":}`)}} }), "check", "invalid JSON"},
+		{"document braced but not JSON", with(func(m *message) { m.blocks = [][2]any{{uint64(1), block(`{not json at all}`)}} }), "check", "not an execution document"},
+		{"document of another record", with(func(m *message) { m.blocks = [][2]any{{uint64(1), block(string(doc1))}} }), "check", "disagrees with its indexed columns: event_id"},
 		{"document with another function", with(func(m *message) {
 			d, _ := provenance.AppendExecJSON(nil, &other)
 			m.blocks = [][2]any{{uint64(1), block(string(d))}}
-		}), "execs", "disagrees with its columns"},
+		}), "check", "disagrees with its indexed columns: func"},
+		{"document with a bad event id", with(func(m *message) {
+			x := e[0]
+			x.EventID = "not an id"
+			d, _ := provenance.AppendExecJSON(nil, &x)
+			m.blocks = [][2]any{{uint64(1), block(string(d))}}
+		}), "check", "not an execution document"},
+		{"document over MaxDocLen", with(func(m *message) {
+			x := e[0]
+			x.Hostname = strings.Repeat("h", MaxDocLen)
+			d, _ := provenance.AppendExecJSON(nil, &x)
+			m.blocks = [][2]any{{uint64(1), block(string(d))}}
+		}), "check", "over the size bound"},
+		{"block decompressing past MaxWireLen", with(func(m *message) {
+			raw := binary.AppendUvarint([]byte{1}, MaxWireLen)
+			raw = append(raw, '{')
+			raw = append(raw, bytes.Repeat([]byte{' '}, MaxWireLen-2)...)
+			raw = append(raw, '}')
+			m.blocks = [][2]any{{uint64(1), Compress(raw, nil)}}
+		}), "check", "over the size bound"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m, err := DecodeMessage(tc.data)
@@ -362,14 +384,16 @@ func TestDecodeMessageRejects(t *testing.T) {
 	}
 }
 
-// FuzzDecodeMessage checks that no input crashes the decoder, and that a
-// message whose records decode encodes back to a message of the same
-// records.
+// FuzzDecodeMessage checks that no input crashes the decoder, that Check
+// and Execs accept the same messages, and that a message whose records
+// decode encodes back to a message of the same records.
 func FuzzDecodeMessage(f *testing.F) {
 	execs := testExecs(3)
 	f.Add(encode(f, execs))
 	f.Add(encode(f, execs[:1]))
 	f.Add([]byte("KPEB\x01"))
+	bad := message{n: 1, funcs: []string{execs[0].Func}, rows: row(execs[0], 0), blocks: [][2]any{{uint64(1), block(`{not json}`)}}}
+	f.Add(bad.bytes())
 	f.Fuzz(func(t *testing.T, data []byte) {
 		m, err := DecodeMessage(data)
 		if err != nil {
@@ -377,13 +401,19 @@ func FuzzDecodeMessage(f *testing.F) {
 		}
 		checkErr := m.Check()
 		execs, err := m.Execs()
+		if (err == nil) != (checkErr == nil) {
+			t.Fatalf("Check says %v, Execs %v", checkErr, err)
+		}
 		if err != nil {
+			if !errors.Is(err, ErrDocument) && !errors.Is(err, ErrColumns) && !errors.Is(err, ErrTooLarge) && !strings.Contains(err.Error(), "document block") {
+				t.Fatalf("refused for no named reason: %v", err)
+			}
 			return
 		}
-		if checkErr != nil {
-			// Documents a JSON decoder reads may still be padded with
-			// spaces, which Check refuses; nothing else may differ.
-			return
+		for i := range execs {
+			if f := RowDiff(RowOf(&execs[i]), m.Rows[i]); f != "" {
+				t.Fatalf("record %d accepted with its %s differing from its row", i, f)
+			}
 		}
 		again, err := DecodeMessage(encode(t, execs))
 		if err != nil {
@@ -397,4 +427,50 @@ func FuzzDecodeMessage(f *testing.F) {
 			t.Fatal("records changed on the way back")
 		}
 	})
+}
+
+// TestCheckBoundsDecompressedBytes checks the size bounds: the encoder
+// refuses a document over MaxDocLen, and Check refuses a message whose
+// blocks, each within MaxWireLen and of documents within MaxDocLen,
+// decompress past MaxMessageRawLen together.
+func TestCheckBoundsDecompressedBytes(t *testing.T) {
+	base := testExecs(1)[0]
+	huge := base
+	huge.Hostname = strings.Repeat("h", MaxDocLen)
+	var enc Encoder
+	if _, err := enc.Add(&huge, 0); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("a document over MaxDocLen: error %v, want ErrTooLarge", err)
+	}
+	big := base
+	big.Hostname = strings.Repeat("h", 3<<20)
+	n := MaxMessageRawLen/(3<<20) + 1
+	enc.Reset()
+	for i := range n {
+		x := big
+		x.EventID = fmt.Sprintf("0:1:%d", i)
+		if ok, err := enc.Add(&x, 0); err != nil || !ok {
+			t.Fatalf("add record %d: %v, %v", i, ok, err)
+		}
+	}
+	m, err := DecodeMessage(enc.Finish(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Check(); !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), "the blocks decompress past") {
+		t.Fatalf("%d documents of 3 MiB: error %v, want the message bound", n, err)
+	}
+	if m.Checked() {
+		t.Fatal("a refused message is marked checked")
+	}
+	if _, err := m.Execs(); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("Execs: error %v, want ErrTooLarge", err)
+	}
+	// Within the bound, the same documents pass.
+	m, err = DecodeMessage(encode(t, []provenance.Exec{big}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Check(); err != nil {
+		t.Fatalf("one document of 3 MiB: %v", err)
+	}
 }

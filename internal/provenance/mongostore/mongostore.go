@@ -291,20 +291,44 @@ func (s *Store) Query(ctx context.Context, q provenance.Query) ([]provenance.Exe
 	if !provenance.IsExecKind(q.Kind) {
 		return nil, fmt.Errorf("query: kind %s does not hold executions", q.Kind)
 	}
-	cur, err := s.coll(q.Kind).Find(ctx, filter(q), findOptions(q))
+	out := []provenance.Exec{}
+	err := provenance.EachFilled(ctx, q, func(ctx context.Context, q provenance.Query, fn func(provenance.Exec) error) error {
+		return s.each(ctx, q, findOptions(q), "query", fn)
+	}, func(e provenance.Exec) error {
+		out = append(out, e)
+		return nil
+	})
 	if err != nil {
-		return nil, fmt.Errorf("query %s: %w", q.Kind, err)
-	}
-	var docs []execDoc
-	if err := cur.All(ctx, &docs); err != nil {
-		return nil, fmt.Errorf("query %s: %w", q.Kind, err)
-	}
-	out := make([]provenance.Exec, len(docs))
-	for i := range docs {
-		out[i] = docs[i].Exec
-		out[i].Normalize()
+		return nil, err
 	}
 	return out, nil
+}
+
+// decodeExec decodes the execution at cur, normalized, and checks it as
+// ingest does a record (its event id, exit not before entry) and against
+// its _id, the key the store finds it by. An error wraps
+// provenance.ErrBadDocument.
+func decodeExec(cur *mongo.Cursor) (provenance.Exec, error) {
+	var d execDoc
+	if err := cur.Decode(&d); err != nil {
+		return provenance.Exec{}, fmt.Errorf("%w: _id %v: %w", provenance.ErrBadDocument, cur.Current.Lookup("_id"), err)
+	}
+	if err := checkExec(&d); err != nil {
+		return provenance.Exec{}, err
+	}
+	return d.Exec, nil
+}
+
+// checkExec checks d and normalizes its execution.
+func checkExec(d *execDoc) error {
+	if err := d.Exec.Validate(); err != nil {
+		return fmt.Errorf("%w: _id %s: %w", provenance.ErrBadDocument, d.ID, err)
+	}
+	if key := provenance.ExecKey(d.PID, d.EventID); key != d.ID {
+		return fmt.Errorf("%w: _id %s: its fields make the key %s", provenance.ErrBadDocument, d.ID, key)
+	}
+	d.Exec.Normalize()
+	return nil
 }
 
 // eachBatch is the number of documents a server cursor of Each returns per
@@ -321,24 +345,33 @@ func (s *Store) Each(ctx context.Context, q provenance.Query, fn func(provenance
 	if !provenance.IsExecKind(q.Kind) {
 		return fmt.Errorf("list: kind %s does not hold executions", q.Kind)
 	}
-	opts := findOptions(q).SetBatchSize(eachBatch).SetAllowDiskUse(true)
+	return provenance.EachFilled(ctx, q, func(ctx context.Context, q provenance.Query, fn func(provenance.Exec) error) error {
+		return s.each(ctx, q, findOptions(q).SetBatchSize(eachBatch).SetAllowDiskUse(true), "list", fn)
+	}, fn)
+}
+
+// each finds what q (normalized) selects with opts and passes the
+// executions to fn, leaving out those whose documents are bad (reported to
+// provenance.Skip); op names the read in errors. fn's errors are returned
+// unwrapped.
+func (s *Store) each(ctx context.Context, q provenance.Query, opts *options.FindOptionsBuilder, op string, fn func(provenance.Exec) error) error {
 	cur, err := s.coll(q.Kind).Find(ctx, filter(q), opts)
 	if err != nil {
-		return fmt.Errorf("list %s: %w", q.Kind, err)
+		return fmt.Errorf("%s %s: %w", op, q.Kind, err)
 	}
 	defer cur.Close(context.WithoutCancel(ctx))
 	for cur.Next(ctx) {
-		var d execDoc
-		if err := cur.Decode(&d); err != nil {
-			return fmt.Errorf("list %s: %w", q.Kind, err)
+		e, err := decodeExec(cur)
+		if err != nil {
+			provenance.Skip(ctx, 1, fmt.Errorf("%s %s: %w", op, q.Kind, err))
+			continue
 		}
-		d.Exec.Normalize()
-		if err := fn(d.Exec); err != nil {
+		if err := fn(e); err != nil {
 			return err
 		}
 	}
 	if err := cur.Err(); err != nil {
-		return fmt.Errorf("list %s: %w", q.Kind, err)
+		return fmt.Errorf("%s %s: %w", op, q.Kind, err)
 	}
 	return nil
 }
@@ -350,7 +383,8 @@ func (s *Store) Profiles(ctx context.Context, fn func(provenance.ThreadProfile) 
 	return eachDoc(ctx, s.coll(provenance.KindProfiles), sort, func(cur *mongo.Cursor) error {
 		var d profileDoc
 		if err := cur.Decode(&d); err != nil {
-			return fmt.Errorf("list profiles: %w", err)
+			provenance.Skip(ctx, 1, fmt.Errorf("list profiles: %w: _id %v: %w", provenance.ErrBadDocument, cur.Current.Lookup("_id"), err))
+			return nil
 		}
 		return fn(d.ThreadProfile)
 	})
@@ -363,7 +397,8 @@ func (s *Store) Metadata(ctx context.Context, fn func(provenance.Metadata) error
 	return eachDoc(ctx, s.coll(provenance.KindMetadata), sort, func(cur *mongo.Cursor) error {
 		var d metaDoc
 		if err := cur.Decode(&d); err != nil {
-			return fmt.Errorf("list metadata: %w", err)
+			provenance.Skip(ctx, 1, fmt.Errorf("list metadata: %w: _id %v: %w", provenance.ErrBadDocument, cur.Current.Lookup("_id"), err))
+			return nil
 		}
 		return fn(d.Metadata)
 	})
@@ -375,7 +410,8 @@ func (s *Store) FuncStats(ctx context.Context, fn func(provenance.GlobalFuncStat
 	return eachDoc(ctx, s.coll(provenance.KindFuncStats), sort, func(cur *mongo.Cursor) error {
 		var d funcDoc
 		if err := cur.Decode(&d); err != nil {
-			return fmt.Errorf("list func_stats: %w", err)
+			provenance.Skip(ctx, 1, fmt.Errorf("list func_stats: %w: _id %v: %w", provenance.ErrBadDocument, cur.Current.Lookup("_id"), err))
+			return nil
 		}
 		return fn(d.GlobalFuncStats)
 	})
@@ -407,16 +443,22 @@ func (s *Store) Get(ctx context.Context, kind provenance.Kind, pid uint32, event
 		return provenance.Exec{}, fmt.Errorf("get: kind %q does not hold executions", kind)
 	}
 	key := provenance.ExecKey(pid, eventID)
-	var d execDoc
-	err := s.coll(kind).FindOne(ctx, bson.D{{Key: "_id", Value: key}}).Decode(&d)
-	if errors.Is(err, mongo.ErrNoDocuments) {
-		return provenance.Exec{}, fmt.Errorf("get %s %s: %w", kind, key, provenance.ErrNotFound)
-	}
+	cur, err := s.coll(kind).Find(ctx, bson.D{{Key: "_id", Value: key}}, options.Find().SetLimit(1))
 	if err != nil {
 		return provenance.Exec{}, fmt.Errorf("get %s %s: %w", kind, key, err)
 	}
-	d.Exec.Normalize()
-	return d.Exec, nil
+	defer cur.Close(context.WithoutCancel(ctx))
+	if !cur.Next(ctx) {
+		if err := cur.Err(); err != nil {
+			return provenance.Exec{}, fmt.Errorf("get %s %s: %w", kind, key, err)
+		}
+		return provenance.Exec{}, fmt.Errorf("get %s %s: %w", kind, key, provenance.ErrNotFound)
+	}
+	e, err := decodeExec(cur)
+	if err != nil {
+		return provenance.Exec{}, fmt.Errorf("get %s %s: %w", kind, key, err)
+	}
+	return e, nil
 }
 
 // Count counts the matching records.

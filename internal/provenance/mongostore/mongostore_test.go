@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/bson"
+
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
 	"github.com/kipimo-hpc/kipimo/internal/provenance/storetest"
 )
@@ -27,7 +29,48 @@ func suite(t *testing.T, uri string, n int) {
 		}
 		t.Cleanup(func() { _ = s.db.Drop(context.Background()) })
 		return s
-	}, storetest.Options{N: n})
+	}, storetest.Options{N: n, InsertBad: insertBad})
+}
+
+// insertBad stores, with inserts of its own, anomalies like near whose
+// documents are bad in each way a MongoDB store can hold one, and a
+// func_stats record whose statistics are not an object
+// (storetest.Options).
+func insertBad(t *testing.T, ps provenance.Store, near provenance.Exec) []string {
+	t.Helper()
+	s := ps.(*Store)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	id := func(i int) string { return fmt.Sprintf("%d:%d:%d", near.RID, near.IOStep, 900000+i) }
+	fields := func(eventID string) bson.D {
+		return bson.D{{Key: "pid", Value: int64(near.PID)}, {Key: "event_id", Value: eventID}, {Key: "rid", Value: int64(near.RID)},
+			{Key: "func", Value: near.Func}, {Key: "io_step", Value: int64(near.IOStep)}, {Key: "entry", Value: int64(near.Entry)},
+			{Key: "runtime_total", Value: int64(near.RuntimeTotal)}, {Key: "outlier_score", Value: near.OutlierScore}}
+	}
+	docs := []struct {
+		eventID string
+		doc     bson.D
+	}{
+		// a field of the wrong type
+		{id(0), append(fields(id(0)), bson.E{Key: "call_stack", Value: "not an array"})},
+		// a key that is not the record's
+		{id(1), fields(id(2))},
+		// an event id that is not one
+		{"x", fields("not an event id")},
+	}
+	var ids []string
+	for _, d := range docs {
+		key := provenance.ExecKey(near.PID, d.eventID)
+		if _, err := s.coll(provenance.KindAnomalies).InsertOne(ctx, append(bson.D{{Key: "_id", Value: key}}, d.doc...)); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, d.eventID)
+	}
+	if _, err := s.coll(provenance.KindFuncStats).InsertOne(ctx, bson.D{{Key: "_id", Value: "0/zz_bad"}, {Key: "pid", Value: 0},
+		{Key: "func", Value: "zz_bad"}, {Key: "stats", Value: "not an object"}}); err != nil {
+		t.Fatal(err)
+	}
+	return ids
 }
 
 func withDB(uri, db string) string {

@@ -8,6 +8,10 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
 
 	"github.com/kipimo-hpc/kipimo/internal/daemon"
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
@@ -27,6 +31,13 @@ func WithStats(stats func() Stats) HTTPOption {
 	return func(h *httpAPI) { h.stats = stats }
 }
 
+// WithLogger sets where the API logs the stored records with bad documents
+// its answers leave out: one line at most every badLogEvery, with the
+// count (default: none).
+func WithLogger(log zerolog.Logger) HTTPOption {
+	return func(h *httpAPI) { h.log = log }
+}
+
 // WithListPage sets the number of records an answer of /api/v1/records
 // holds when its limit is 0 (default ListPage).
 func WithListPage(n int) HTTPOption {
@@ -43,6 +54,24 @@ type httpAPI struct {
 	token    string
 	origin   string
 	stats    func() Stats
+	log      zerolog.Logger
+	// skipped counts the stored records with bad documents left out of
+	// answers; skipLog rate-limits the lines about them.
+	skipped atomic.Int64
+	skipLog rateLog
+}
+
+// noteSkips counts and logs the records an answer left out.
+func (h *httpAPI) noteSkips(sk *provenance.Skips) {
+	n := sk.Count()
+	if n == 0 {
+		return
+	}
+	total := h.skipped.Add(n)
+	if ok, held := h.skipLog.allow(time.Now()); ok {
+		h.log.Warn().Err(sk.First()).Int64("skipped", n).Int64("skipped_total", total).Int64("not_logged", held).
+			Msg("records with bad stored documents left out of an answer (logged at most once a minute)")
+	}
 }
 
 // NewHTTPHandler returns the read-only JSON query API on store. When token
@@ -50,7 +79,7 @@ type httpAPI struct {
 // (internal/daemon's rule; the API takes no ?token=).
 //
 //	GET /api/v1/health                          {"status":"ok", ...}
-//	GET /api/v1/records?<filters>&cursor=<next> {"records":[...],"next":"<cursor>"}
+//	GET /api/v1/records?<filters>&cursor=<next> {"records":[...],"skipped":n,"next":"<cursor>"}
 //	GET /api/v1/records/<kind>/<pid>/<event_id> one record whole
 //	GET /api/v1/count?<filters>                 {"count":n}
 //	GET /api/v1/aggregate?by=rank|func|step|rank,func&<filters> {"groups":[...]}
@@ -65,9 +94,12 @@ type httpAPI struct {
 // sort and order) gives the records after it, each once even where sort
 // values tie, until an answer has no "next". An error after the first
 // record aborts the answer, so that a client never takes a cut answer for
-// a whole one.
+// a whole one. A stored record whose document is bad is left out of the
+// answer, which then says how many were ("skipped", absent when none; the
+// records of a page and its "next" are counted without them); the API
+// logs them (WithLogger) and /api/v1/health counts them all ("skipped").
 func NewHTTPHandler(store provenance.Store, token string, opts ...HTTPOption) http.Handler {
-	h := &httpAPI{store: store, token: token, listPage: ListPage}
+	h := &httpAPI{store: store, token: token, listPage: ListPage, log: zerolog.Nop(), skipLog: rateLog{every: badLogEvery}}
 	for _, o := range opts {
 		o(h)
 	}
@@ -121,7 +153,7 @@ func (h *httpAPI) health(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, err)
 		return
 	}
-	out := map[string]any{"status": "ok", "anomalies": n}
+	out := map[string]any{"status": "ok", "anomalies": n, "skipped": h.skipped.Load()}
 	if h.stats != nil {
 		out["consumer"] = h.stats()
 	}
@@ -182,7 +214,9 @@ func (h *httpAPI) records(w http.ResponseWriter, r *http.Request) {
 		bw = bufio.NewWriterSize(w, 64<<10)
 		bw.WriteString(`{"records":[`)
 	}
-	err := h.store.Each(r.Context(), sq, func(e provenance.Exec) error {
+	var sk provenance.Skips
+	defer h.noteSkips(&sk)
+	err := h.store.Each(provenance.WithSkips(r.Context(), &sk), sq, func(e provenance.Exec) error {
 		if n == page {
 			next = provenance.CursorAfter(q, &last)
 			return errPageFull
@@ -216,6 +250,9 @@ func (h *httpAPI) records(w http.ResponseWriter, r *http.Request) {
 		start()
 	}
 	bw.WriteByte(']')
+	if n := sk.Count(); n > 0 {
+		bw.WriteString(`,"skipped":` + strconv.FormatInt(n, 10))
+	}
 	if next != nil {
 		bw.WriteString(`,"next":"` + next.String() + `"`)
 	}
@@ -272,14 +309,20 @@ func (h *httpAPI) funcStats(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out := []provenance.GlobalFuncStats{}
-	if err := h.store.FuncStats(r.Context(), func(f provenance.GlobalFuncStats) error {
+	var sk provenance.Skips
+	defer h.noteSkips(&sk)
+	if err := h.store.FuncStats(provenance.WithSkips(r.Context(), &sk), func(f provenance.GlobalFuncStats) error {
 		out = append(out, f)
 		return nil
 	}); err != nil {
 		writeError(w, http.StatusInternalServerError, err)
 		return
 	}
-	writeJSON(w, map[string]any{"func_stats": out})
+	reply := map[string]any{"func_stats": out}
+	if n := sk.Count(); n > 0 {
+		reply["skipped"] = n
+	}
+	writeJSON(w, reply)
 }
 
 func (h *httpAPI) aggregate(w http.ResponseWriter, r *http.Request) {

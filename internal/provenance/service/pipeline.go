@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"strings"
@@ -128,9 +129,8 @@ func (s *Service) decode(j *job, pr preparer) {
 	kind := provenance.Kind(subj[strings.LastIndexByte(subj, '.')+1:])
 	j.batch.Kind = kind
 	if err := s.decodeMsg(j, kind, pr); err != nil {
-		s.bad.Add(1)
-		s.logBad(kind, err)
-		_ = j.msg.TermWithReason("undecodable provenance batch")
+		s.refuse(kind, err)
+		_ = j.msg.TermWithReason("bad provenance batch: " + rejectReason(err))
 		j.bad = true
 	}
 }
@@ -161,6 +161,34 @@ func (s *Service) decodeMsg(j *job, kind provenance.Kind, pr preparer) error {
 	j.batch, j.n = b, b.Len()
 	if pr != nil {
 		j.prep, j.err = pr.Prepare(b)
+		if errors.Is(j.err, docblock.ErrTooLarge) {
+			return fmt.Errorf("decode %s batch: %w", kind, j.err)
+		}
+		return nil
+	}
+	if enc == "" && kind.IsExec() {
+		return checkDocSizes(kind, len(j.msg.Data()), b.Execs)
+	}
+	return nil
+}
+
+// checkDocSizes refuses a JSON batch of executions, data bytes long, one of
+// whose documents as stored would exceed docblock.MaxDocLen. A document is
+// at most six times the JSON it was read from (a byte that is not UTF-8
+// becomes \ufffd), so only batches that large are encoded to be measured.
+func checkDocSizes(kind provenance.Kind, data int, execs []provenance.Exec) error {
+	if data <= docblock.MaxDocLen/6 {
+		return nil
+	}
+	var buf []byte
+	for i := range execs {
+		var err error
+		if buf, err = provenance.AppendExecJSON(buf[:0], &execs[i]); err != nil {
+			return fmt.Errorf("decode %s batch: record %d: %w", kind, i, err)
+		}
+		if len(buf) > docblock.MaxDocLen {
+			return fmt.Errorf("decode %s batch: record %d (event %s): its document of %d bytes exceeds %d: %w", kind, i, execs[i].EventID, len(buf), docblock.MaxDocLen, docblock.ErrTooLarge)
+		}
 	}
 	return nil
 }

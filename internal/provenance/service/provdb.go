@@ -239,8 +239,9 @@ func Run(ctx context.Context, cfg Config, log zerolog.Logger) error {
 	}
 	var api *daemon.HTTPServer
 	if cfg.HTTPAddr != "" {
-		h := NewHTTPHandler(store, token, WithAllowOrigin(cfg.AllowOrigin), WithStats(svc.Stats))
-		if api, err = daemon.Listen("http", cfg.HTTPAddr, h, log.With().Str("component", "provdb-api").Bool("token", token != "").Logger()); err != nil {
+		apiLog := log.With().Str("component", "provdb-api").Bool("token", token != "").Logger()
+		h := NewHTTPHandler(store, token, WithAllowOrigin(cfg.AllowOrigin), WithStats(svc.Stats), WithLogger(apiLog))
+		if api, err = daemon.Listen("http", cfg.HTTPAddr, h, apiLog); err != nil {
 			_ = svc.Shutdown(context.WithoutCancel(ctx))
 			return err
 		}

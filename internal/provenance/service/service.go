@@ -20,6 +20,7 @@ import (
 
 	"github.com/kipimo-hpc/kipimo/internal/natsx"
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
+	"github.com/kipimo-hpc/kipimo/internal/provenance/docblock"
 	"github.com/kipimo-hpc/kipimo/internal/provenance/provstream"
 )
 
@@ -27,8 +28,42 @@ import (
 type Stats struct {
 	Written     map[provenance.Kind]int64 `json:"written"`      // records written, per kind (duplicates included)
 	Batches     int64                     `json:"batches"`      // messages written and acknowledged
-	Bad         int64                     `json:"bad"`          // messages that could not be decoded, terminated
+	Bad         int64                     `json:"bad"`          // messages refused and terminated (the sum of Rejected)
 	WriteErrors int64                     `json:"write_errors"` // failed store writes (redelivered later)
+	// Rejected counts the refused messages by reason: RejectUndecodable,
+	// RejectDocument, RejectColumns, RejectSize.
+	Rejected map[string]int64 `json:"rejected"`
+}
+
+// Why a message is refused (Stats.Rejected).
+const (
+	// RejectUndecodable: the message is not a batch of its kind (framing,
+	// JSON, a record that fails its Validate, an unknown encoding).
+	RejectUndecodable = "undecodable"
+	// RejectDocument: a document of the block encoding is not a JSON
+	// object that decodes as a valid execution.
+	RejectDocument = "document"
+	// RejectColumns: a document's fields differ from its indexed columns.
+	RejectColumns = "columns"
+	// RejectSize: a document, a block or the message decompresses past
+	// its bound (docblock.MaxDocLen, MaxWireLen, MaxMessageRawLen).
+	RejectSize = "size"
+)
+
+// rejectReasons are the reasons, in the order Stats lists them.
+var rejectReasons = []string{RejectUndecodable, RejectDocument, RejectColumns, RejectSize}
+
+// rejectReason is why err refused a message.
+func rejectReason(err error) string {
+	switch {
+	case errors.Is(err, docblock.ErrTooLarge):
+		return RejectSize
+	case errors.Is(err, docblock.ErrColumns):
+		return RejectColumns
+	case errors.Is(err, docblock.ErrDocument):
+		return RejectDocument
+	}
+	return RejectUndecodable
 }
 
 // Service consumes a run's provenance stream into a store. Its owner calls
@@ -44,9 +79,10 @@ type Service struct {
 	batches     atomic.Int64
 	bad         atomic.Int64
 	writeErrors atomic.Int64
+	rejected    map[string]*atomic.Int64
 
-	loggedMu  sync.Mutex
-	loggedBad map[provenance.Kind]bool
+	// badLogs rate-limits the log lines about refused messages, per kind.
+	badLogs map[provenance.Kind]*rateLog
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -57,9 +93,14 @@ type Service struct {
 // Start.
 func New(cfg Config, store provenance.Store, js jetstream.JetStream, log zerolog.Logger) *Service {
 	cfg = cfg.withDefaults()
-	s := &Service{cfg: cfg, store: store, js: js, log: log.With().Str("component", "provdb").Str("run", cfg.Run).Logger(), counts: map[provenance.Kind]*atomic.Int64{}, loggedBad: map[provenance.Kind]bool{}}
+	s := &Service{cfg: cfg, store: store, js: js, log: log.With().Str("component", "provdb").Str("run", cfg.Run).Logger(),
+		counts: map[provenance.Kind]*atomic.Int64{}, rejected: map[string]*atomic.Int64{}, badLogs: map[provenance.Kind]*rateLog{}}
 	for _, k := range provenance.Kinds {
 		s.counts[k] = new(atomic.Int64)
+		s.badLogs[k] = &rateLog{every: badLogEvery}
+	}
+	for _, r := range rejectReasons {
+		s.rejected[r] = new(atomic.Int64)
 	}
 	return s
 }
@@ -120,9 +161,13 @@ func (s *Service) Shutdown(ctx context.Context) error {
 
 // Stats returns the counters.
 func (s *Service) Stats() Stats {
-	st := Stats{Written: map[provenance.Kind]int64{}, Batches: s.batches.Load(), Bad: s.bad.Load(), WriteErrors: s.writeErrors.Load()}
+	st := Stats{Written: map[provenance.Kind]int64{}, Batches: s.batches.Load(), Bad: s.bad.Load(), WriteErrors: s.writeErrors.Load(),
+		Rejected: map[string]int64{}}
 	for k, v := range s.counts {
 		st.Written[k] = v.Load()
+	}
+	for r, v := range s.rejected {
+		st.Rejected[r] = v.Load()
 	}
 	return st
 }
@@ -159,14 +204,43 @@ func (s *Service) loop(ctx context.Context, cons jetstream.Consumer, p *pipeline
 	}
 }
 
-// logBad logs the first bad message of each kind; the rest are counted.
-func (s *Service) logBad(kind provenance.Kind, err error) {
-	s.loggedMu.Lock()
-	first := !s.loggedBad[kind]
-	s.loggedBad[kind] = true
-	s.loggedMu.Unlock()
-	if first {
-		s.log.Warn().Err(err).Str("kind", string(kind)).Msg("bad provenance batch terminated (further ones of this kind are only counted)")
+// badLogEvery is the least time between two log lines about refused
+// messages of one kind.
+const badLogEvery = time.Minute
+
+// rateLog lets a line through at most once every every, and counts what it
+// holds back.
+type rateLog struct {
+	mu     sync.Mutex
+	every  time.Duration
+	last   time.Time
+	held   int64
+	logged bool
+}
+
+// allow reports whether a line may be logged now, and how many were held
+// back since the last one.
+func (r *rateLog) allow(now time.Time) (bool, int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.logged && now.Sub(r.last) < r.every {
+		r.held++
+		return false, 0
+	}
+	held := r.held
+	r.logged, r.last, r.held = true, now, 0
+	return true, held
+}
+
+// refuse counts a refused message of kind and logs why, at most once every
+// badLogEvery per kind.
+func (s *Service) refuse(kind provenance.Kind, err error) {
+	s.bad.Add(1)
+	reason := rejectReason(err)
+	s.rejected[reason].Add(1)
+	if ok, held := s.badLogs[kind].allow(time.Now()); ok {
+		s.log.Warn().Err(err).Str("kind", string(kind)).Str("reason", reason).Int64("bad", s.bad.Load()).Int64("not_logged", held).
+			Msg("bad provenance batch refused and terminated (logged at most once a minute per kind; Stats counts them all)")
 	}
 }
 

@@ -138,9 +138,49 @@ func schema() []string {
 		`CREATE TABLE IF NOT EXISTS metadata (pid INTEGER NOT NULL, rid INTEGER NOT NULL, tid INTEGER NOT NULL, descr TEXT NOT NULL, doc TEXT NOT NULL, PRIMARY KEY (pid, rid, tid, descr))`,
 		`CREATE TABLE IF NOT EXISTS func_stats (pid INTEGER NOT NULL, func TEXT NOT NULL, doc TEXT NOT NULL, PRIMARY KEY (pid, func))`,
 		`CREATE TABLE IF NOT EXISTS counter_stats (pid INTEGER NOT NULL, counter TEXT NOT NULL, doc TEXT NOT NULL, PRIMARY KEY (pid, counter))`,
-		`CREATE TABLE IF NOT EXISTS profiles (pid INTEGER NOT NULL, rid INTEGER NOT NULL, tid INTEGER NOT NULL, io_step INTEGER NOT NULL, doc TEXT NOT NULL, PRIMARY KEY (pid, rid, tid, io_step))`,
+		`CREATE TABLE IF NOT EXISTS profiles (`+profileColumns+`)`,
 	)
 	return s
+}
+
+// profileColumns are the profiles table's: a split profile's parts
+// (provenance.ThreadProfile.Part) are rows of their own.
+const profileColumns = `pid INTEGER NOT NULL, rid INTEGER NOT NULL, tid INTEGER NOT NULL, io_step INTEGER NOT NULL, part INTEGER NOT NULL DEFAULT 0, doc TEXT NOT NULL, PRIMARY KEY (pid, rid, tid, io_step, part)`
+
+// migrateProfiles gives a profiles table of a store written before profiles
+// had parts its part column, keeping its rows.
+func migrateProfiles(ctx context.Context, db *sql.DB) error {
+	rows, err := db.QueryContext(ctx, `SELECT name FROM pragma_table_info('profiles')`)
+	if err != nil {
+		return err
+	}
+	hasPart := false
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			rows.Close()
+			return err
+		}
+		hasPart = hasPart || name == "part"
+	}
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil || hasPart {
+		return err
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	for _, st := range []string{
+		`ALTER TABLE profiles RENAME TO profiles_unsplit`,
+		`CREATE TABLE profiles (` + profileColumns + `)`,
+		`INSERT INTO profiles (pid, rid, tid, io_step, part, doc) SELECT pid, rid, tid, io_step, 0, doc FROM profiles_unsplit`,
+		`DROP TABLE profiles_unsplit`,
+	} {
+		if _, err := tx.ExecContext(ctx, st); err != nil {
+			return errors.Join(fmt.Errorf("add the part column to profiles: %w", err), tx.Rollback())
+		}
+	}
+	return tx.Commit()
 }
 
 // execInsert is the INSERT of n executions into table.
@@ -155,10 +195,12 @@ var insertSQL = map[provenance.Kind]string{
 	provenance.KindMetadata:     `INSERT OR IGNORE INTO metadata (pid, rid, tid, descr, doc) VALUES (?,?,?,?,?)`,
 	provenance.KindFuncStats:    `INSERT OR IGNORE INTO func_stats (pid, func, doc) VALUES (?,?,?)`,
 	provenance.KindCounterStats: `INSERT OR IGNORE INTO counter_stats (pid, counter, doc) VALUES (?,?,?)`,
-	provenance.KindProfiles:     `INSERT OR IGNORE INTO profiles (pid, rid, tid, io_step, doc) VALUES (?,?,?,?,?)`,
+	provenance.KindProfiles:     `INSERT OR IGNORE INTO profiles (pid, rid, tid, io_step, part, doc) VALUES (?,?,?,?,?,?)`,
 }
 
-// Open opens (creating if needed) the SQLite store at path.
+// Open opens (creating if needed) the SQLite store at path. A new store's
+// file, and its log and shared-memory files, are readable and writable by
+// their owner only (0600).
 func Open(ctx context.Context, path string, opt Options) (*Store, error) {
 	registerRegexp()
 	if path == "" {
@@ -188,6 +230,9 @@ func Open(ctx context.Context, path string, opt Options) (*Store, error) {
 	s := &Store{path: path, ins: map[provenance.Kind]*sql.Stmt{}, insRows: map[provenance.Kind][]*sql.Stmt{}, insBlock: map[provenance.Kind]*sql.Stmt{}}
 	var err error
 	if !opt.ReadOnly {
+		if err := createPrivate(path); err != nil {
+			return nil, fmt.Errorf("open SQLite provenance store %s: %w", path, err)
+		}
 		// A 64 MiB page cache keeps the indexes' pages in memory while
 		// writing, and the log is copied into the file every 2,000 pages
 		// (32 MiB) rather than every 1,000, so that an index page changed
@@ -205,6 +250,10 @@ func Open(ctx context.Context, path string, opt Options) (*Store, error) {
 				s.w.Close()
 				return nil, fmt.Errorf("open SQLite provenance store %s: create schema: %w", path, err)
 			}
+		}
+		if err := migrateProfiles(ctx, s.w); err != nil {
+			s.w.Close()
+			return nil, fmt.Errorf("open SQLite provenance store %s: %w", path, err)
 		}
 		for kind, q := range insertSQL {
 			st, err := s.w.PrepareContext(ctx, q)
@@ -251,6 +300,21 @@ func Open(ctx context.Context, path string, opt Options) (*Store, error) {
 		return nil, fmt.Errorf("open SQLite provenance store %s: %w", path, err)
 	}
 	return s, nil
+}
+
+// createPrivate creates path, empty, readable and writable by its owner
+// only (0600), unless it exists: SQLite then opens it as a new database,
+// and makes its log and shared-memory files with the same mode. A store
+// that exists keeps the mode it has.
+func createPrivate(path string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, os.ErrExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return f.Close()
 }
 
 // pageSize is the page size of a new store: an execution's index entries
@@ -557,7 +621,7 @@ func writeRows(ctx context.Context, st *sql.Stmt, b provenance.Batch) error {
 			if err != nil {
 				return err
 			}
-			if err := exec(p.PID, p.Rank, p.TID, int64(p.Step), doc); err != nil {
+			if err := exec(p.PID, p.Rank, p.TID, int64(p.Step), p.Part, doc); err != nil {
 				return err
 			}
 		}
@@ -648,6 +712,31 @@ func (s *Store) Query(ctx context.Context, q provenance.Query) ([]provenance.Exe
 	if !provenance.IsExecKind(q.Kind) {
 		return nil, fmt.Errorf("query: kind %s does not hold executions", q.Kind)
 	}
+	var out []provenance.Exec
+	err := provenance.EachFilled(ctx, q, func(ctx context.Context, q provenance.Query, fn func(provenance.Exec) error) error {
+		recs, err := s.query(ctx, q)
+		for _, e := range recs {
+			if err := fn(e); err != nil {
+				return err
+			}
+		}
+		return err
+	}, func(e provenance.Exec) error {
+		out = append(out, e)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if out == nil {
+		out = []provenance.Exec{}
+	}
+	return out, nil
+}
+
+// query reads the executions q (normalized, bounded) selects, leaving out
+// those whose documents are bad (reported to provenance.Skip).
+func (s *Store) query(ctx context.Context, q provenance.Query) ([]provenance.Exec, error) {
 	sqlText, args, err := selectDocs(ctx, s.r, q)
 	if err != nil {
 		return nil, fmt.Errorf("query %s: %w", q.Kind, err)
@@ -658,25 +747,68 @@ func (s *Store) Query(ctx context.Context, q provenance.Query) ([]provenance.Exe
 	}
 	defer rows.Close()
 	var docs [][]byte
+	var cols []docblock.Row
 	for rows.Next() {
 		var doc []byte
-		if err := rows.Scan(&doc); err != nil {
-			return nil, fmt.Errorf("query %s: %w", q.Kind, err)
+		var w docblock.Row
+		if err := scanExecRow(rows, &doc, &w); err != nil {
+			provenance.Skip(ctx, 1, fmt.Errorf("query %s: %w", q.Kind, err))
+			continue
 		}
 		docs = append(docs, doc)
+		cols = append(cols, w)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("query %s: %w", q.Kind, err)
 	}
 	rows.Close()
-	out := make([]provenance.Exec, len(docs))
+	out := make([]provenance.Exec, 0, len(docs))
 	blocks := map[int64][][]byte{}
 	for i, doc := range docs {
-		if err := s.readExec(ctx, q.Kind, doc, blocks, &out[i]); err != nil {
+		var e provenance.Exec
+		err := s.readExec(ctx, q.Kind, doc, blocks, &e)
+		if err == nil {
+			err = checkRow(&e, &cols[i])
+		}
+		if errors.Is(err, provenance.ErrBadDocument) {
+			provenance.Skip(ctx, 1, fmt.Errorf("query %s: %w", q.Kind, err))
+			continue
+		}
+		if err != nil {
 			return nil, fmt.Errorf("query %s: %w", q.Kind, err)
 		}
+		out = append(out, e)
 	}
 	return out, nil
+}
+
+// execRowColumns are the indexed columns of an execution table, in the
+// order of docblock.Row, as scanExecRow reads them after the doc column.
+const execRowColumns = "pid, event_id, rid, tid, fid, func, io_step, entry, exit, runtime_total, runtime_exclusive, outlier_score, is_gpu_event"
+
+// scanExecRow reads a row selected as "doc, "+execRowColumns. An error
+// means the row's columns do not hold what an execution's do (it wraps
+// provenance.ErrBadDocument).
+func scanExecRow(rows *sql.Rows, doc *[]byte, w *docblock.Row) error {
+	var pid, rid, tid, fid, step, entry, exit, rt, rx int64
+	if err := rows.Scan(doc, &pid, &w.EventID, &rid, &tid, &fid, &w.Func, &step, &entry, &exit, &rt, &rx, &w.OutlierScore, &w.IsGPUEvent); err != nil {
+		return fmt.Errorf("%w: its columns: %w", provenance.ErrBadDocument, err)
+	}
+	w.PID, w.RID, w.TID, w.FID = uint32(pid), uint32(rid), uint32(tid), uint32(fid)
+	w.IOStep, w.Entry, w.Exit, w.RuntimeTotal, w.RuntimeExclusive = uint64(step), uint64(entry), uint64(exit), uint64(rt), uint64(rx)
+	if int64(w.PID) != pid || int64(w.RID) != rid || int64(w.TID) != tid || int64(w.FID) != fid {
+		return fmt.Errorf("%w: a 32-bit column out of range", provenance.ErrBadDocument)
+	}
+	return nil
+}
+
+// checkRow checks that e, read from a stored document, agrees with w, the
+// columns it is indexed by.
+func checkRow(e *provenance.Exec, w *docblock.Row) error {
+	if f := docblock.RowDiff(docblock.RowOf(e), *w); f != "" {
+		return fmt.Errorf("%w: execution %s: its document disagrees with its %s column", provenance.ErrBadDocument, provenance.ExecKey(w.PID, w.EventID), f)
+	}
+	return nil
 }
 
 // rowQueryer is what selectDocs asks: a pool or one connection.
@@ -684,8 +816,9 @@ type rowQueryer interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
-// selectDocs returns the SELECT of the doc column of the executions q
-// (normalized, of an execution kind) selects, in its order.
+// selectDocs returns the SELECT of the doc column and the indexed columns
+// (execRowColumns) of the executions q (normalized, of an execution kind)
+// selects, in its order.
 func selectDocs(ctx context.Context, db rowQueryer, q provenance.Query) (string, []any, error) {
 	w, args := where(q)
 	dir, cmp := " ASC", " <= ?"
@@ -716,7 +849,7 @@ func selectDocs(ctx context.Context, db rowQueryer, q provenance.Query) (string,
 		}
 	}
 	// A negative LIMIT is no limit in SQLite: NoLimit needs no other text.
-	sqlText := "SELECT doc FROM " + string(q.Kind) + w + " ORDER BY " + q.Sort + dir + ", pid ASC, event_id ASC LIMIT ?"
+	sqlText := "SELECT doc, " + execRowColumns + " FROM " + string(q.Kind) + w + " ORDER BY " + q.Sort + dir + ", pid ASC, event_id ASC LIMIT ?"
 	return sqlText, append(args, q.Limit), nil
 }
 
@@ -743,6 +876,12 @@ func (s *Store) Each(ctx context.Context, q provenance.Query, fn func(provenance
 	if !provenance.IsExecKind(q.Kind) {
 		return fmt.Errorf("list: kind %s does not hold executions", q.Kind)
 	}
+	return provenance.EachFilled(ctx, q, s.each, fn)
+}
+
+// each is Each on q, normalized, leaving out the executions whose
+// documents are bad (reported to provenance.Skip).
+func (s *Store) each(ctx context.Context, q provenance.Query, fn func(provenance.Exec) error) error {
 	conn, err := s.streams.Conn(ctx)
 	if err != nil {
 		return fmt.Errorf("list %s: %w", q.Kind, err)
@@ -764,30 +903,44 @@ func (s *Store) Each(ctx context.Context, q provenance.Query, fn func(provenance
 	defer rows.Close()
 	st := streamer{blockStmt: blockStmt, cache: map[int64]*cachedBlock{}}
 	var refs [][]byte
+	var cols []docblock.Row
+	skip := func(err error) { provenance.Skip(ctx, 1, fmt.Errorf("list %s: %w", q.Kind, err)) }
 	flush := func() error {
 		if err := st.resolve(ctx, refs); err != nil {
 			return fmt.Errorf("list %s: %w", q.Kind, err)
 		}
 		for i, js := range st.docs {
+			if err := st.bad[i]; err != nil {
+				skip(err)
+				continue
+			}
 			var e provenance.Exec
 			if err := provenance.DecodeExec(js, &e); err != nil {
-				return fmt.Errorf("list %s: stored document: %w", q.Kind, err)
+				skip(fmt.Errorf("%w: execution %s: %w", provenance.ErrBadDocument, provenance.ExecKey(cols[i].PID, cols[i].EventID), err))
+				continue
 			}
 			e.Normalize()
 			st.docs[i] = nil
+			if err := checkRow(&e, &cols[i]); err != nil {
+				skip(err)
+				continue
+			}
 			if err := fn(e); err != nil {
 				return err
 			}
 		}
-		refs = refs[:0]
+		refs, cols = refs[:0], cols[:0]
 		return nil
 	}
 	for rows.Next() {
 		var doc []byte
-		if err := rows.Scan(&doc); err != nil {
-			return fmt.Errorf("list %s: %w", q.Kind, err)
+		var w docblock.Row
+		if err := scanExecRow(rows, &doc, &w); err != nil {
+			skip(err)
+			continue
 		}
 		refs = append(refs, doc)
+		cols = append(cols, w)
 		if len(refs) == eachChunk {
 			if err := flush(); err != nil {
 				return err
@@ -804,6 +957,7 @@ func (s *Store) Each(ctx context.Context, q provenance.Query, fn func(provenance
 type streamer struct {
 	blockStmt *sql.Stmt
 	docs      [][]byte // of the chunk's rows, in order
+	bad       []error  // why a row of the chunk has no document
 	// cache holds decompressed blocks, at most eachCacheBytes of them;
 	// tick orders their last uses, to drop the least recent first.
 	cache      map[int64]*cachedBlock
@@ -825,35 +979,46 @@ type cachedBlock struct {
 }
 
 // resolve sets s.docs to the JSON documents of the rows whose doc columns
-// are refs, reading each block they refer to once. The documents are
-// copied out of their blocks, which the cache may then drop.
+// are refs, reading each block they refer to once, and s.bad to why a row
+// has none (a reference or block that is bad, wrapping
+// provenance.ErrBadDocument). The documents are copied out of their
+// blocks, which the cache may then drop. An error is one of reading.
 func (s *streamer) resolve(ctx context.Context, refs [][]byte) error {
 	s.docs = slices.Grow(s.docs[:0], len(refs))[:len(refs)]
+	s.bad = slices.Grow(s.bad[:0], len(refs))[:len(refs)]
+	clear(s.bad)
 	s.slots = s.slots[:0]
 	for i, doc := range refs {
 		if len(doc) > 0 && doc[0] == '{' {
 			s.docs[i] = doc
 			continue
 		}
+		s.docs[i] = nil
 		id, slot, err := parseRef(doc)
 		if err != nil {
-			return err
+			s.bad[i] = fmt.Errorf("%w: %w", provenance.ErrBadDocument, err)
+			continue
 		}
 		s.slots = append(s.slots, blockSlot{id: id, slot: slot, row: i})
 	}
 	slices.SortFunc(s.slots, func(a, b blockSlot) int { return cmp.Compare(a.id, b.id) })
 	var b *cachedBlock
+	var berr error
 	for i, sl := range s.slots {
 		if i == 0 || sl.id != s.slots[i-1].id {
-			var err error
-			if b, err = s.block(ctx, sl.id); err != nil {
-				return err
+			b, berr = s.block(ctx, sl.id)
+			if berr != nil && !errors.Is(berr, provenance.ErrBadDocument) {
+				return berr
 			}
 		}
-		if sl.slot >= len(b.docs) {
-			return fmt.Errorf("document block %d has no slot %d", sl.id, sl.slot)
+		switch {
+		case berr != nil:
+			s.bad[sl.row] = berr
+		case sl.slot >= len(b.docs):
+			s.bad[sl.row] = fmt.Errorf("%w: document block %d has no slot %d", provenance.ErrBadDocument, sl.id, sl.slot)
+		default:
+			s.docs[sl.row] = slices.Clone(b.docs[sl.slot])
 		}
-		s.docs[sl.row] = slices.Clone(b.docs[sl.slot])
 	}
 	return nil
 }
@@ -867,11 +1032,14 @@ func (s *streamer) block(ctx context.Context, id int64) (*cachedBlock, error) {
 	}
 	var data []byte
 	if err := s.blockStmt.QueryRowContext(ctx, id).Scan(&data); err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			err = provenance.ErrBadDocument
+		}
 		return nil, fmt.Errorf("read document block %d: %w", id, err)
 	}
 	docs, err := docblock.Decode(data)
 	if err != nil {
-		return nil, fmt.Errorf("document block %d: %w", id, err)
+		return nil, fmt.Errorf("%w: document block %d: %w", provenance.ErrBadDocument, id, err)
 	}
 	b := &cachedBlock{docs: docs, lastUse: s.tick}
 	for _, d := range docs {
@@ -907,10 +1075,11 @@ func sortIndexed(q provenance.Query) bool {
 
 // Profiles streams the profiles table in key order.
 func (s *Store) Profiles(ctx context.Context, fn func(provenance.ThreadProfile) error) error {
-	return eachDoc(ctx, s, "SELECT doc FROM profiles ORDER BY pid, rid, tid, io_step", provenance.KindProfiles, func(doc []byte) error {
+	return eachDoc(ctx, s, "SELECT doc FROM profiles ORDER BY pid, rid, tid, io_step, part", provenance.KindProfiles, func(doc []byte) error {
 		var p provenance.ThreadProfile
 		if err := json.Unmarshal(doc, &p); err != nil {
-			return fmt.Errorf("list profiles: stored document: %w", err)
+			provenance.Skip(ctx, 1, fmt.Errorf("list profiles: %w: %w", provenance.ErrBadDocument, err))
+			return nil
 		}
 		return fn(p)
 	})
@@ -921,7 +1090,8 @@ func (s *Store) Metadata(ctx context.Context, fn func(provenance.Metadata) error
 	return eachDoc(ctx, s, "SELECT doc FROM metadata ORDER BY pid, rid, tid, descr", provenance.KindMetadata, func(doc []byte) error {
 		var m provenance.Metadata
 		if err := json.Unmarshal(doc, &m); err != nil {
-			return fmt.Errorf("list metadata: stored document: %w", err)
+			provenance.Skip(ctx, 1, fmt.Errorf("list metadata: %w: %w", provenance.ErrBadDocument, err))
+			return nil
 		}
 		return fn(m)
 	})
@@ -932,7 +1102,8 @@ func (s *Store) FuncStats(ctx context.Context, fn func(provenance.GlobalFuncStat
 	return eachDoc(ctx, s, "SELECT doc FROM func_stats ORDER BY pid, func", provenance.KindFuncStats, func(doc []byte) error {
 		var f provenance.GlobalFuncStats
 		if err := json.Unmarshal(doc, &f); err != nil {
-			return fmt.Errorf("list func_stats: stored document: %w", err)
+			provenance.Skip(ctx, 1, fmt.Errorf("list func_stats: %w: %w", provenance.ErrBadDocument, err))
+			return nil
 		}
 		return fn(f)
 	})
@@ -973,16 +1144,30 @@ func (s *Store) Get(ctx context.Context, kind provenance.Kind, pid uint32, event
 	if !provenance.IsExecKind(kind) {
 		return e, fmt.Errorf("get: kind %q does not hold executions", kind)
 	}
+	key := provenance.ExecKey(pid, eventID)
+	rows, err := s.r.QueryContext(ctx, "SELECT doc, "+execRowColumns+" FROM "+string(kind)+" WHERE pid = ? AND event_id = ?", pid, eventID)
+	if err != nil {
+		return e, fmt.Errorf("get %s %s: %w", kind, key, err)
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return e, fmt.Errorf("get %s %s: %w", kind, key, err)
+		}
+		return e, fmt.Errorf("get %s %s: %w", kind, key, provenance.ErrNotFound)
+	}
 	var doc []byte
-	err := s.r.QueryRowContext(ctx, "SELECT doc FROM "+string(kind)+" WHERE pid = ? AND event_id = ?", pid, eventID).Scan(&doc)
-	if errors.Is(err, sql.ErrNoRows) {
-		return e, fmt.Errorf("get %s %s: %w", kind, provenance.ExecKey(pid, eventID), provenance.ErrNotFound)
+	var w docblock.Row
+	err = scanExecRow(rows, &doc, &w)
+	rows.Close()
+	if err == nil {
+		err = s.readExec(ctx, kind, doc, nil, &e)
+	}
+	if err == nil {
+		err = checkRow(&e, &w)
 	}
 	if err != nil {
-		return e, fmt.Errorf("get %s %s: %w", kind, provenance.ExecKey(pid, eventID), err)
-	}
-	if err := s.readExec(ctx, kind, doc, nil, &e); err != nil {
-		return e, fmt.Errorf("get %s %s: %w", kind, provenance.ExecKey(pid, eventID), err)
+		return provenance.Exec{}, fmt.Errorf("get %s %s: %w", kind, key, err)
 	}
 	return e, nil
 }
@@ -995,28 +1180,31 @@ func (s *Store) readExec(ctx context.Context, kind provenance.Kind, doc []byte, 
 	if len(doc) == 0 || doc[0] != '{' {
 		id, slot, err := parseRef(doc)
 		if err != nil {
-			return err
+			return fmt.Errorf("%w: %w", provenance.ErrBadDocument, err)
 		}
 		docs, ok := blocks[id]
 		if !ok {
 			var data []byte
 			if err := s.r.QueryRowContext(ctx, "SELECT data FROM "+string(kind)+"_docs WHERE id = ?", id).Scan(&data); err != nil {
+				if errors.Is(err, sql.ErrNoRows) {
+					err = provenance.ErrBadDocument
+				}
 				return fmt.Errorf("read document block %d: %w", id, err)
 			}
 			if docs, err = docblock.Decode(data); err != nil {
-				return fmt.Errorf("document block %d: %w", id, err)
+				return fmt.Errorf("%w: document block %d: %w", provenance.ErrBadDocument, id, err)
 			}
 			if blocks != nil {
 				blocks[id] = docs
 			}
 		}
 		if slot >= len(docs) {
-			return fmt.Errorf("document block %d has no slot %d", id, slot)
+			return fmt.Errorf("%w: document block %d has no slot %d", provenance.ErrBadDocument, id, slot)
 		}
 		js = docs[slot]
 	}
 	if err := provenance.DecodeExec(js, e); err != nil {
-		return fmt.Errorf("stored document: %w", err)
+		return fmt.Errorf("%w: %w", provenance.ErrBadDocument, err)
 	}
 	e.Normalize()
 	return nil

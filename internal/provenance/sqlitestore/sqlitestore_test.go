@@ -3,7 +3,9 @@ package sqlitestore
 import (
 	"cmp"
 	"context"
+	"database/sql"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -23,7 +25,79 @@ func TestSharedSuite(t *testing.T) {
 			t.Fatal(err)
 		}
 		return s
-	}, storetest.Options{N: 1000})
+	}, storetest.Options{N: 1000, InsertBad: insertBad})
+}
+
+// insertBad stores, through SQL of its own on the store's file, anomalies
+// like near whose documents are bad in each way a SQLite store can hold
+// one, and a func_stats record that is not JSON (storetest.Options).
+func insertBad(t *testing.T, ps provenance.Store, near provenance.Exec) []string {
+	t.Helper()
+	s := ps.(*Store)
+	db, err := sql.Open("sqlite", "file:"+s.Path()+"?_pragma=busy_timeout(10000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	exec := func(q string, args ...any) sql.Result {
+		t.Helper()
+		r, err := db.Exec(q, args...)
+		if err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+		return r
+	}
+	block := func(data []byte) int64 {
+		id, err := exec("INSERT INTO anomalies_docs (data) VALUES (?)", data).LastInsertId()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	other := near
+	other.EventID = fmt.Sprintf("%d:%d:%d", near.RID, near.IOStep, 900001)
+	var b docblock.Builder
+	if _, err := b.AppendExec(&other); err != nil {
+		t.Fatal(err)
+	}
+	disagreeing := block(b.AppendCompressed(nil))
+	var braced docblock.Builder
+	braced.Add([]byte(`{not json at all}`))
+	notJSONInBlock := block(braced.AppendCompressed(nil))
+	notZstd := block([]byte("not zstd"))
+	docs := []any{
+		[]byte(`{not json at all}`),       // a document held in its row, not JSON
+		appendRef(nil, disagreeing, 0),    // a document of another function than its row's
+		appendRef(nil, notJSONInBlock, 0), // a block's document, not JSON
+		appendRef(nil, notZstd, 0),        // a block that does not decompress
+		appendRef(nil, notZstd+1000, 0),   // a block that is not there
+		appendRef(nil, disagreeing, 5),    // a slot the block does not have
+		[]byte{docRef, 0xff},              // a reference that does not parse
+		[]byte(`{"event_id":"1:2:3"}`),    // another record's document
+	}
+	var ids []string
+	for i, doc := range docs {
+		id := fmt.Sprintf("%d:%d:%d", near.RID, near.IOStep, 900000+i)
+		if i == 1 {
+			id = other.EventID
+		}
+		fn := near.Func
+		if i == 1 {
+			fn = "another_function"
+		}
+		exec("INSERT INTO anomalies "+execInsertColumns+" VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+			int64(near.PID), id, int64(near.RID), int64(near.TID), int64(near.FID), fn, int64(near.IOStep),
+			int64(near.Entry), int64(near.Exit), int64(near.RuntimeTotal), int64(near.RuntimeExclusive), near.OutlierScore, near.IsGPUEvent, doc)
+		ids = append(ids, id)
+	}
+	// A row whose columns cannot be an execution's.
+	id := fmt.Sprintf("%d:%d:%d", near.RID, near.IOStep, 900100)
+	exec("INSERT INTO anomalies "+execInsertColumns+" VALUES (?,?,'not a number',?,?,?,?,?,?,?,?,?,?,?)",
+		int64(near.PID), id, int64(near.TID), int64(near.FID), near.Func, int64(near.IOStep),
+		int64(near.Entry), int64(near.Exit), int64(near.RuntimeTotal), int64(near.RuntimeExclusive), near.OutlierScore, near.IsGPUEvent, []byte(`{}`))
+	ids = append(ids, id)
+	exec(`INSERT INTO func_stats (pid, func, doc) VALUES (0, 'zz_bad', '{not json}')`)
+	return ids
 }
 
 func TestDiskUsageCountsCheckpointedLog(t *testing.T) {
@@ -217,5 +291,30 @@ func TestReadsPlainJSONDocuments(t *testing.T) {
 	all, err := s.Query(ctx, provenance.Query{Kind: storetest.Anomalies, Limit: 10})
 	if err != nil || len(all) != 3 {
 		t.Fatalf("query over old and new rows: %d records, %v", len(all), err)
+	}
+}
+
+// TestNewStoreFilesArePrivate: a new store's file, its log and its shared
+// memory are readable and writable by their owner only, whatever the
+// umask lets through.
+func TestNewStoreFilesArePrivate(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "prov.db")
+	s, err := Open(ctx, path, Options{Synchronous: "OFF"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Write(ctx, storetest.ExecBatch(storetest.Anomalies, storetest.Generate(storetest.GenConfig{Seed: 3, N: 10, Anomaly: true}))); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{path, path + "-wal", path + "-shm"} {
+		fi, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if perm := fi.Mode().Perm(); perm != 0o600 {
+			t.Errorf("%s has mode %04o, want 0600", filepath.Base(p), perm)
+		}
 	}
 }

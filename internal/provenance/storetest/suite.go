@@ -22,6 +22,13 @@ type Opener func(t *testing.T) provenance.Store
 type Options struct {
 	// N is the number of executions the query tests run on; default 400.
 	N int
+	// InsertBad stores in s, bypassing Write (as a corrupt file, a bug or
+	// another writer could), anomalies whose stored documents are bad in
+	// every way the store can hold one, and one func_stats record whose
+	// document is bad. The anomalies are like near (its program, rank and
+	// function), under other event ids, which it returns. Nil skips the
+	// test of reads over bad documents.
+	InsertBad func(t *testing.T, s provenance.Store, near provenance.Exec) []string
 }
 
 func ptr[T any](v T) *T { return &v }
@@ -329,6 +336,121 @@ func Run(t *testing.T, open Opener, opt Options) {
 			close(errs)
 			for err := range errs {
 				t.Fatal(err)
+			}
+		})
+	})
+
+	t.Run("BadStoredDocumentsAreSkipped", func(t *testing.T) {
+		if opt.InsertBad == nil {
+			t.Skip("no way to store a bad document given")
+		}
+		s := open(t)
+		defer s.Close()
+		good := Generate(GenConfig{Seed: 6, N: 120, Anomaly: true})
+		if err := s.Write(ctx, ExecBatch(provenance.KindAnomalies, good)); err != nil {
+			t.Fatal(err)
+		}
+		_, fs, _, _ := GenerateOthers(0, 3)
+		if err := s.Write(ctx, provenance.Batch{Kind: provenance.KindFuncStats, FuncStats: fs}); err != nil {
+			t.Fatal(err)
+		}
+		bad := opt.InsertBad(t, s, good[0])
+		checkSkips := func(t *testing.T, sk *provenance.Skips, want int64) {
+			t.Helper()
+			if sk.Count() != want || (want > 0 && !errors.Is(sk.First(), provenance.ErrBadDocument)) {
+				t.Fatalf("%d records reported skipped (first: %v), want %d wrapping ErrBadDocument", sk.Count(), sk.First(), want)
+			}
+		}
+		for _, tc := range []struct {
+			name string
+			q    provenance.Query
+		}{
+			{"every record", provenance.Query{Limit: provenance.NoLimit}},
+			{"by score, descending", provenance.Query{Sort: provenance.SortOutlierScore, Desc: true, Limit: provenance.NoLimit}},
+			{"the program and rank", provenance.Query{PID: ptr(good[0].PID), Rank: ptr(good[0].RID), Limit: provenance.NoLimit}},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				q := tc.q
+				if err := q.Normalize(); err != nil {
+					t.Fatal(err)
+				}
+				want := ids(reference(q, good))
+				var sk provenance.Skips
+				if got := eachIDs(provenance.WithSkips(ctx, &sk), t, s, q); !reflect.DeepEqual(got, want) {
+					t.Fatalf("Each: got %d %v\nwant %d %v", len(got), head(got), len(want), head(want))
+				}
+				if q.Rank == nil {
+					checkSkips(t, &sk, int64(len(bad)))
+				} else if sk.Count() == 0 {
+					t.Fatal("Each met no bad document on the rank of the bad ones")
+				}
+				q.Limit = provenance.MaxLimit
+				var qk provenance.Skips
+				recs, err := s.Query(provenance.WithSkips(ctx, &qk), q)
+				if err != nil {
+					t.Fatalf("Query: %v", err)
+				}
+				if got := ids(recs); !reflect.DeepEqual(got, want) {
+					t.Fatalf("Query: got %d %v\nwant %d %v", len(got), head(got), len(want), head(want))
+				}
+				if qk.Count() != sk.Count() {
+					t.Fatalf("Query reported %d skipped, Each %d", qk.Count(), sk.Count())
+				}
+			})
+		}
+		// A limited read still returns its limit of records where bad
+		// ones are left out among them: the store reads further.
+		t.Run("limits", func(t *testing.T) {
+			refilled := false
+			for _, sort := range []string{provenance.SortEntry, provenance.SortOutlierScore} {
+				for _, limit := range []int{1, 5, 17, 60, 119, 120, 200} {
+					q := provenance.Query{Sort: sort, Limit: limit}
+					if err := q.Normalize(); err != nil {
+						t.Fatal(err)
+					}
+					want := ids(reference(q, good))
+					var sk provenance.Skips
+					if got := eachIDs(provenance.WithSkips(ctx, &sk), t, s, q); !reflect.DeepEqual(got, want) {
+						t.Fatalf("Each by %s, limit %d: got %d %v\nwant %d %v", sort, limit, len(got), head(got), len(want), head(want))
+					}
+					recs, err := s.Query(ctx, q)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if got := ids(recs); !reflect.DeepEqual(got, want) {
+						t.Fatalf("Query by %s, limit %d: got %d %v\nwant %d %v", sort, limit, len(got), head(got), len(want), head(want))
+					}
+					if sk.Count() > int64(len(bad)) {
+						t.Fatalf("Each by %s, limit %d: %d records reported skipped, but only %d are bad", sort, limit, sk.Count(), len(bad))
+					}
+					refilled = refilled || sk.Count() > 0 && limit < len(good)
+				}
+			}
+			if !refilled {
+				t.Fatal("no limited read met a bad record: the test tests nothing")
+			}
+		})
+		t.Run("Get refuses a bad record", func(t *testing.T) {
+			for _, id := range bad {
+				if _, err := s.Get(ctx, provenance.KindAnomalies, good[0].PID, id); err == nil || errors.Is(err, provenance.ErrNotFound) {
+					t.Errorf("Get %s: error %v, want one for a bad document", id, err)
+				}
+			}
+		})
+		t.Run("func_stats", func(t *testing.T) {
+			var sk provenance.Skips
+			n := 0
+			if err := s.FuncStats(provenance.WithSkips(ctx, &sk), func(provenance.GlobalFuncStats) error { n++; return nil }); err != nil {
+				t.Fatal(err)
+			}
+			if n != len(fs) {
+				t.Fatalf("%d func_stats records read, want the %d good ones", n, len(fs))
+			}
+			checkSkips(t, &sk, 1)
+		})
+		t.Run("without Skips", func(t *testing.T) {
+			if got := eachIDs(ctx, t, s, provenance.Query{Limit: provenance.NoLimit}); len(got) != len(good) {
+				t.Fatalf("%d records, want the %d good ones", len(got), len(good))
 			}
 		})
 	})
