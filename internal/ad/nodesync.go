@@ -342,7 +342,10 @@ func (ns *NodeSyncer) sendChunk(ctx context.Context, shard int, calls []*nodeCal
 		}
 		var done, rest []*nodeCall
 		for _, c := range calls {
-			if stale[psync.RankSeq{PID: c.req.PID, Rank: c.req.Rank, Seq: c.req.Seq}] {
+			k := psync.RankSeq{PID: c.req.PID, Rank: c.req.Rank, Seq: c.req.Seq, Incarnation: c.req.Incarnation}
+			legacy := k
+			legacy.Incarnation = 0 // a pserver that names no incarnation
+			if stale[k] || stale[legacy] {
 				done = append(done, c)
 			} else {
 				rest = append(rest, c)
@@ -398,7 +401,7 @@ func mergeRequests(node string, calls []*nodeCall) (*psync.SyncRequest, error) {
 			rule := *r.TailRule
 			out.TailRule = &rule
 		}
-		out.Ranks = append(out.Ranks, psync.RankPart{PID: r.PID, Rank: r.Rank, Seq: r.Seq, Steps: r.Steps})
+		out.Ranks = append(out.Ranks, psync.RankPart{PID: r.PID, Rank: r.Rank, Seq: r.Seq, Incarnation: r.Incarnation, Steps: r.Steps})
 		for i := range r.Models {
 			d := &r.Models[i]
 			j, ok := keys[d.Key]

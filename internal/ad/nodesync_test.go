@@ -35,6 +35,9 @@ type stateSyncer struct {
 	// anything, as a round trip that timed out before the pserver got it.
 	failCall int
 	calls    int
+	// legacy answers as a pserver that knows no incarnations: its stale
+	// ranks name none.
+	legacy bool
 }
 
 func newStateSyncer(shards int) *stateSyncer {
@@ -67,6 +70,11 @@ func (s *stateSyncer) Sync(_ context.Context, shard int, req *psync.SyncRequest)
 		s.applied[shard]++
 	}
 	lose := s.calls == s.loseReply
+	if s.legacy {
+		for i := range rep.Stale {
+			rep.Stale[i].Incarnation = 0
+		}
+	}
 	s.mu.Unlock()
 	if err != nil {
 		return nil, err
@@ -246,6 +254,12 @@ func delta(rank uint32, seq uint64, vals ...float64) *psync.SyncRequest {
 		Steps: []psync.StepSummary{{Step: seq, Executions: uint64(len(vals))}}}
 }
 
+// inc sets r's incarnation.
+func inc(r *psync.SyncRequest, incarnation uint64) *psync.SyncRequest {
+	r.Incarnation = incarnation
+	return r
+}
+
 // syncAll calls ns.Sync for every request at once and returns the errors.
 func syncAll(ns *ad.NodeSyncer, reqs ...*psync.SyncRequest) []error {
 	errs := make([]error, len(reqs))
@@ -283,6 +297,7 @@ func TestNodeSyncExactlyOnce(t *testing.T) {
 		rounds  []round
 		want    float64 // values in the global model at the end
 		applied int     // requests the pserver applied
+		legacy  bool    // the pserver names no incarnation in stale
 	}{
 		{
 			name:    "every rank in one request",
@@ -310,6 +325,35 @@ func TestNodeSyncExactlyOnce(t *testing.T) {
 			want: 5, applied: 3,
 		},
 		{
+			name:    "reply lost, one rank of an incarnation resends with another's new request",
+			members: 2,
+			rounds: []round{
+				{reqs: []*psync.SyncRequest{inc(delta(0, 1, 1), 7)}, loseNext: true, wantErr: true},
+				{reqs: []*psync.SyncRequest{inc(delta(0, 1, 1), 7), inc(delta(1, 1, 2, 3), 8)}},
+				{reqs: []*psync.SyncRequest{inc(delta(0, 2, 4), 7), inc(delta(1, 2, 5), 8)}},
+			},
+			want: 5, applied: 3,
+		},
+		{
+			name:    "the same from a pserver without incarnations",
+			members: 2,
+			rounds: []round{
+				{reqs: []*psync.SyncRequest{inc(delta(0, 1, 1), 7)}, loseNext: true, wantErr: true},
+				{reqs: []*psync.SyncRequest{inc(delta(0, 1, 1), 7), inc(delta(1, 1, 2, 3), 8)}},
+				{reqs: []*psync.SyncRequest{inc(delta(0, 2, 4), 7), inc(delta(1, 2, 5), 8)}},
+			},
+			want: 5, applied: 3, legacy: true,
+		},
+		{
+			name:    "a restarted rank (new incarnation) with another rank",
+			members: 2,
+			rounds: []round{
+				{reqs: []*psync.SyncRequest{inc(delta(0, 1, 1), 7), inc(delta(1, 1, 2), 8)}},
+				{reqs: []*psync.SyncRequest{inc(delta(0, 2, 3), 7), inc(delta(1, 1, 4), 9)}},
+			},
+			want: 4, applied: 2,
+		},
+		{
 			name:    "a member with nothing to send does not hold the batch",
 			members: 4,
 			rounds:  []round{{reqs: []*psync.SyncRequest{delta(0, 1, 1), delta(2, 1, 2)}}},
@@ -319,6 +363,7 @@ func TestNodeSyncExactlyOnce(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			ps := newStateSyncer(1)
+			ps.legacy = tc.legacy
 			ns := ad.NewNodeSyncer(ps, "test-node", 20*time.Millisecond, 5*time.Second)
 			defer ns.Close()
 			for range tc.members {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -55,6 +56,9 @@ func (s *NATSSyncer) Sync(ctx context.Context, shard int, req *psync.SyncRequest
 type syncResult struct {
 	rep *psync.SyncReply
 	err error
+	// refused: the pserver refused the request as invalid (rep.Invalid);
+	// sent again it would be refused again.
+	refused bool
 }
 
 type shardState struct {
@@ -84,14 +88,23 @@ type syncState struct {
 	// releaseOutputs (checkpoint): they are sent after it.
 	held     []psync.StepSummary
 	counters map[string]*stats.Moments
-	lag      atomic.Uint64
-	ctx      context.Context
-	cancel   context.CancelFunc
-	wg       sync.WaitGroup
+	// incarnation names this sync state in every request (a random
+	// non-zero number drawn by newSyncState, kept in checkpoints): the
+	// pserver deduplicates a rank's Seq per incarnation, so a detector
+	// restarted without its checkpoint, numbering from 1 again, is not
+	// taken for retries of its previous process.
+	incarnation uint64
+	// refused counts the requests the pserver refused as invalid (for
+	// logging the 1st, 2nd, 4th, ... only).
+	refused uint64
+	lag     atomic.Uint64
+	ctx     context.Context
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
 }
 
 func newSyncState(d *Detector) *syncState {
-	s := &syncState{d: d, syncer: d.cfg.Syncer, counters: map[string]*stats.Moments{}}
+	s := &syncState{d: d, syncer: d.cfg.Syncer, counters: map[string]*stats.Moments{}, incarnation: newIncarnation()}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	for range d.cfg.Shards {
 		sh := &shardState{done: make(chan syncResult, 1)}
@@ -103,6 +116,15 @@ func newSyncState(d *Detector) *syncState {
 		s.node = ns
 	}
 	return s
+}
+
+// newIncarnation draws a random non-zero incarnation.
+func newIncarnation() uint64 {
+	for {
+		if v := rand.Uint64(); v != 0 {
+			return v
+		}
+	}
 }
 
 func (s *syncState) addSummary(sum psync.StepSummary) {
@@ -253,7 +275,7 @@ func (s *syncState) pull(ctx context.Context) {
 	reps := make([]*psync.SyncReply, len(s.shards))
 	var wg sync.WaitGroup
 	for i := range s.shards {
-		req := &psync.SyncRequest{PID: d.cfg.PID, Rank: d.cfg.Rank, Step: d.cur.step, Algorithm: d.cfg.Algorithm, Hostname: d.cfg.Hostname}
+		req := &psync.SyncRequest{PID: d.cfg.PID, Rank: d.cfg.Rank, Incarnation: s.incarnation, Step: d.cur.step, Algorithm: d.cfg.Algorithm, Hostname: d.cfg.Hostname}
 		for _, m := range d.models.list {
 			if m.shard == i {
 				req.Models = append(req.Models, psync.ModelDelta{Key: m.name})
@@ -354,7 +376,7 @@ func (s *syncState) viaNode() bool { return s.node != nil }
 func (s *syncState) send(i int, force bool) bool {
 	d := s.d
 	sh := s.shards[i]
-	req := &psync.SyncRequest{PID: d.cfg.PID, Rank: d.cfg.Rank, Step: d.cur.step, Algorithm: d.cfg.Algorithm, Hostname: d.cfg.Hostname}
+	req := &psync.SyncRequest{PID: d.cfg.PID, Rank: d.cfg.Rank, Incarnation: s.incarnation, Step: d.cur.step, Algorithm: d.cfg.Algorithm, Hostname: d.cfg.Hostname}
 	if d.models.gated {
 		rule := d.models.rule
 		req.TailRule = &rule
@@ -409,6 +431,13 @@ func (s *syncState) sender(i int, sh *shardState, req *psync.SyncRequest) {
 		actx, cancel := s.attempt(s.ctx)
 		rep, err := s.syncer.Sync(actx, i, req)
 		cancel()
+		if err == nil && rep != nil && rep.Error != "" && rep.Invalid {
+			// Refused for what it holds: resent it would be refused
+			// again, and hold every later delta of the shard back.
+			sh.healthy.Store(true)
+			sh.done <- syncResult{rep: rep, refused: true}
+			return
+		}
 		if err == nil && rep != nil && rep.Error != "" {
 			err = fmt.Errorf("pserver shard %d refused sync %d: %s", i, req.Seq, rep.Error)
 		}
@@ -438,6 +467,10 @@ func (s *syncState) apply(i int, r syncResult) {
 	sh := s.shards[i]
 	req := sh.inflight
 	sh.inflight = nil
+	if r.refused {
+		s.drop(i, req, r.rep.Error)
+		return
+	}
 	if r.err != nil || r.rep == nil {
 		// Never answered (closing): keep the deltas locally.
 		for _, k := range sh.keys {
@@ -511,6 +544,32 @@ func (s *syncState) apply(i int, r syncResult) {
 				m.tGlobal = *g.Tail
 			}
 		}
+	}
+}
+
+// drop forgets shard i's request req, which the pserver refused as invalid
+// (reason): its deltas are not kept for the next request (they would be
+// refused with it), its step summaries are counted as dropped and the
+// refusal as a sync failure, logged the 1st, 2nd, 4th, 8th... time.
+func (s *syncState) drop(i int, req *psync.SyncRequest, reason string) {
+	d := s.d
+	for _, k := range s.shards[i].keys {
+		m := d.models.list[k]
+		m.inflight, m.hInflight, m.inflightAnoms, m.inFlight = stats.Moments{}, stats.Histogram{}, 0, false
+		m.tInflight = stats.TailHist{}
+	}
+	d.stats.syncFailures.Add(1)
+	if req != nil {
+		d.stats.droppedSummaries.Add(uint64(len(req.Steps)))
+	}
+	s.refused++
+	if s.refused&(s.refused-1) == 0 {
+		var seq uint64
+		if req != nil {
+			seq = req.Seq
+		}
+		d.cfg.Logger.Error().Int("shard", i).Uint64("seq", seq).Uint64("refused", s.refused).Str("reason", reason).
+			Msg("the pserver refused a sync request as invalid; its deltas and step summaries are dropped (a detector bug or corrupted input: please report it)")
 	}
 }
 

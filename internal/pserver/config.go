@@ -41,7 +41,7 @@ const (
 
 // Config is the parameter server's settings: Run uses all of them, New
 // (a Server in a process of its own or embedded, as kipimo run does) all but
-// NATS and TokenFile. Each field set by a flag of the pserver command names
+// NATS, TokenFile and ProvDBTokenFile. Each field set by a flag of the pserver command names
 // it. Fields marked "0: default" take DefaultConfig's value in New when left
 // zero; the others mean what their zero value says.
 type Config struct {
@@ -63,6 +63,13 @@ type Config struct {
 	// allowed); "" serves without one.
 	Token     string
 	ProvDBURL string // --provdb-url: base URL of the provdb query API, proxied under /provdb/
+	// ProvDBTokenFile (--provdb-token-file) names the file holding the
+	// bearer token of the provdb query API; Run reads it into ProvDBToken.
+	ProvDBTokenFile string
+	// ProvDBToken is the bearer token the proxy sends to provdb (the
+	// dashboard's own token, or the one a page was opened with, never
+	// reaches provdb); "" sends none.
+	ProvDBToken string
 	// ProvDBList is the provdb path listing anomaly records (filters rank,
 	// pid, func, sort, order, limit are appended); "": default (provdb's query API).
 	ProvDBList string
@@ -164,6 +171,12 @@ func (c Config) Validate() error {
 	}
 	if c.TokenFile != "" && c.Token != "" {
 		bad("--token-file %s and a Token are both set: give one", c.TokenFile)
+	}
+	if c.ProvDBTokenFile != "" && c.ProvDBToken != "" {
+		bad("--provdb-token-file %s and a ProvDBToken are both set: give one", c.ProvDBTokenFile)
+	}
+	if (c.ProvDBTokenFile != "" || c.ProvDBToken != "") && c.ProvDBURL == "" {
+		bad("--provdb-token-file is set without --provdb-url: give the provdb query API's URL too")
 	}
 	if c.ProvDBURL != "" {
 		if u, err := url.Parse(c.ProvDBURL); err != nil {

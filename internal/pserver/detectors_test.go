@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"slices"
 	"sync"
 	"testing"
 
@@ -105,5 +106,58 @@ func TestRealDetectorsTwoShards(t *testing.T) {
 	}
 	if n == 0 {
 		t.Error("the global models are empty")
+	}
+}
+
+// TestRestartedDetectorIsANewIncarnation runs one rank's frames through a
+// detector that stops half way and a new detector, without its checkpoint,
+// that processes the rest (a restarted ad process): the new detector
+// numbers its requests from 1 again, and the pserver applies them as a new
+// incarnation instead of dropping them as retries, so it counts every frame
+// once.
+func TestRestartedDetectorIsANewIncarnation(t *testing.T) {
+	wcfg := workload.DefaultConfig()
+	wcfg.Ranks, wcfg.Steps, wcfg.EventsPerStep = 1, 8, 1000
+	w, err := workload.New(wcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, nc := startNATS(t)
+	s := startServer(t, nc, Config{Run: "reinc"})
+	defer s.Shutdown(context.Background())
+	syncer := &ad.NATSSyncer{Conn: connect(t, ns), Subjects: natsx.Subjects{Run: "reinc"}}
+	g := w.Rank(0)
+	var frames uint64
+	var funcs, ctrs []frame.Name // the names the frames carried so far
+	for half := range 2 {
+		d, err := ad.New(ad.Config{PID: wcfg.PID, Rank: 0, Syncer: syncer, Algorithm: ad.SSTD})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var f frame.Frame
+		for i := range wcfg.Steps / 2 {
+			if _, err := g.Next(&f); err != nil {
+				t.Fatal(err)
+			}
+			funcs, ctrs = append(funcs, f.Funcs...), append(ctrs, f.Counters...)
+			if i == 0 {
+				// The new process learns the names the old one had seen.
+				f.Funcs, f.Counters = slices.Clone(funcs), slices.Clone(ctrs)
+			}
+			if err := d.Process(context.Background(), &f); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := d.Close(context.Background()); err != nil {
+			t.Fatalf("detector %d: %v", half, err)
+		}
+		frames += d.Stats().Frames
+	}
+	st := state(s)
+	if tot := st.Agg.Total(); tot.Frames != frames || frames != uint64(wcfg.Steps) {
+		t.Errorf("pserver counted %d frames, the two detectors %d of %d", tot.Frames, frames, wcfg.Steps)
+	}
+	if st.Incarnations != 1 || st.Duplicates != 0 {
+		t.Errorf("%d new incarnations and %d duplicates, want 1 and 0", st.Incarnations, st.Duplicates)
 	}
 }

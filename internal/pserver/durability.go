@@ -127,6 +127,9 @@ func (d *snapshotDurability) open(ctx context.Context, opts ...jetstream.JetStre
 		return err
 	}
 	if st != nil {
+		for _, what := range st.sanitize() {
+			s.skip("snapshot", what)
+		}
 		s.replace(st)
 		s.log.Info().Uint64("wal_seq", st.WALSeq).Int("models", len(st.Models)).Int("detectors", len(st.LastSeq)).Msg("loaded state snapshot")
 	}

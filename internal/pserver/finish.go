@@ -10,6 +10,7 @@ import (
 
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
 	"github.com/kipimo-hpc/kipimo/internal/provenance/provstream"
+	"github.com/kipimo-hpc/kipimo/internal/stats"
 )
 
 // FuncStatsRecords returns the final func_stats records of this shard's model
@@ -23,7 +24,7 @@ func (s *Server) FuncStatsRecords() []provenance.GlobalFuncStats {
 		for _, k := range st.ModelKeys() {
 			m := st.Models[k]
 			f := provenance.GlobalFuncStats{
-				PID: m.PID, FID: keyID(k), Func: k, Stats: provenance.FuncStatsOf(m.Moments), Anomalies: m.Anomalies,
+				PID: m.PID, FID: keyID(k), Func: k, Stats: finiteStats(m.Moments), Anomalies: m.Anomalies,
 			}
 			if r, ok := ranges[k]; ok {
 				f.NaturalRange = &r
@@ -39,10 +40,19 @@ func (s *Server) CounterStatsRecords() []provenance.GlobalCounterStats {
 	var out []provenance.GlobalCounterStats
 	s.View(func(st *State) {
 		for _, row := range counterTable(st) {
-			out = append(out, provenance.GlobalCounterStats{Counter: row.Counter, Stats: provenance.FuncStatsOf(*st.Counters[row.Counter])})
+			out = append(out, provenance.GlobalCounterStats{Counter: row.Counter, Stats: finiteStats(*st.Counters[row.Counter])})
 		}
 	})
 	return out
+}
+
+// finiteStats is provenance.FuncStatsOf(m) with the derived statistics
+// that do not exist (a division by an underflowed m2) as 0, so that the
+// records always encode.
+func finiteStats(m stats.Moments) provenance.FuncStats {
+	f := provenance.FuncStatsOf(m)
+	f.Stddev, f.Skewness, f.Kurtosis = finiteOr0(f.Stddev), finiteOr0(f.Skewness), finiteOr0(f.Kurtosis)
+	return f
 }
 
 func keyID(k string) uint32 {

@@ -220,6 +220,9 @@ func (s *Server) provdbProxy() http.Handler {
 			q.Del(daemon.TokenParam) // a page opened with ?token= on a server without one
 			pr.Out.URL.RawQuery = q.Encode()
 			pr.Out.Header.Del("Authorization")
+			if s.cfg.ProvDBToken != "" {
+				pr.Out.Header.Set("Authorization", "Bearer "+s.cfg.ProvDBToken)
+			}
 		},
 		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
 			httpError(w, http.StatusBadGateway, "the provenance query API at "+target.Redacted()+" did not answer: "+err.Error())

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/kipimo-hpc/kipimo/internal/daemon"
 )
 
 // fedServer returns a Server (not connected to NATS) fed with a synthetic run
@@ -218,6 +220,32 @@ func TestProvDBProxy(t *testing.T) {
 			}
 		})
 	}
+	// With --provdb-token-file the proxy reaches a provdb that checks a
+	// token (both daemons with one, as in the compose set-up) with
+	// provdb's token, not the page's.
+	t.Run("provdb token", func(t *testing.T) {
+		prov := httptest.NewServer(daemon.Bearer("pt", daemon.HeaderOnly, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Write([]byte(`[]`))
+		})))
+		defer prov.Close()
+		_, ts, _ := fedServer(t, Config{ProvDBURL: prov.URL, Token: "tk", ProvDBToken: "pt"}, 2, 2, 0)
+		for _, tc := range []struct {
+			url  string
+			want int
+		}{
+			{"/provdb/api/anomalies?rank=1&token=tk", http.StatusOK},
+			{"/provdb/api/anomalies?rank=1", http.StatusUnauthorized}, // the pserver's own check
+		} {
+			res, err := http.Get(ts.URL + tc.url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res.Body.Close()
+			if res.StatusCode != tc.want {
+				t.Errorf("GET %s: %d, want %d", tc.url, res.StatusCode, tc.want)
+			}
+		}
+	})
 }
 
 func TestSSEStreamAndSlowClients(t *testing.T) {

@@ -30,6 +30,8 @@ type metrics struct {
 	rankExec     *prometheus.CounterVec
 
 	walErrors       prometheus.Counter
+	replaySkipped   *prometheus.CounterVec
+	incarnations    prometheus.Counter
 	replyErrors     prometheus.Counter
 	snapshots       prometheus.Counter
 	snapshotBytes   prometheus.Gauge
@@ -58,7 +60,7 @@ func newMetrics(s *Server) *metrics {
 	m := &metrics{reg: reg, rankSeen: map[DetectorID]bool{}, maxRanks: s.cfg.MaxRankSeries}
 	m.syncRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "kipimo_ps_sync_requests_total",
-		Help: "Sync requests handled, by result: applied, duplicate (Seq already applied), bad (undecodable), error.",
+		Help: "Sync requests handled, by result: applied, duplicate (Seq already applied), bad (undecodable), invalid (refused by validation: non-finite or inconsistent statistics, sizes, Seq or io_step out of bounds), error.",
 	}, []string{"result"})
 	m.syncLatency = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "kipimo_ps_sync_latency_seconds",
@@ -73,7 +75,12 @@ func newMetrics(s *Server) *metrics {
 		Name: "kipimo_rank_executions_total",
 		Help: "Executions analysed by a rank (only the first --max-rank-series ranks have a series).",
 	}, []string{"pid", "rank"})
-	reg.MustRegister(m.syncRequests, m.syncLatency, m.rankAnom, m.rankExec)
+	m.replaySkipped = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "kipimo_ps_replay_skipped_total",
+		Help: "Invalid things found in the persisted state and skipped, by source: wal (sync-log entries not applied) or snapshot (models, counters and statistics dropped or reset on load).",
+	}, []string{"source"})
+	reg.MustRegister(m.syncRequests, m.syncLatency, m.rankAnom, m.rankExec, m.replaySkipped)
+	m.incarnations = f("kipimo_ps_incarnations_total", "New incarnations of detectors that had synced before (a detector restarted without its checkpoint): its Seq starts again under the new incarnation.")
 	m.merges = f("kipimo_ps_merges_total", "Model and counter deltas merged into the global model.")
 	m.events = f("kipimo_events_total", "Function events the detectors processed, as reported in step summaries.")
 	m.executions = f("kipimo_executions_total", "Executions the detectors labelled, as reported in step summaries.")

@@ -34,6 +34,7 @@ func parseArgs(args []string, lookup func(string) (string, bool), stderr io.Writ
 	fs.IntVar(&c.Shards, "shards", c.Shards, "number of shards the model keys are split into")
 	fs.StringVar(&c.ProvDBURL, "provdb-url", "", "base URL of the provdb query API for the dashboard's click-through, e.g. http://127.0.0.1:8081")
 	fs.StringVar(&c.TokenFile, "token-file", "", "file holding a bearer token required by every HTTP request (header, or ?token= from a browser)")
+	fs.StringVar(&c.ProvDBTokenFile, "provdb-token-file", "", "file holding the bearer token of the provdb query API at --provdb-url (its --token-file), sent by the dashboard's /provdb/ proxy")
 	fs.StringVar(&c.Durability, "durability", c.Durability, "wal (log every sync before answering; survives crashes), snapshot (periodic snapshots; survives clean restarts) or none")
 	fs.DurationVar(&c.SnapshotInterval, "snapshot-interval", c.SnapshotInterval, "how often the state is snapshotted to the key-value bucket")
 	fs.IntVar(&c.SnapshotEvery, "snapshot-every", c.SnapshotEvery, "also snapshot after this many applied sync requests")
@@ -65,7 +66,7 @@ func Main(ctx context.Context, args []string, stderr io.Writer) error {
 	return Run(ctx, cfg, log)
 }
 
-// Run serves one shard of a run as cfg says: it reads the token file,
+// Run serves one shard of a run as cfg says: it reads the token files,
 // connects to NATS, starts a Server (state loaded, log replayed, HTTP
 // listening), serves until ctx is cancelled, then shuts down cleanly within
 // daemon.ShutdownTimeout: requests accepted are applied and answered, a
@@ -80,6 +81,13 @@ func Run(ctx context.Context, cfg Config, log zerolog.Logger) error {
 	}
 	if token != "" {
 		cfg.Token, cfg.TokenFile = token, ""
+	}
+	ptoken, err := daemon.Secret("provdb-token-file", cfg.ProvDBTokenFile)
+	if err != nil {
+		return err
+	}
+	if ptoken != "" {
+		cfg.ProvDBToken, cfg.ProvDBTokenFile = ptoken, ""
 	}
 	s, err := New(cfg, log)
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"runtime/pprof"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -50,6 +51,13 @@ type Server struct {
 	startOnce sync.Once
 	stopOnce  sync.Once
 	finished  atomic.Bool
+
+	// invalid counts the sync requests refused by validation since start,
+	// skipped the invalid things found in the persisted state and left out.
+	invalid atomic.Uint64
+	skipped atomic.Uint64
+	badLog  logLimiter // refused requests and skipped log entries
+	incLog  logLimiter // new incarnations
 }
 
 // New validates cfg (its zero "0: default" fields filled from DefaultConfig)
@@ -66,6 +74,8 @@ func New(cfg Config, log zerolog.Logger) (*Server, error) {
 		st:      NewState(cfg.Window),
 		changed: make(chan struct{}, 1),
 		stop:    make(chan struct{}),
+		badLog:  logLimiter{every: 10 * time.Second},
+		incLog:  logLimiter{every: time.Second},
 	}
 	s.metrics = newMetrics(s)
 	s.hub = newHub(cfg.SSEBuffer, s.metrics)
@@ -163,7 +173,8 @@ func (s *Server) onSyncDirect(m *nats.Msg) {
 	s.respond(m.Reply, rep, t0)
 }
 
-// applyRaw decodes and applies one request and returns its answer.
+// applyRaw decodes, validates and applies one request and returns its
+// answer.
 func (s *Server) applyRaw(data []byte, walSeq uint64) *psync.SyncReply {
 	req, err := decodeRequest(data)
 	if err != nil {
@@ -173,7 +184,48 @@ func (s *Server) applyRaw(data []byte, walSeq uint64) *psync.SyncReply {
 		}
 		return &psync.SyncReply{Error: err.Error()}
 	}
+	if err := req.Validate(); err != nil {
+		s.refuse(req, err)
+		return &psync.SyncReply{Error: err.Error(), Invalid: true}
+	}
 	return s.apply(req, walSeq)
+}
+
+// refuse counts and logs (at most one line per 10 s) a request refused by
+// validation.
+func (s *Server) refuse(req *psync.SyncRequest, err error) {
+	s.metrics.syncRequests.WithLabelValues("invalid").Inc()
+	n := s.invalid.Add(1)
+	if ok, held := s.badLog.allow(time.Now()); ok {
+		s.log.Warn().Err(err).Str("from", requester(req)).Uint64("refused_total", n).Uint64("not_logged", held).
+			Msg("refused an invalid sync request (nothing of it applied); the sender is misbehaving or not a detector of this run")
+	}
+}
+
+// skip counts and logs (rate-limited) an invalid thing found in the
+// persisted state and left out: a log entry (source "wal") or part of a
+// snapshot ("snapshot").
+func (s *Server) skip(source, what string) {
+	s.metrics.replaySkipped.WithLabelValues(source).Inc()
+	n := s.skipped.Add(1)
+	if ok, held := s.badLog.allow(time.Now()); ok {
+		s.log.Warn().Str("source", source).Uint64("skipped_total", n).Uint64("not_logged", held).
+			Msgf("skipped invalid persisted state: %s", what)
+	}
+}
+
+// check validates req against the current state (psync.SyncRequest.Validate,
+// then State.Check), as apply will.
+func (s *Server) check(req *psync.SyncRequest) error {
+	if err := req.Validate(); err != nil {
+		return err
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if err := s.st.Check(req); err != nil {
+		return fmt.Errorf("sync request of %s: %w", requester(req), err)
+	}
+	return nil
 }
 
 // apply merges a decoded request (walSeq is its log sequence, 0 without a
@@ -186,10 +238,27 @@ func (s *Server) apply(req *psync.SyncRequest, walSeq uint64) *psync.SyncReply {
 		s.st.WALSeq = walSeq
 	}
 	merges := s.st.Merges
+	var incs []incarnationChange
+	if len(s.st.newIncs) > 0 {
+		incs = append(incs, s.st.newIncs...)
+	}
 	s.mu.Unlock()
+	for _, c := range incs {
+		s.metrics.incarnations.Inc()
+		if ok, held := s.incLog.allow(time.Now()); ok {
+			s.log.Info().Uint32("pid", c.PID).Uint32("rank", c.Rank).Str("from", strconv.FormatUint(c.From, 16)).
+				Str("to", strconv.FormatUint(c.To, 16)).Uint64("last_seq", c.LastSeq).Uint64("not_logged", held).
+				Msg("detector restarted: a new incarnation syncs from seq 1 (what the previous one sent stays merged)")
+		}
+	}
 	if err != nil {
 		rep.Error = err.Error()
-		s.metrics.syncRequests.WithLabelValues("error").Inc()
+		if errors.Is(err, psync.ErrInvalid) {
+			rep.Invalid = true
+			s.refuse(req, err)
+		} else {
+			s.metrics.syncRequests.WithLabelValues("error").Inc()
+		}
 		return rep
 	}
 	if !applied {

@@ -60,6 +60,12 @@ func decodeState(data []byte, window int) (*State, error) {
 	if st.LastSeq == nil {
 		st.LastSeq = map[DetectorID]uint64{}
 	}
+	if st.Incarnation == nil {
+		st.Incarnation = map[DetectorID]uint64{}
+	}
+	if st.Past == nil {
+		st.Past = map[DetectorID][]PastIncarnation{}
+	}
 	if st.Counters == nil {
 		st.Counters = map[string]*stats.Moments{}
 	}

@@ -31,8 +31,18 @@ type Model struct {
 // data owned by one goroutine at a time (the Server guards it with a lock);
 // it does no I/O, so tests can apply requests to it directly.
 type State struct {
-	Models   map[string]*Model
-	LastSeq  map[DetectorID]uint64
+	Models map[string]*Model
+	// LastSeq is the last Seq applied from each detector's current
+	// incarnation (Incarnation).
+	LastSeq map[DetectorID]uint64
+	// Incarnation is each detector's current incarnation: that of the last
+	// new incarnation it synced with (absent: 0, a detector that sends none).
+	Incarnation map[DetectorID]uint64
+	// Past holds each detector's earlier incarnations, oldest first, at most
+	// maxPastIncarnations, with the last Seq applied from each: a late
+	// retry of a restarted detector's previous process is still
+	// deduplicated.
+	Past     map[DetectorID][]PastIncarnation
 	Counters map[string]*stats.Moments
 	Agg      *Aggregates
 	// TailRule is the last natural-range rule a detector sent (nil before
@@ -43,35 +53,141 @@ type State struct {
 	Duplicates uint64 // requests skipped because their Seq was already applied
 	Merges     uint64 // model and counter deltas merged
 	WALSeq     uint64 // last write-ahead-log sequence applied (0 without a log)
+	// Incarnations counts the new incarnations of known detectors (a
+	// detector restarted without its checkpoint).
+	Incarnations uint64
+
+	// newIncs lists the detectors whose new incarnation the last Apply
+	// took (for the Server to log; not saved).
+	newIncs []incarnationChange
 }
+
+// PastIncarnation is an earlier incarnation of a detector and the last Seq
+// applied from it.
+type PastIncarnation struct {
+	ID      uint64
+	LastSeq uint64
+}
+
+// incarnationChange is a detector's switch to a new incarnation: the one
+// it had and the last Seq applied from it, and the new one.
+type incarnationChange struct {
+	DetectorID
+	From, To uint64
+	LastSeq  uint64
+}
+
+// maxPastIncarnations bounds the earlier incarnations kept per detector.
+const maxPastIncarnations = 8
 
 // NewState returns an empty state whose aggregates keep the last window steps
 // in full.
 func NewState(window int) *State {
 	return &State{
-		Models:   map[string]*Model{},
-		LastSeq:  map[DetectorID]uint64{},
-		Counters: map[string]*stats.Moments{},
-		Agg:      NewAggregates(window),
+		Models:      map[string]*Model{},
+		LastSeq:     map[DetectorID]uint64{},
+		Incarnation: map[DetectorID]uint64{},
+		Past:        map[DetectorID][]PastIncarnation{},
+		Counters:    map[string]*stats.Moments{},
+		Agg:         NewAggregates(window),
 	}
 }
 
+// lastSeq is the last Seq applied from incarnation inc of detector id (0
+// for an incarnation never seen).
+func (s *State) lastSeq(id DetectorID, inc uint64) uint64 {
+	if s.Incarnation[id] == inc {
+		return s.LastSeq[id]
+	}
+	for _, p := range s.Past[id] {
+		if p.ID == inc {
+			return p.LastSeq
+		}
+	}
+	return 0
+}
+
+// noteSeq records seq as the last Seq applied from incarnation inc of
+// detector id. An incarnation neither current nor past becomes the
+// current one; the previous one goes to Past, and, when the detector had
+// synced before, the change is counted and listed in newIncs.
+func (s *State) noteSeq(id DetectorID, inc, seq uint64) {
+	cur := s.Incarnation[id]
+	if cur == inc {
+		s.LastSeq[id] = seq
+		return
+	}
+	past := s.Past[id]
+	for i := range past {
+		if past[i].ID == inc {
+			past[i].LastSeq = seq
+			return
+		}
+	}
+	if last, ok := s.LastSeq[id]; ok {
+		past = append(past, PastIncarnation{ID: cur, LastSeq: last})
+		if n := len(past) - maxPastIncarnations; n > 0 {
+			past = append([]PastIncarnation(nil), past[n:]...)
+		}
+		s.Past[id] = past
+		s.Incarnations++
+		s.newIncs = append(s.newIncs, incarnationChange{DetectorID: id, From: cur, To: inc, LastSeq: last})
+	}
+	s.LastSeq[id] = seq
+	if inc == 0 {
+		delete(s.Incarnation, id)
+	} else {
+		s.Incarnation[id] = inc
+	}
+}
+
+// Check reports whether req may follow what the state holds: every rank's
+// Seq at most psync.MaxSeqAdvance beyond the last applied from its
+// incarnation, and every step summary's io_step at most
+// psync.MaxStepAdvance beyond the highest recorded. The error wraps
+// psync.ErrInvalid. It does not repeat req.Validate.
+func (s *State) Check(req *psync.SyncRequest) error {
+	if req.Reads() {
+		return nil
+	}
+	parts := rankParts(req)
+	for i := range parts {
+		p := &parts[i]
+		id := DetectorID{p.PID, p.Rank}
+		if err := psync.CheckAdvance("seq", s.lastSeq(id, p.Incarnation), p.Seq, psync.MaxSeqAdvance); err != nil {
+			return fmt.Errorf("rank %d/%d incarnation %x: %w", p.PID, p.Rank, p.Incarnation, err)
+		}
+		for j := range p.Steps {
+			if err := psync.CheckAdvance("io_step", s.Agg.MaxStep, p.Steps[j].Step, psync.MaxStepAdvance); err != nil {
+				return fmt.Errorf("rank %d/%d: %w", p.PID, p.Rank, err)
+			}
+		}
+	}
+	return nil
+}
+
 // Apply merges req into the state unless its Seq is not greater than the last
-// Seq applied for its detector; it reports whether it did. Seq 0 is never
-// applied (detectors number their requests from 1): a request with Seq 0
-// reads the global models of its keys (a detector in lockstep pulls them so).
+// Seq applied for its detector and incarnation; it reports whether it did.
+// Seq 0 is never applied (detectors number their requests from 1): a request
+// with Seq 0 reads the global models of its keys (a detector in lockstep
+// pulls them so). A request that Check refuses is not applied (the error
+// wraps psync.ErrInvalid); the caller validates req (req.Validate) first.
 //
 // A node's request (req.Ranks) is applied whole or not at all: when any of
 // its ranks' Seq was already applied nothing is, and Reply lists those ranks
 // as stale.
 func (s *State) Apply(req *psync.SyncRequest) (bool, error) {
+	s.newIncs = s.newIncs[:0]
 	if req.Reads() {
 		return false, nil // a read: the reply carries the global models
+	}
+	if err := s.Check(req); err != nil {
+		return false, fmt.Errorf("sync request of %s: %w", requester(req), err)
 	}
 	parts := rankParts(req)
 	for i := range parts {
 		p := &parts[i]
-		if p.Seq != 0 && p.Seq <= s.LastSeq[DetectorID{p.PID, p.Rank}] {
+		if p.Seq != 0 && p.Seq <= s.lastSeq(DetectorID{p.PID, p.Rank}, p.Incarnation) {
 			s.Duplicates++
 			return false, nil
 		}
@@ -121,7 +237,7 @@ func (s *State) Apply(req *psync.SyncRequest) (bool, error) {
 			s.Agg.AddStep(id, &p.Steps[j])
 		}
 		if p.Seq != 0 {
-			s.LastSeq[id] = p.Seq
+			s.noteSeq(id, p.Incarnation, p.Seq)
 		}
 	}
 	if req.TailRule != nil {
@@ -138,7 +254,7 @@ func rankParts(req *psync.SyncRequest) []psync.RankPart {
 	if len(req.Ranks) > 0 {
 		return req.Ranks
 	}
-	return []psync.RankPart{{PID: req.PID, Rank: req.Rank, Seq: req.Seq, Steps: req.Steps}}
+	return []psync.RankPart{{PID: req.PID, Rank: req.Rank, Seq: req.Seq, Incarnation: req.Incarnation, Steps: req.Steps}}
 }
 
 // mergeParts merges a delta's moments and histogram, then those of its
@@ -182,15 +298,15 @@ func requester(req *psync.SyncRequest) string {
 func (s *State) Reply(req *psync.SyncRequest, applied bool) *psync.SyncReply {
 	rep := &psync.SyncReply{
 		Applied: applied,
-		LastSeq: s.LastSeq[DetectorID{req.PID, req.Rank}],
+		LastSeq: s.lastSeq(DetectorID{req.PID, req.Rank}, req.Incarnation),
 		Models:  make([]psync.GlobalModel, 0, len(req.Models)),
 	}
 	if len(req.Ranks) > 0 {
 		rep.LastSeq = 0
 		if !applied {
 			for _, p := range req.Ranks {
-				if p.Seq != 0 && p.Seq <= s.LastSeq[DetectorID{p.PID, p.Rank}] {
-					rep.Stale = append(rep.Stale, psync.RankSeq{PID: p.PID, Rank: p.Rank, Seq: p.Seq})
+				if p.Seq != 0 && p.Seq <= s.lastSeq(DetectorID{p.PID, p.Rank}, p.Incarnation) {
+					rep.Stale = append(rep.Stale, psync.RankSeq{PID: p.PID, Rank: p.Rank, Seq: p.Seq, Incarnation: p.Incarnation})
 				}
 			}
 		}

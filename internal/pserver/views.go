@@ -22,8 +22,16 @@ type Summary struct {
 	Duplicates uint64 `json:"duplicates"`
 	Merges     uint64 `json:"merges"`
 	WALSeq     uint64 `json:"wal_seq"`
-	Window     int    `json:"window"`
-	Late       uint64 `json:"late_summaries"`
+	// Invalid counts the sync requests refused by validation since this
+	// process started; ReplaySkipped the invalid sync-log entries and
+	// snapshot contents it found and left out.
+	Invalid       uint64 `json:"invalid"`
+	ReplaySkipped uint64 `json:"replay_skipped"`
+	// Incarnations counts detectors that synced again under a new
+	// incarnation (restarted without their checkpoint).
+	Incarnations uint64 `json:"incarnations"`
+	Window       int    `json:"window"`
+	Late         uint64 `json:"late_summaries"`
 	// Status is StatusLive while detectors may still sync, StatusFinished
 	// once the run's final statistics are published, StatusStored for a
 	// finished run rebuilt from its provenance store.
@@ -42,7 +50,9 @@ func (s *Server) summary(st *State) Summary {
 	if s.finished.Load() {
 		status = StatusFinished
 	}
-	return summarize(s.cfg, st, status)
+	sum := summarize(s.cfg, st, status)
+	sum.Invalid, sum.ReplaySkipped = s.invalid.Load(), s.skipped.Load()
+	return sum
 }
 
 func summarize(cfg Config, st *State, status string) Summary {
@@ -50,7 +60,7 @@ func summarize(cfg Config, st *State, status string) Summary {
 		Run: cfg.Run, Shard: cfg.Shard, Shards: cfg.Shards, Status: status,
 		Totals: st.Agg.Total(), IOStep: st.Agg.MaxStep, Ranks: len(st.Agg.Ranks),
 		Detectors: len(st.LastSeq), Models: len(st.Models), Counters: len(st.Counters),
-		Applied: st.Applied, Duplicates: st.Duplicates, Merges: st.Merges, WALSeq: st.WALSeq,
+		Applied: st.Applied, Duplicates: st.Duplicates, Merges: st.Merges, WALSeq: st.WALSeq, Incarnations: st.Incarnations,
 		Window: st.Agg.Window, Late: st.Agg.Late,
 	}
 }
@@ -258,8 +268,8 @@ func funcTable(st *State) []FuncRow {
 	rows := map[string]*FuncRow{}
 	for k, m := range st.Models {
 		rows[k] = &FuncRow{
-			Func: k, Count: m.Moments.N, Mean: m.Moments.Mean, Stddev: m.Moments.Stddev(),
-			Min: m.Moments.Min, Max: m.Moments.Max, Skewness: m.Moments.Skewness(), Kurtosis: m.Moments.Kurtosis(),
+			Func: k, Count: m.Moments.N, Mean: m.Moments.Mean, Stddev: finiteOr0(m.Moments.Stddev()),
+			Min: m.Moments.Min, Max: m.Moments.Max, Skewness: finiteOr0(m.Moments.Skewness()), Kurtosis: finiteOr0(m.Moments.Kurtosis()),
 			Anomalies: m.Anomalies, HasModel: true, HasHistogram: m.Histogram != nil && !m.Histogram.Empty(),
 		}
 	}
@@ -331,7 +341,7 @@ type CounterRow struct {
 func counterTable(st *State) []CounterRow {
 	out := make([]CounterRow, 0, len(st.Counters))
 	for k, m := range st.Counters {
-		out = append(out, CounterRow{k, m.N, m.Mean, m.Stddev(), m.Min, m.Max})
+		out = append(out, CounterRow{k, m.N, m.Mean, finiteOr0(m.Stddev()), m.Min, m.Max})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Counter < out[j].Counter })
 	return out

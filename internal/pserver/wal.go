@@ -156,6 +156,12 @@ func (d *walDurability) handle(m *nats.Msg) {
 		s.respond(m.Reply, &psync.SyncReply{Error: err.Error()}, t0)
 		return
 	}
+	if err := s.check(req); err != nil {
+		// Refused before the log: nothing invalid is ever appended.
+		s.refuse(req, err)
+		s.respond(m.Reply, &psync.SyncReply{Error: err.Error(), Invalid: true}, t0)
+		return
+	}
 	id := nuid.Next()
 	d.decoded.Store(id, req)
 	h := nats.Header{}
@@ -189,10 +195,18 @@ func (d *walDurability) onEntry(m jetstream.Msg) {
 	}
 	var rep *psync.SyncReply
 	if req == nil {
-		if req, err = decodeRequest(m.Data()); err != nil {
+		// Appended by another instance, or by an earlier process (a
+		// replay): validated again, since a log written before requests
+		// were validated may hold anything.
+		req, err = decodeRequest(m.Data())
+		if err == nil {
+			err = req.Validate()
+		}
+		if err != nil {
 			s.metrics.walErrors.Inc()
+			s.skip("wal", fmt.Sprintf("sync-log entry %d not applied: %v", md.Sequence.Stream, err))
 			s.setWALSeq(md.Sequence.Stream)
-			rep = &psync.SyncReply{Error: err.Error()}
+			rep = &psync.SyncReply{Error: err.Error(), Invalid: true}
 		}
 	}
 	if rep == nil {

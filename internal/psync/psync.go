@@ -49,21 +49,23 @@ type ModelPart struct {
 	Histogram *stats.Histogram `json:"histogram,omitempty"`
 }
 
-// RankPart is one rank's share of a node's request: the rank's own Seq for
-// this shard (the pserver dedupes on it as on a rank's own request) and the
-// rank's step summaries.
+// RankPart is one rank's share of a node's request: the rank's own Seq and
+// Incarnation for this shard (the pserver dedupes on them as on a rank's own
+// request) and the rank's step summaries.
 type RankPart struct {
-	PID   uint32        `json:"pid"`
-	Rank  uint32        `json:"rank"`
-	Seq   uint64        `json:"seq"`
-	Steps []StepSummary `json:"steps,omitempty"`
+	PID         uint32        `json:"pid"`
+	Rank        uint32        `json:"rank"`
+	Seq         uint64        `json:"seq"`
+	Incarnation uint64        `json:"incarnation,omitempty"`
+	Steps       []StepSummary `json:"steps,omitempty"`
 }
 
-// RankSeq names one rank's request by its Seq.
+// RankSeq names one rank's request by its Seq (and Incarnation).
 type RankSeq struct {
-	PID  uint32 `json:"pid"`
-	Rank uint32 `json:"rank"`
-	Seq  uint64 `json:"seq"`
+	PID         uint32 `json:"pid"`
+	Rank        uint32 `json:"rank"`
+	Seq         uint64 `json:"seq"`
+	Incarnation uint64 `json:"incarnation,omitempty"`
 }
 
 // CounterDelta is the detector's counter statistics since its last acknowledged sync.
@@ -116,17 +118,26 @@ type FuncAnomalyMetrics struct {
 // Seq numbers a detector's deltas from 1. A detector has at most one request
 // outstanding per shard and resends it unchanged until it is answered; a
 // pserver applies a request only if Seq is greater than the last Seq it applied
-// for (PID, Rank), so a retried request is never counted twice.
+// for (PID, Rank, Incarnation), so a retried request is never counted twice.
+//
+// Incarnation names the detector's sync state: a random 64-bit number drawn
+// when the state is created and kept in its checkpoints, so a detector
+// restarted without a checkpoint numbers its requests from 1 again under a
+// new incarnation (the pserver accepts them instead of taking them for
+// retries), while one resumed from a checkpoint resends its requests under
+// the same one (and they are still deduplicated). 0 is a detector that sends
+// none (before incarnations): deduplicated on (PID, Rank) alone.
 type SyncRequest struct {
-	PID       uint32         `json:"pid"`
-	Rank      uint32         `json:"rank"`
-	Seq       uint64         `json:"seq"`
-	Step      uint64         `json:"io_step"` // latest step covered by the delta
-	Algorithm string         `json:"algorithm"`
-	Models    []ModelDelta   `json:"models,omitempty"`
-	Counters  []CounterDelta `json:"counters,omitempty"`
-	Steps     []StepSummary  `json:"steps,omitempty"` // shard 0 only; several after an outage
-	Hostname  string         `json:"hostname,omitempty"`
+	PID         uint32         `json:"pid"`
+	Rank        uint32         `json:"rank"`
+	Seq         uint64         `json:"seq"`
+	Incarnation uint64         `json:"incarnation,omitempty"`
+	Step        uint64         `json:"io_step"` // latest step covered by the delta
+	Algorithm   string         `json:"algorithm"`
+	Models      []ModelDelta   `json:"models,omitempty"`
+	Counters    []CounterDelta `json:"counters,omitempty"`
+	Steps       []StepSummary  `json:"steps,omitempty"` // shard 0 only; several after an outage
+	Hostname    string         `json:"hostname,omitempty"`
 	// TailRule is the rule the detector reads natural ranges with; the
 	// pserver reports final natural ranges with the last one it received.
 	TailRule *stats.TailRule `json:"tail_rule,omitempty"`
@@ -134,11 +145,12 @@ type SyncRequest struct {
 	// requests (informative: deduplication is per rank).
 	Node string `json:"node,omitempty"`
 	// Ranks, when set, makes this a node's request: the ranks whose
-	// requests were merged, in rank order, each with its Seq and step
-	// summaries. PID, Rank, Seq and Steps of the request itself are then
-	// ignored. The pserver applies a node's request whole or not at all: if
-	// any rank's Seq was already applied it applies nothing and lists those
-	// ranks in SyncReply.Stale, and the node resends the rest.
+	// requests were merged, in rank order, each with its Seq, Incarnation
+	// and step summaries. PID, Rank, Seq, Incarnation and Steps of the
+	// request itself are then ignored. The pserver applies a node's request
+	// whole or not at all: if any rank's Seq was already applied it applies
+	// nothing and lists those ranks in SyncReply.Stale, and the node
+	// resends the rest.
 	Ranks []RankPart `json:"ranks,omitempty"`
 }
 
@@ -171,7 +183,13 @@ type SyncReply struct {
 	Applied bool          `json:"applied"`  // false when Seq had already been applied
 	LastSeq uint64        `json:"last_seq"` // last Seq applied for this detector
 	Models  []GlobalModel `json:"models,omitempty"`
-	Error   string        `json:"error,omitempty"`
+	// Error, when set, says why nothing of the request was applied: it
+	// could not be decoded, or it is invalid (see SyncRequest.Validate and
+	// the bounds on Seq and io_steps).
+	Error string `json:"error,omitempty"`
+	// Invalid, with Error, says the request was refused as invalid: sent
+	// again unchanged it would be refused again, so the detector drops it.
+	Invalid bool `json:"invalid,omitempty"`
 	// Stale, answering a node's request, lists the ranks whose Seq had
 	// already been applied; nothing of the request was applied.
 	Stale []RankSeq `json:"stale,omitempty"`
