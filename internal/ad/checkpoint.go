@@ -38,7 +38,8 @@ const (
 	// CheckpointMagic starts every checkpoint.
 	CheckpointMagic = "KPCK"
 	// CheckpointVersion is the format version Checkpoint writes and Restore
-	// reads (2: the sync state's incarnation).
+	// reads (2: the sync state's incarnation, each thread's first
+	// timestamp).
 	CheckpointVersion = 2
 	// maxCheckpointSize bounds what Restore accepts (1 GiB).
 	maxCheckpointSize = 1 << 30
@@ -167,7 +168,7 @@ func Restore(cfg Config, data []byte) (*Detector, error) {
 	for i, sh := range s.shards {
 		sh.seq, sh.inflight, sh.keys = tmp.shards[i].seq, tmp.shards[i].inflight, tmp.shards[i].keys
 	}
-	s.summaries, s.counters = tmp.summaries, tmp.counters
+	s.summaries, s.counters, s.incarnation = tmp.summaries, tmp.counters, tmp.incarnation
 	s.lag.Store(tmp.lag.Load())
 	d.sync = s
 	d.snapshot()
@@ -393,6 +394,8 @@ func (w *ckWriter) thread(t *thread) {
 	w.u32(t.tid)
 	w.bool(t.gpu)
 	w.uvarint(t.lastTS)
+	w.bool(t.tsSeen)
+	w.uvarint(t.firstTS)
 	w.u32(t.loc.context)
 	w.u32(t.loc.device)
 	w.u32(t.loc.stream)
@@ -458,6 +461,13 @@ func (w *ckWriter) thread(t *thread) {
 		w.f64(a.max)
 		w.f64(a.sum)
 		w.f64(a.sumsq)
+	}
+	paths := slices.Sorted(maps.Keys(t.summ))
+	w.uvarint(uint64(len(paths)))
+	for _, p := range paths {
+		w.str(p)
+		w.uvarint(t.summ[p].calls)
+		w.uvarint(t.summ[p].ns)
 	}
 }
 
@@ -805,6 +815,7 @@ func counterFields(c *counters) []*atomic.Uint64 {
 		&c.modelErrors, &c.evictedLaunches, &c.unmatchedCorrelations,
 		&c.sourceDropped, &c.missingSteps, &c.pathOverflows,
 		&c.unnamedFrames, &c.lostAtGap, &c.staleFrames, &c.droppedFrames,
+		&c.summarisedCalls, &c.sourceDroppedCalls, &c.sourceDroppedEvents,
 	}
 }
 
@@ -1062,15 +1073,16 @@ func (r *ckReader) stacks(cs *callStacks) {
 	n := r.count(2)
 	for range n {
 		id := r.u32()
-		cs.ctrNames[id] = r.str()
+		cs.nameCounter(id, r.str())
 	}
 	cs.corrCID = r.varint()
 	if r.err == nil && (cs.corrCID < -1 || cs.corrCID > math.MaxUint32) {
 		r.fail("correlation counter id %d", cs.corrCID)
 	}
 	nn := r.uvarint()
-	if r.err == nil && (nn < 1 || nn-1 > uint64(len(r.b)-r.off)/3 || nn > uint64(cs.cfg.ProfilePaths)+1) {
-		r.fail("%d call-path nodes (at most %d, and 3 bytes each)", nn, cs.cfg.ProfilePaths+1)
+	// Top-level calls get their node beyond ProfilePaths, one per function.
+	if r.err == nil && (nn < 1 || nn-1 > uint64(len(r.b)-r.off)/3 || nn > uint64(cs.cfg.ProfilePaths)+1+maxFID) {
+		r.fail("%d call-path nodes (at most %d, and 3 bytes each)", nn, cs.cfg.ProfilePaths+1+maxFID)
 	}
 	if r.err != nil {
 		return
@@ -1198,6 +1210,8 @@ func (r *ckReader) timers(limit int, what string) []timerAcc {
 func (r *ckReader) thread(cs *callStacks, t *thread) {
 	t.gpu = r.bool()
 	t.lastTS = r.uvarint()
+	t.tsSeen = r.bool()
+	t.firstTS = r.uvarint()
 	t.loc = gpuLoc{context: r.u32(), device: r.u32(), stream: r.u32(), set: r.bool()}
 	if n := r.count(2); n > 0 {
 		t.meta = make(map[string]string, n)
@@ -1280,6 +1294,11 @@ func (r *ckReader) thread(cs *callStacks, t *thread) {
 	for range nk {
 		cid := r.u32()
 		t.ctrs[cid] = &counterAcc{n: r.uvarint(), min: r.f64(), max: r.f64(), sum: r.f64(), sumsq: r.f64()}
+	}
+	nsumm := r.count(3)
+	for range nsumm {
+		p := r.str()
+		t.summ[p] = &summaryAcc{calls: r.uvarint(), ns: r.uvarint()}
 	}
 }
 

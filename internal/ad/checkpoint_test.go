@@ -39,10 +39,13 @@ type ckSyncer struct {
 	log     map[[2]uint64][]string
 	hold    *[2]uint64
 	release chan struct{}
+	// incs is the incarnations each rank's requests carried (the log
+	// leaves them out: two runs draw different ones).
+	incs map[uint32]map[uint64]bool
 }
 
 func newCkSyncer() *ckSyncer {
-	return &ckSyncer{ps: newFakePServer(), tails: map[string]*stats.TailHist{}, log: map[[2]uint64][]string{}, release: make(chan struct{})}
+	return &ckSyncer{ps: newFakePServer(), tails: map[string]*stats.TailHist{}, log: map[[2]uint64][]string{}, release: make(chan struct{}), incs: map[uint32]map[uint64]bool{}}
 }
 
 // holdNext makes the next request of rank on shard wait for unhold.
@@ -72,6 +75,7 @@ func (s *ckSyncer) Sync(ctx context.Context, shard int, req *psync.SyncRequest) 
 	// The counters, and the functions of a step summary, come in map
 	// order: log them sorted.
 	q := *req
+	q.Incarnation = 0
 	q.Counters = slices.Clone(q.Counters)
 	sort.Slice(q.Counters, func(i, j int) bool { return q.Counters[i].Name < q.Counters[j].Name })
 	q.Steps = slices.Clone(q.Steps)
@@ -107,6 +111,10 @@ func (s *ckSyncer) Sync(ctx context.Context, shard int, req *psync.SyncRequest) 
 		}
 	}
 	s.log[id] = append(s.log[id], string(b))
+	if s.incs[req.Rank] == nil {
+		s.incs[req.Rank] = map[uint64]bool{}
+	}
+	s.incs[req.Rank][req.Incarnation] = true
 	return rep, nil
 }
 
@@ -252,7 +260,8 @@ type ckOutput struct {
 	after    [][]string // per rank, the JSON of every batch after the cut
 	stats    []Stats
 	requests map[[2]uint64][]string
-	cps      [][]byte // the checkpoints taken at the cut
+	incs     map[uint32]map[uint64]bool // the incarnations of each rank's requests
+	cps      [][]byte                   // the checkpoints taken at the cut
 	state    ckState
 }
 
@@ -394,7 +403,7 @@ func ckRun(t *testing.T, w ckWorkload, cfg Config, cut int, hold, pserver, extra
 		out.stats = append(out.stats, d.Stats())
 	}
 	if ps != nil {
-		out.requests = ps.log
+		out.requests, out.incs = ps.log, ps.incs
 	}
 	return out
 }
@@ -482,6 +491,13 @@ func TestCheckpointRestoresExactly(t *testing.T) {
 			}
 			if !tc.pserver {
 				return
+			}
+			// The restored detector syncs as the same incarnation (the
+			// pserver deduplicates its resent requests).
+			for r, incs := range got.incs {
+				if len(incs) != 1 || incs[0] {
+					t.Errorf("rank %d synced with incarnations %v across the restore, want one non-zero", r, incs)
+				}
 			}
 			if !reflect.DeepEqual(got.requests, ref.requests) {
 				for k := range ref.requests {
@@ -663,7 +679,7 @@ func TestRestoreRefusesBadCheckpoints(t *testing.T) {
 		{"bit flipped in the trailer", flip(len(cp) - 2), "checksum"},
 		{"version", reCRC(append([]byte("KPCK\x07"), cp[body:]...)), "version 7"},
 		{"body cut, checksum fixed", reCRC(append(slices.Clone(cp[:len(cp)/3]), 0, 0, 0, 0)), "offset"},
-		{"huge count, checksum fixed", reCRC(append(append([]byte("KPCK\x01"), 0xff, 0xff, 0xff, 0xff, 0x0f), cp[body+5:]...)), "elements"},
+		{"huge count, checksum fixed", reCRC(append(append([]byte(CheckpointMagic), CheckpointVersion, 0xff, 0xff, 0xff, 0xff, 0x0f), cp[body+5:]...)), "elements"},
 		{"trailing bytes, checksum fixed", reCRC(append(slices.Clone(cp[:len(cp)-4]), 1, 2, 3, 0, 0, 0, 0)), "after the last section"},
 	}
 	for _, tc := range tests {
@@ -709,10 +725,11 @@ func TestCheckpointCoversEveryField(t *testing.T) {
 		// More is only in a node's request, which a checkpoint refuses
 		{psync.ModelDelta{}, "Key Moments Histogram Tail Anomalies More"},
 		// Node and Ranks likewise
-		{psync.SyncRequest{}, "PID Rank Seq Step Algorithm Models Counters Steps Hostname TailRule Node Ranks"},
+		// Incarnation is the sync state's, written once for every shard
+		{psync.SyncRequest{}, "PID Rank Seq Incarnation Step Algorithm Models Counters Steps Hostname TailRule Node Ranks"},
 		{execRec{}, "entry exit childIncl parent step idx pstep pidx fid path key nchild score label flags"},
 		// ctrIdx, commIdx, ctrPos, commPos and entries are one frame's cursors
-		{thread{}, "tid gpu lastTS loc meta ring base detached pins stack counters comms paths over ctrs ctrIdx commIdx ctrPos commPos entries"},
+		{thread{}, "tid gpu lastTS firstTS tsSeen loc meta ring base detached pins stack counters comms paths over ctrs summ ctrIdx commIdx ctrPos commPos entries"},
 		{gpuLoc{}, "context device stream set"},
 		{timerAcc{}, "calls subrs incl excl sqIncl sqExcl"},
 		{counterAcc{}, "n min max sum sumsq"},
@@ -727,8 +744,9 @@ func TestCheckpointCoversEveryField(t *testing.T) {
 			inflightAnoms heldAnoms tAccum tInflight tGlobal natMin natMax natLowThr natThr p99 logMean logStd det lo hi std
 			hbos copod touched detReady stepAnoms best`},
 		// cfg, stats and done are wiring; byTid, tidMap and pathTab follow
-		// from threads and nodes; counterStep is empty at a step boundary
-		{callStacks{}, "cfg stats done threads byTid tidMap funcNames funcKnown ctrNames corrCID nodes pathTab launches launchOrder launchHead counterStep"},
+		// from threads and nodes, srcCtr from ctrNames; counterStep is empty
+		// at a step boundary
+		{callStacks{}, "cfg stats done threads byTid tidMap funcNames funcKnown ctrNames corrCID srcCtr nodes pathTab launches launchOrder launchHead counterStep"},
 		// all but the lists are the configuration and scratch
 		{modelSet{}, "cfg stats stacks scorer hist gated rule tmp ignored list keyByName fidKey pathKey"},
 		{recorder{}, "cfg stats stacks models cur batch pending scratch"},
@@ -736,9 +754,10 @@ func TestCheckpointCoversEveryField(t *testing.T) {
 		{stepInfo{}, "step tstart tend"},
 		// done and healthy are the senders' (a restored shard starts healthy)
 		{shardState{}, "seq inflight keys done healthy"},
-		// d, syncer, node, left, ctx, cancel and wg are the process's;
-		// held is released before every checkpoint (Checkpoint refuses otherwise)
-		{syncState{}, "d syncer node left shards summaries held counters lag ctx cancel wg"},
+		// d, syncer, node, left, refused (a log's rate), ctx, cancel and wg
+		// are the process's; held is released before every checkpoint
+		// (Checkpoint refuses otherwise)
+		{syncState{}, "d syncer node left shards summaries held counters incarnation refused lag ctx cancel wg"},
 		// batch is empty between steps (Checkpoint refuses otherwise), snap
 		// follows from the stacks, closeMu and closed are the process's;
 		// lent and giveBack are set only while ProcessLent runs

@@ -143,9 +143,11 @@ type Config struct {
 	// (default 2).
 	ModelPathDepth int
 	// ProfilePaths bounds the call-path nodes a detector keeps (default
-	// 8192): executions on paths met once it is reached count in their
-	// function's flat profile only (Stats.PathOverflows), so memory stays
-	// bounded on codes whose call trees never repeat.
+	// 8192): executions below another call on paths met once it is reached
+	// count in their function's flat profile only (Stats.PathOverflows,
+	// provenance.ThreadProfile.Overflow), so memory stays bounded on codes
+	// whose call trees never repeat; top-level calls always get their path
+	// (one per function).
 	ProfilePaths int
 	// CallPathDepth is how many frames a call path keeps, the execution's own
 	// included (TAU's TAU_CALLPATH_DEPTH). The default, 0, keeps full paths

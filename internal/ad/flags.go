@@ -25,7 +25,7 @@ func AddFlags(fs *pflag.FlagSet, c *Config) {
 	fs.BoolVar(&c.ByCallPath, "by-call-path", false, "key models by call path instead of by function")
 	fs.IntVar(&c.CallPathDepth, "call-path-depth", 0, "frames kept in the profiles' call paths (0: full paths from the root, as Hatchet needs; a limit cuts frames on the root side, as TAU does)")
 	fs.IntVar(&c.ModelPathDepth, "model-path-depth", 2, "frames of the call path that keys a model with --by-call-path")
-	fs.IntVar(&c.ProfilePaths, "profile-paths", 8192, "most call-path nodes kept per rank; executions on further paths count in their function's flat profile only")
+	fs.IntVar(&c.ProfilePaths, "profile-paths", 8192, "most call-path nodes kept per rank; executions below another call on further paths count in their function's flat profile only (top-level calls always get theirs)")
 	fs.Float64Var(&c.MinRuntime, "min-runtime", 0, "never flag executions whose runtime (µs) is below this")
 	fs.StringSliceVar(&c.Ignore, "ignore", nil, "function names never flagged (repeat or comma-separate)")
 	fs.IntVar(&c.Isolation, "isolation", 0, "HBOS/COPOD isolation window half-width in bins (default 3; none with --chimbuko; negative: none, Chimbuko's fraction-of-range threshold)")

@@ -35,6 +35,9 @@ type counters struct {
 	// droppedFrames are frames dropped before the detector read them: its
 	// input queue was full (ServeConfig.PendingFrames, PendingBytes).
 	droppedFrames atomic.Uint64
+	// what the rank's event library reported it summarised or dropped
+	// (sourcecounters.go)
+	summarisedCalls, sourceDroppedCalls, sourceDroppedEvents atomic.Uint64
 	// ended is set once the rank's stream ended (end-of-stream message).
 	ended atomic.Bool
 }
@@ -115,6 +118,14 @@ type Stats struct {
 	// because it was slower than its input (its queue was full in frames or
 	// bytes); their steps are also missing steps.
 	DroppedFrames uint64 `json:"dropped_frames"`
+	// SummarisedCalls are calls the rank's event library summarised per
+	// io_step instead of streaming them (functions called faster than its
+	// rate): in the profiles, never scored. SourceDroppedCalls are calls
+	// it dropped whole, and SourceDroppedEvents comm and counter events it
+	// dropped, because its buffers were full.
+	SummarisedCalls     uint64 `json:"summarised_calls"`
+	SourceDroppedCalls  uint64 `json:"source_dropped_calls"`
+	SourceDroppedEvents uint64 `json:"source_dropped_events"`
 	// Ended tells whether the rank's stream ended with an end-of-stream
 	// message (Add leaves it alone).
 	Ended bool `json:"ended"`
@@ -142,6 +153,9 @@ func (d *Detector) Stats() Stats {
 		LostAtGap:             c.lostAtGap.Load(),
 		StaleFrames:           c.staleFrames.Load(),
 		DroppedFrames:         c.droppedFrames.Load(),
+		SummarisedCalls:       c.summarisedCalls.Load(),
+		SourceDroppedCalls:    c.sourceDroppedCalls.Load(),
+		SourceDroppedEvents:   c.sourceDroppedEvents.Load(),
 	}
 }
 
@@ -173,6 +187,9 @@ func (s *Stats) Add(o Stats) {
 	s.LostAtGap += o.LostAtGap
 	s.StaleFrames += o.StaleFrames
 	s.DroppedFrames += o.DroppedFrames
+	s.SummarisedCalls += o.SummarisedCalls
+	s.SourceDroppedCalls += o.SourceDroppedCalls
+	s.SourceDroppedEvents += o.SourceDroppedEvents
 }
 
 // Collector exports the counts of a set of detectors as Prometheus metrics
@@ -269,6 +286,9 @@ var metricDefs = []metricDef{
 	{"kipimo_ad_source_dropped_frames_total", "Frames the rank's event source dropped before they reached NATS.", false, func(s *Stats) uint64 { return s.SourceDroppedFrames }},
 	{"kipimo_ad_unnamed_frames_total", "Frames dropped because their events used function or counter ids whose names never arrived (held beyond --max-held-frames, or at the end).", false, func(s *Stats) uint64 { return s.UnnamedFrames }},
 	{"kipimo_ad_lost_at_gap_total", "Executions open when a gap in the rank's io_steps was found: closed without a runtime and kept out of the models.", false, func(s *Stats) uint64 { return s.LostAtGap }},
+	{"kipimo_ad_summarised_calls_total", "Calls the rank's event library summarised per io_step instead of streaming them (in the profiles, never scored).", false, func(s *Stats) uint64 { return s.SummarisedCalls }},
+	{"kipimo_ad_source_dropped_calls_total", "Calls the rank's event library dropped whole because its ring was full.", false, func(s *Stats) uint64 { return s.SourceDroppedCalls }},
+	{"kipimo_ad_source_dropped_events_total", "Comm and counter events the rank's event library dropped because its ring was full.", false, func(s *Stats) uint64 { return s.SourceDroppedEvents }},
 	{"kipimo_ad_dropped_frames_total", "Frames dropped before the detector read them: it was slower than its input (--pending-frames, --pending-bytes).", false, func(s *Stats) uint64 { return s.DroppedFrames }},
 	{"kipimo_ad_stale_frames_total", "Frames dropped because their io_step was not after the last one processed (duplicates, or overtaken by later frames).", false, func(s *Stats) uint64 { return s.StaleFrames }},
 	{"kipimo_ad_missing_steps_total", "io_steps that never reached the detector (gaps in the rank's sequence of frames).", false, func(s *Stats) uint64 { return s.MissingSteps }},

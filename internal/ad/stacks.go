@@ -31,6 +31,9 @@ type callStacks struct {
 	funcKnown []bool // funcKnown[fid]: a frame has named fid (even "")
 	ctrNames  map[uint32]string
 	corrCID   int64
+	// srcCtr are the counter ids the event library reserved (names in
+	// sourcecounters.go), which follow from ctrNames
+	srcCtr map[uint32]sourceCounter
 
 	// call-path nodes; node 0 is the empty path
 	nodes   []pathNode
@@ -67,10 +70,7 @@ func (cs *callStacks) names(f *frame.Frame) {
 		cs.funcKnown[n.ID] = true
 	}
 	for _, n := range f.Counters {
-		cs.ctrNames[n.ID] = n.Name
-		if n.Name == CorrelationCounter {
-			cs.corrCID = int64(n.ID)
-		}
+		cs.nameCounter(n.ID, n.Name)
 	}
 }
 
@@ -152,7 +152,11 @@ func (cs *callStacks) intern(parent, fid uint32) uint32 {
 	if n, ok := cs.pathTab.get(k); ok {
 		return n
 	}
-	if len(cs.nodes) > cs.cfg.ProfilePaths {
+	// A top-level call always gets its node (there are no more of them than
+	// functions): an overflowed call is always below another, so a
+	// function's top-level calls are its flat timer less its paths and its
+	// overflow (provenance.ThreadProfile.Overflow).
+	if len(cs.nodes) > cs.cfg.ProfilePaths && parent != 0 {
 		cs.stats.pathOverflows.Add(1)
 		return pathOverflow
 	}
@@ -234,6 +238,9 @@ func (cs *callStacks) build(f *frame.Frame) {
 	for i := range f.Events {
 		ev := &f.Events[i]
 		t := cs.thread(ev.Tid)
+		if !t.tsSeen {
+			t.firstTS, t.tsSeen = ev.TS, true
+		}
 		t.lastTS = ev.TS
 		if ev.Kind == frame.Entry {
 			if side {
@@ -384,6 +391,12 @@ func (cs *callStacks) drain(f *frame.Frame, t *thread, ts uint64, incl bool) {
 			break
 		}
 		t.ctrPos++
+		if len(cs.srcCtr) > 0 {
+			if sc, ok := cs.srcCtr[c.CID]; ok {
+				cs.sourceEvent(t, sc, c)
+				continue
+			}
+		}
 		// An event outside every execution is attached to none: it counts
 		// in the profiles and the step's statistics only.
 		seq, ok := t.top()
@@ -497,6 +510,15 @@ func (cs *callStacks) profiles(step uint64, final bool) []provenance.ThreadProfi
 				p.Timers = append(p.Timers, timerProfile(cs.pathName(uint32(n)), &a))
 			}
 		}
+		cs.addSummaries(t, &p)
+		for fid := range t.over {
+			if a := &t.over[fid]; a.calls > 0 {
+				p.Overflow = append(p.Overflow, timerProfile(cs.funcName(uint32(fid)), a))
+			}
+		}
+		if t.tsSeen {
+			p.FirstTS, p.LastTS = t.firstTS, t.lastTS
+		}
 		for cid, a := range t.ctrs {
 			name := cs.ctrNames[cid]
 			if name == "" {
@@ -511,7 +533,62 @@ func (cs *callStacks) profiles(step uint64, final bool) []provenance.ThreadProfi
 				p.Metadata[k] = v
 			}
 		}
-		out = append(out, p)
+		out = appendParts(out, p)
+	}
+	return out
+}
+
+// profilePartBytes bounds the encoded size of one part of a thread profile,
+// well under the largest provenance message.
+const profilePartBytes = 256 << 10
+
+// appendParts appends p to out, split into parts of at most about
+// profilePartBytes encoded each when it is larger (see
+// provenance.ThreadProfile): a thread with many thousands of call paths
+// still has its profile published. Timers and overflow entries are shared
+// out in order; part 0 keeps the counters and the metadata.
+func appendParts(out []provenance.ThreadProfile, p provenance.ThreadProfile) []provenance.ThreadProfile {
+	// An encoded timer is its name and some 200 bytes of numbers and keys.
+	const perTimer = 200
+	size := 0
+	for i := range p.Timers {
+		size += len(p.Timers[i].Name) + perTimer
+	}
+	for i := range p.Overflow {
+		size += len(p.Overflow[i].Name) + perTimer
+	}
+	if size <= profilePartBytes {
+		return append(out, p)
+	}
+	first := len(out)
+	timers, over := p.Timers, p.Overflow
+	// take removes from *list the entries that fit in the room left.
+	take := func(list *[]provenance.TimerProfile, room *int, empty bool) []provenance.TimerProfile {
+		n := 0
+		for n < len(*list) && ((empty && n == 0) || len((*list)[n].Name)+perTimer <= *room) {
+			*room -= len((*list)[n].Name) + perTimer
+			n++
+		}
+		got := (*list)[:n:n]
+		*list = (*list)[n:]
+		return got
+	}
+	for len(timers)+len(over) > 0 {
+		q := p
+		if len(out) > first {
+			q.Counters, q.Metadata = []provenance.CounterProfile{}, nil
+		}
+		room := profilePartBytes
+		q.Timers = take(&timers, &room, true)
+		q.Overflow = take(&over, &room, len(q.Timers) == 0)
+		if len(q.Overflow) == 0 {
+			q.Overflow = nil
+		}
+		q.Part = len(out) - first
+		out = append(out, q)
+	}
+	for i := first; i < len(out); i++ {
+		out[i].Parts = len(out) - first
 	}
 	return out
 }

@@ -79,6 +79,12 @@ type timerAcc struct {
 	sqIncl, sqExcl float64
 }
 
+// summaryAcc accumulates the calls of one call path that the event library
+// summarised: leaf calls, so their inclusive and exclusive times are one.
+type summaryAcc struct {
+	calls, ns uint64
+}
+
 // counterAcc accumulates a profile counter.
 type counterAcc struct {
 	n             uint64
@@ -92,8 +98,11 @@ type thread struct {
 	tid    uint32
 	gpu    bool
 	lastTS uint64 // last function event timestamp
-	loc    gpuLoc
-	meta   map[string]string
+	// firstTS is the first function event timestamp, once tsSeen
+	firstTS uint64
+	tsSeen  bool
+	loc     gpuLoc
+	meta    map[string]string
 
 	ring     []execRec
 	base     uint64              // seq of ring[0]
@@ -109,6 +118,10 @@ type thread struct {
 	// (Config.ProfilePaths), by function: they count in the flat timers only.
 	over []timerAcc
 	ctrs map[uint32]*counterAcc
+	// summ are the calls the event library summarised on this thread
+	// instead of streaming them (see sourceCounter), by call path
+	// ("a => b => leaf")
+	summ map[string]*summaryAcc
 
 	// per-frame cursors into the frame's counter and comm events of this thread
 	ctrIdx, commIdx []int32
@@ -122,7 +135,7 @@ type gpuLoc struct {
 }
 
 func newThread(tid uint32) *thread {
-	return &thread{tid: tid, detached: map[uint64]*execRec{}, pins: map[uint64]uint32{}, ctrs: map[uint32]*counterAcc{}}
+	return &thread{tid: tid, detached: map[uint64]*execRec{}, pins: map[uint64]uint32{}, ctrs: map[uint32]*counterAcc{}, summ: map[string]*summaryAcc{}}
 }
 
 // pin keeps execution seq in memory until as many unpins.
