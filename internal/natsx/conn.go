@@ -89,12 +89,12 @@ func Redact(raw string) string {
 // Each component that connects passes it to Connect.
 func Logged(log zerolog.Logger) nats.Option {
 	return func(o *nats.Options) error {
-		o.DisconnectedErrCB = func(nc *nats.Conn, err error) {
+		o.DisconnectedErrCB = func(_ *nats.Conn, err error) {
 			ev := log.Warn()
 			if err != nil {
 				ev = ev.Err(err)
 			}
-			ev.Str("server", Redact(nc.ConnectedUrlRedacted())).Msg("NATS connection lost: reconnecting")
+			ev.Msg("NATS connection lost: reconnecting")
 		}
 		o.ReconnectedCB = func(nc *nats.Conn) {
 			log.Info().Str("server", Redact(nc.ConnectedUrlRedacted())).Int64("max_payload", nc.MaxPayload()).

@@ -212,6 +212,18 @@ func validateStep(s *StepSummary) error {
 			return fmt.Errorf("%s %d, more than %d", name, n, uint64(MaxCount))
 		}
 	}
+	// A step's anomalies are among its labelled executions, and each is
+	// one function's.
+	if s.Anomalies > s.Executions {
+		return fmt.Errorf("%d anomalies among %d executions", s.Anomalies, s.Executions)
+	}
+	var byFunc uint64
+	for _, n := range s.FuncAnomalies {
+		byFunc += min(n, MaxCount)
+	}
+	if byFunc > s.Anomalies {
+		return fmt.Errorf("func_anomalies add up to %d, more than the step's %d anomalies", byFunc, s.Anomalies)
+	}
 	if err := ValidateMoments(&s.Scores); err != nil {
 		return fmt.Errorf("scores: %w", err)
 	}

@@ -94,6 +94,8 @@ func TestValidateRefuses(t *testing.T) {
 		{"io_step", SyncRequest{Steps: []StepSummary{{Step: math.MaxUint64}}}, "io_step"},
 		{"function severity", SyncRequest{Steps: []StepSummary{{Funcs: []FuncAnomalyMetrics{{Func: "f", Severity: bad(func(m *stats.Moments) { m.N = -2 })}}}}}, "severity"},
 		{"function anomalies", SyncRequest{Steps: []StepSummary{{FuncAnomalies: map[string]uint64{"f": math.MaxUint64}}}}, "func_anomalies"},
+		{"more anomalies than executions", SyncRequest{Steps: []StepSummary{{Anomalies: 4_000_000_000, Executions: 1}}}, "among 1 executions"},
+		{"function anomalies beyond the step's", SyncRequest{Steps: []StepSummary{{Anomalies: 1, Executions: 5, FuncAnomalies: map[string]uint64{"f": 1, "g": 1}}}}, "add up to 2"},
 		{"tail rule", SyncRequest{TailRule: &stats.TailRule{Ratio: math.NaN()}}, "tail rule"},
 		{"hostname", SyncRequest{Hostname: long}, "hostname"},
 		{"ranks twice", SyncRequest{Ranks: []RankPart{{Rank: 1, Seq: 1}, {Rank: 1, Seq: 2}}}, "twice"},
