@@ -161,6 +161,10 @@ func TestMainHelpAndErrors(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("error %v, want one containing %q", err, tc.want)
 			}
+			// The program's name comes once, from its main ("ad: --run ...").
+			if err != nil && strings.Contains(err.Error(), "ad ") {
+				t.Errorf("error %q repeats the program's name", err)
+			}
 			if out.Len() > 0 {
 				t.Errorf("stdout %q before serving", out.String())
 			}

@@ -212,7 +212,7 @@ func (c DaemonConfig) Validate() error {
 		bad("%w", err)
 	}
 	if len(errs) > 0 {
-		return fmt.Errorf("ad config: %w", errors.Join(errs...))
+		return errors.Join(errs...)
 	}
 	return nil
 }
