@@ -16,6 +16,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/kipimo-hpc/kipimo/internal/frame"
 	"github.com/kipimo-hpc/kipimo/internal/natsx"
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
 	"github.com/kipimo-hpc/kipimo/internal/provenance/sqlitestore"
@@ -240,12 +244,15 @@ func TestDurableFramesSurviveKills(t *testing.T) {
 		{"nats", false},
 		{"pserver", true},
 		{"provdb", true},
+		// Not a kill: bad messages from anyone who can reach NATS, each
+		// refused with the run unharmed.
+		{"poison", true},
 	}
 	for _, tc := range tests {
 		victim := tc.victim
 		t.Run("kill "+victim, func(t *testing.T) {
 			got, tot := runKilled(t, bins, gen, "killed-"+victim, victim)
-			t.Logf("%s killed and restarted: %d anomalies stored; pserver %+v", victim, len(got), tot)
+			t.Logf("%s (killed and restarted, or sent): %d anomalies stored; pserver %+v", victim, len(got), tot)
 			if uint64(len(got)) != tot.Anomalies {
 				t.Errorf("the store holds %d anomalies and the pserver counts %d", len(got), tot.Anomalies)
 			}
@@ -314,7 +321,12 @@ func runKilled(t *testing.T, bins map[string]string, gen, name, victim string) (
 	// before publishing.
 	time.Sleep(2 * time.Second)
 	rp := start(t, dir, "replay", bins["kipimo"], "replay", "--nats", r.natsURL, "--run", name, "--speed", "0.15x", "--progress=false", gen)
-	if victim != "" {
+	switch victim {
+	case "":
+	case "poison":
+		time.Sleep(2 * time.Second)
+		poison(t, r.natsURL, name)
+	default:
 		time.Sleep(2 * time.Second)
 		running[victim].kill(t)
 		time.Sleep(time.Second)
@@ -323,6 +335,19 @@ func runKilled(t *testing.T, bins map[string]string, gen, name, victim string) (
 	rp.wait(t, 2*time.Minute)
 	running["ad-a"].wait(t, 2*time.Minute)
 	running["ad"].wait(t, 2*time.Minute)
+	if victim == "poison" {
+		// The dashboard's API still answers with a document.
+		resp, err := http.Get("http://" + r.psHTTP + "/api/functions")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var v any
+		err = json.NewDecoder(resp.Body).Decode(&v)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || err != nil {
+			t.Errorf("after the poison, /api/functions answers %s, body %v", resp.Status, err)
+		}
+	}
 	var stored map[anomalyKey]bool
 	var tot psTotals
 	deadline := time.Now().Add(time.Minute)
@@ -375,4 +400,45 @@ func waitListening(t *testing.T, addr string) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Fatalf("%s not listening after 30s", addr)
+}
+
+// poison sends the run what anyone who can reach NATS could: sync requests
+// with non-finite or negative moments and with an absurd sequence number, a
+// frame of an absurd io_step, and provenance batches that are not JSON.
+// Each must be refused without harming the run.
+func poison(t *testing.T, url, run string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	nc, err := natsx.Connect(ctx, url, "poison")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	subj := natsx.Subjects{Run: run}
+	for _, req := range []string{
+		`{"pid":0,"rank":3,"seq":7,"io_step":4,"algorithm":"tail","models":[{"key":"compute_forces","moments":{"n":-1e300,"mean":-1e300,"m2":-1,"m3":0,"m4":0,"min":0,"max":-1e300},"anomalies":0}]}`,
+		`{"pid":0,"rank":5,"seq":4611686018427387904,"io_step":4611686018427387904,"algorithm":"tail","steps":[{"io_step":4611686018427387904,"anomalies":0,"executions":1,"min_ts":0,"max_ts":1,"scores":{"n":0,"mean":0,"m2":0,"m3":0,"m4":0,"min":0,"max":0},"severity":{"n":0,"mean":0,"m2":0,"m3":0,"m4":0,"min":0,"max":0}}]}`,
+		`{"pid":0,"rank":1,"seq":9,"io_step":3,"algorithm":"tail","models":[{"key":"compute_forces","moments":{"n":3,"mean":1,"m2":0,"m3":0,"m4":0,"min":1,"max":1},"anomalies":99999999999}],"steps":[{"io_step":3,"anomalies":4000000000,"executions":1,"min_ts":0,"max_ts":1,"scores":{"n":0,"mean":0,"m2":0,"m3":0,"m4":0,"min":0,"max":0},"severity":{"n":0,"mean":0,"m2":0,"m3":0,"m4":0,"min":0,"max":0}}]}`,
+	} {
+		// A refusal is an error reply or none at all; either way the
+		// history check below decides.
+		_, _ = nc.Request(subj.Sync(0), []byte(req), 2*time.Second)
+	}
+	f := frame.Frame{Rank: 2, Step: 1 << 62, Funcs: []frame.Name{{ID: 1, Name: "compute_forces"}},
+		Events: []frame.FuncEvent{{Kind: frame.Entry, FID: 1, TS: 1}, {Kind: frame.Exit, FID: 1, TS: 1 << 40}}}
+	if err := nc.Publish(subj.Frames(0, 2), frame.AppendBinary(nil, &f)); err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, body := range []string{`[{not json at all}]`, `{"pid":0}`, `[{"pid":0,"rid":0,"tid":0,"event_id":"0:1:1","func":"x","entry":-5}]`} {
+		m := &nats.Msg{Subject: subj.Prov(string(provenance.KindAnomalies)), Data: []byte(body), Header: nats.Header{}}
+		m.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("poison-%d", i))
+		if _, err := js.PublishMsg(ctx, m); err != nil {
+			t.Fatalf("publish a bad provenance batch: %v", err)
+		}
+	}
 }
