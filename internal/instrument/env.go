@@ -82,8 +82,12 @@ type Env struct {
 
 // Environ returns base with the variables that load the library into a
 // program and describe the run to it. An LD_PRELOAD already in base is kept,
-// after the library.
+// after the library. The zero Library (a program run uninstrumented) adds
+// nothing.
 func (l *Library) Environ(e Env, base []string) []string {
+	if l.Core == "" {
+		return base
+	}
 	set := map[string]string{
 		"KIPIMO_NATS": e.NATSURL,
 		"KIPIMO_RUN":  e.Run,
@@ -158,8 +162,12 @@ type Status struct {
 	FramesDropped  uint64 `json:"frames_dropped"`
 	OversizeFrames uint64 `json:"oversize_frames"`
 	// Events encoded, and events dropped because a thread's ring was full.
-	Events          uint64 `json:"events"`
-	EventsDropped   uint64 `json:"events_dropped"`
+	Events        uint64 `json:"events"`
+	EventsDropped uint64 `json:"events_dropped"`
+	// Calls summarised (hot leaves, KIPIMO_SUMMARY_RATE) and calls dropped
+	// whole (full rings), as the frames reported them.
+	CallsSummarised uint64 `json:"calls_summarised"`
+	CallsDropped    uint64 `json:"calls_dropped"`
 	BytesSent       uint64 `json:"bytes_sent"`
 	Connects        uint64 `json:"connects"`
 	ConnectFailures uint64 `json:"connect_failures"`

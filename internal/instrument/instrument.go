@@ -55,6 +55,15 @@ type BuildOptions struct {
 	// MPI also builds the MPI wrappers; it fails with ErrNoMPI when there is
 	// no mpicc.
 	MPI bool
+	// Command, when set, is the command the library will be loaded into
+	// (a program, or an MPI launcher and its program). Unless CC's MPI
+	// compiler is chosen (MPICC or $MPICC), Build finds the MPI the
+	// program is linked with (or, for a program it cannot read, the one
+	// the launcher's name gives away) and builds the MPI wrappers with that
+	// MPI's compiler wrapper (mpicc.openmpi, mpicc.mpich, mpicc). It builds
+	// none for a program linked with no MPI, and fails with ErrProgramMPI
+	// when it cannot build them for the program's MPI.
+	Command []string
 }
 
 // Library is a built event library.
@@ -112,6 +121,11 @@ func (o *BuildOptions) defaults() error {
 	return nil
 }
 
+// coreLDFlags link libkipimo.so. Its soname makes the loader take a
+// program's -lkipimo for the copy already preloaded, even one from another
+// build directory (the build for another MPI): one process, one core.
+var coreLDFlags = []string{"-shared", "-Wl,-soname," + CoreLibrary}
+
 // cflags are the flags every part of the library is compiled with.
 var cflags = []string{"-std=gnu11", "-O2", "-g", "-fPIC", "-Wall", "-Wno-format-truncation", "-fvisibility=default", "-pthread"}
 
@@ -120,9 +134,35 @@ var cflags = []string{"-std=gnu11", "-O2", "-g", "-fPIC", "-Wall", "-Wno-format-
 // safe to call from several processes at once: each builds in a directory
 // of its own and the first to finish installs its result.
 func Build(ctx context.Context, opts BuildOptions) (*Library, error) {
+	explicit := opts.MPICC != "" || os.Getenv("MPICC") != ""
+	var cm commandMPI
+	if opts.MPI && len(opts.Command) > 0 {
+		cm = detectMPI(ctx, opts.Command)
+		switch {
+		case cm.program != "" && cm.mpiLib == "":
+			opts.MPI = false // a program linked with no MPI: nothing to wrap
+		case explicit:
+		case cm.family != "":
+			if opts.MPICC = chooseMPICC(ctx, cm.family); opts.MPICC == "" {
+				return nil, missingCompiler(cm)
+			}
+		}
+	}
 	if err := opts.defaults(); err != nil {
 		return nil, err
 	}
+	lib, err := build(ctx, opts)
+	if err != nil || lib.MPI == "" {
+		return lib, err
+	}
+	if err := checkSameMPI(ctx, lib.MPI, cm, opts.MPICC); err != nil {
+		return nil, err
+	}
+	return lib, nil
+}
+
+// build is Build once the compilers are chosen.
+func build(ctx context.Context, opts BuildOptions) (*Library, error) {
 	cc, err := exec.LookPath(opts.CC)
 	if err != nil {
 		return nil, fmt.Errorf("%w (looked for %q)", ErrNoCompiler, opts.CC)
@@ -133,7 +173,13 @@ func Build(ctx context.Context, opts BuildOptions) (*Library, error) {
 			return nil, fmt.Errorf("%w (looked for %q)", ErrNoMPI, opts.MPICC)
 		}
 	}
-	key, err := buildKey(ctx, cc, mpicc)
+	var header []byte
+	if mpicc != "" {
+		if header, err = mpiHeader(ctx, mpicc); err != nil {
+			return nil, err
+		}
+	}
+	key, err := buildKey(ctx, cc, mpicc, header)
 	if err != nil {
 		return nil, err
 	}
@@ -162,13 +208,21 @@ func Build(ctx context.Context, opts BuildOptions) (*Library, error) {
 	}
 	// Link with the path the library will have once installed, so the MPI
 	// wrappers find libkipimo.so wherever they are loaded from.
-	core := append(append([]string{}, cflags...), "-shared", "-o", CoreLibrary,
+	core := append(append(append([]string{}, cflags...), coreLDFlags...), "-o", CoreLibrary,
 		"kipimo_core.c", "kipimo_cyg.c", "kipimo_api.c", "-ldl")
 	if err := compile(ctx, tmp, cc, core); err != nil {
 		return nil, err
 	}
 	if mpicc != "" {
-		args := append(append([]string{}, cflags...), "-shared", "-o", MPILibrary, "kipimo_mpi.c",
+		hand, err := sources.ReadFile("csrc/kipimo_mpi.c")
+		if err != nil {
+			return nil, err
+		}
+		all, _ := generateAll(header, hand)
+		if err := os.WriteFile(filepath.Join(tmp, mpiAllSource), all, 0o644); err != nil {
+			return nil, fmt.Errorf("write the MPI wrappers: %w", err)
+		}
+		args := append(append([]string{}, cflags...), "-shared", "-o", MPILibrary, mpiAllSource, "-ldl",
 			"-L.", "-lkipimo", "-Wl,-rpath,"+dir)
 		if err := compile(ctx, tmp, mpicc, args); err != nil {
 			return nil, err
@@ -213,9 +267,10 @@ func compile(ctx context.Context, dir, compiler string, args []string) error {
 	return nil
 }
 
-// buildKey identifies a build: the sources and the compilers' versions (for
-// mpicc, also the flags it adds, which name the MPI it builds against).
-func buildKey(ctx context.Context, cc, mpicc string) (string, error) {
+// buildKey identifies a build: the sources, the compilers' versions (for
+// mpicc, also the flags it adds, which name the MPI it builds against) and
+// the preprocessed mpi.h the MPI wrappers are generated from.
+func buildKey(ctx context.Context, cc, mpicc string, header []byte) (string, error) {
 	h := sha256.New()
 	var names []string
 	if err := fs.WalkDir(sources, "csrc", func(path string, d fs.DirEntry, err error) error {
@@ -235,16 +290,24 @@ func buildKey(ctx context.Context, cc, mpicc string) (string, error) {
 		fmt.Fprintf(h, "%s %d\n", n, len(b))
 		h.Write(b)
 	}
-	fmt.Fprintf(h, "cflags %s\n", strings.Join(cflags, " "))
-	for _, c := range [][]string{{cc, "--version"}, {mpicc, "--showme"}, {mpicc, "--version"}} {
+	fmt.Fprintf(h, "cflags %s\nldflags %s\nmpi.h %d\n", strings.Join(cflags, " "), strings.Join(coreLDFlags, " "), len(header))
+	h.Write(header)
+	// The MPI compiler wrapper counts by what it says (Open MPI's --showme,
+	// MPICH's -show: the compiler and flags it runs), not by its name:
+	// mpicc and mpicc.openmpi are one build.
+	for _, c := range [][]string{{cc, "--version"}, {mpicc, "--showme"}, {mpicc, "-show"}, {mpicc, "--version"}} {
 		if c[0] == "" {
 			continue
 		}
 		out, err := exec.CommandContext(ctx, c[0], c[1:]...).CombinedOutput()
-		if err != nil && c[1] != "--showme" {
+		if err != nil && c[1] != "--showme" && c[1] != "-show" {
 			return "", fmt.Errorf("ask %s its version: %w", c[0], err)
 		}
-		fmt.Fprintf(h, "%s %s\n%s\n", c[0], c[1], out)
+		name := c[0]
+		if name == mpicc {
+			name = "mpicc"
+		}
+		fmt.Fprintf(h, "%s %s\n%s\n", name, c[1], out)
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
 }

@@ -108,12 +108,16 @@ type stream struct {
 	counters map[uint32]string
 	frames   int
 	steps    []uint64
-	calls    map[string]int
+	calls    map[string]int            // calls streamed and summarised
 	parents  map[string]map[string]int // function -> parent -> count
-	threads  map[uint32]bool
-	comms    []frame.CommEvent
-	values   map[string][]uint64 // counter name -> values
-	metadata map[string]string
+	// summarised are the hot leaf calls the frames' summary counters
+	// reported, by function; droppedCalls the calls dropped whole.
+	summarised   map[string]int
+	droppedCalls map[string]int
+	threads      map[uint32]bool
+	comms        []frame.CommEvent
+	values       map[string][]uint64 // counter name -> values
+	metadata     map[string]string
 	// execs are the completed executions: function, tid, entry, exit (µs).
 	execs    []execution
 	open     map[uint32][]openExec
@@ -142,6 +146,7 @@ func newStream() *stream {
 		names: map[uint32]string{}, counters: map[uint32]string{}, calls: map[string]int{},
 		parents: map[string]map[string]int{}, threads: map[uint32]bool{}, values: map[string][]uint64{},
 		metadata: map[string]string{}, open: map[uint32][]openExec{}, used: map[uint32]bool{},
+		summarised: map[string]int{}, droppedCalls: map[string]int{},
 	}
 }
 
@@ -187,7 +192,24 @@ func (s *stream) add(t testing.TB, f *frame.Frame) {
 		s.execs = append(s.execs, execution{name, e.Tid, top.entry, e.TS})
 	}
 	for _, c := range f.CounterEvents {
-		s.values[s.counters[c.CID]] = append(s.values[s.counters[c.CID]], c.Value)
+		name := s.counters[c.CID]
+		s.values[name] = append(s.values[name], c.Value)
+		if path, ok := strings.CutPrefix(name, "Kipimo Summary Calls: "); ok {
+			fns := strings.Split(path, " => ")
+			fn, parent := fns[len(fns)-1], ""
+			if len(fns) > 1 {
+				parent = fns[len(fns)-2]
+			}
+			if s.parents[fn] == nil {
+				s.parents[fn] = map[string]int{}
+			}
+			s.parents[fn][parent] += int(c.Value)
+			s.calls[fn] += int(c.Value)
+			s.summarised[fn] += int(c.Value)
+		}
+		if fn, ok := strings.CutPrefix(name, "Kipimo Dropped Calls: "); ok {
+			s.droppedCalls[fn] += int(c.Value)
+		}
 	}
 	s.comms = append(s.comms, f.Comms...)
 }

@@ -3,6 +3,8 @@ package instrument
 import (
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -11,17 +13,37 @@ import (
 	"github.com/kipimo-hpc/kipimo/internal/mpitest"
 )
 
-// The ring program on 2 ranks with 2 OpenMP threads each: every call
-// arrives, nested as the program nests it, on the thread that made it; the
-// comm events are the messages the program sends; the injected delays are
-// recorded with the entry time of the delayed execution.
+// The ring program on 2 ranks with 2 OpenMP threads each, under Open MPI
+// and under MPICH (each with the library built for the program's MPI):
+// every call arrives, nested as the program nests it, on the thread that
+// made it; the comm events are the messages the program sends; the
+// injected delays are recorded with the entry time of the delayed
+// execution.
 func TestMPIRingProgram(t *testing.T) {
 	requireMPI(t)
-	lib := library(t)
+	for _, k := range installedMPIs {
+		t.Run(k.name, func(t *testing.T) {
+			mpitest.Require(t, k.mpicc, k.mpirun)
+			ringProgram(t, k)
+		})
+	}
+}
+
+func ringProgram(t *testing.T, k mpiKind) {
+	// The program links with the library of the default build (kipimo lib
+	// --libs); under MPICH the preloaded one is another build's.
+	base := library(t)
+	prog := filepath.Join(t.TempDir(), "ring")
+	cargs := append([]string{"-O1", "-g", "-fopenmp"}, strings.Fields(base.CFlags())...)
+	cargs = append(cargs, filepath.Join("testdata", "ring.c"), "-o", prog)
+	cargs = append(cargs, strings.Fields(base.LDFlags())...)
+	if b, err := exec.Command(k.mpicc, cargs...).CombinedOutput(); err != nil {
+		t.Fatalf("%s %s: %v\n%s", k.mpicc, strings.Join(cargs, " "), err, b)
+	}
+	lib := libraryFor(t, k.mpirun, "-np", "2", prog)
 	if lib.MPI == "" {
 		t.Fatal("the library was built without its MPI wrappers although mpicc is there")
 	}
-	prog := compileProgram(t, lib, "ring.c", true)
 	ns := startNATS(t)
 	nc := connect(t, ns)
 	const (
@@ -34,14 +56,14 @@ func TestMPIRingProgram(t *testing.T) {
 	)
 	c := collect(t, nc, run)
 	status := t.TempDir()
-	base := mpitest.Env(append(os.Environ(), fmt.Sprintf("OMP_NUM_THREADS=%d", threads)))
+	baseEnv := mpitest.Env(append(os.Environ(), fmt.Sprintf("OMP_NUM_THREADS=%d", threads)))
 	env := lib.Environ(Env{
 		NATSURL: ns.ClientURL(), Run: run, Period: 50 * time.Millisecond, StatusDir: status,
 		Inject: []Injection{{Func: "exchange", Prob: 0.05, Delay: 20 * time.Millisecond}}, Seed: 7,
-	}, base)
+	}, baseEnv)
 	args := []string{"-np", fmt.Sprint(ranks), prog, fmt.Sprint(iters), fmt.Sprint(inner), fmt.Sprint(bytes)}
-	plain, plainCode := runProgram(t, base, "mpirun", args...)
-	out, code := runProgram(t, env, "mpirun", args...)
+	plain, plainCode := runProgram(t, baseEnv, k.mpirun, args...)
+	out, code := runProgram(t, env, k.mpirun, args...)
 	if code != 0 || plainCode != 0 || sortedLines(out) != sortedLines(plain) {
 		t.Errorf("under Kipimo: status %d, output\n%s\nalone: status %d, output\n%s", code, out, plainCode, plain)
 	}

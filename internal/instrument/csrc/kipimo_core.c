@@ -13,6 +13,21 @@
  * Kipimo-Source-Dropped) and in the status file written at exit. The
  * application itself never waits for any of this.
  *
+ * Exact at any call rate. An entry is written only when the ring has room
+ * for it and for the exits of every call open on its thread, so a full ring
+ * drops whole calls (with every call and event inside them), never an exit
+ * whose entry was recorded; the calls dropped are counted per function. A
+ * function called more than KIPIMO_SUMMARY_RATE times a second on a thread
+ * is hot there: the entry of each of its calls waits for the exit, and a
+ * call that made no instrumented call, comm or counter event meanwhile (a
+ * leaf) is added to its thread's summary of that call path (count, total,
+ * minimum, maximum) instead of streamed. Summaries and drops go out with
+ * each frame as counter events named "Kipimo Summary Calls: <path>",
+ * "Kipimo Summary Time (ns): <path>", "Kipimo Summary Min (ns): <path>",
+ * "Kipimo Summary Max (ns): <path>" (path "A => B => leaf"), "Kipimo Dropped
+ * Calls: <function>", "Kipimo Dropped Comm Events" and "Kipimo Dropped
+ * Counter Events", at the frame's t_end on the thread they happened on.
+ *
  * A name (function, counter) or metadata entry goes with the first frame
  * that follows its registration, and again, with every other one, in every
  * KIPIMO_NAMES_EVERY-th frame and in the first frame after a reconnect or a
@@ -38,6 +53,9 @@
  *   KIPIMO_CLOCK         tsc or monotonic (default: tsc where it is invariant)
  *   KIPIMO_FLUSH_TIMEOUT how long exit waits for queued frames to leave (default 5s)
  *   KIPIMO_STATUS_DIR    where status.<pid>.<rank>.<ospid>.json is written at exit
+ *   KIPIMO_SUMMARY_RATE  calls per second of one function on one thread beyond which
+ *                        its leaf calls are summarised instead of streamed (default
+ *                        10000; 0: never)
  *   KIPIMO_DISABLE       1 turns the library off
  */
 #define _GNU_SOURCE
@@ -68,7 +86,7 @@
 
 #define KP_VERSION "1"
 #define KP_MAX_FUNCS (1u << 18)
-#define KP_MAX_COUNTERS 4096u
+#define KP_MAX_COUNTERS (1u << 16)
 #define KP_ADDR_SLOTS (1u << 19)
 
 /* Event types, kept in the top three bits of an event's tick. */
@@ -83,6 +101,48 @@ typedef struct kp_ev {
 	uint32_t aux; /* tag */
 } kp_ev;
 
+/* Depth of the per-thread stack of open recorded calls that summaries name
+ * their call paths from; a hot leaf deeper than this is streamed. */
+#define KP_STACK 256
+/* Call paths a thread can summarise, and the function ids their paths
+ * hold in all; a hot leaf on a path beyond these is streamed. */
+#define KP_SUMS 1024u
+#define KP_SUM_SLOTS (2 * KP_SUMS)
+#define KP_ARENA (16u * KP_SUMS)
+/* Functions whose dropped calls a thread counts apart; the rest share the
+ * last entry. */
+#define KP_DROPS 512u
+#define KP_DROP_SLOTS (2 * KP_DROPS)
+
+/* A function's calls on a thread in the current window (win): beyond
+ * K.win_limit the function is hot; a window that follows a hot one starts
+ * at the limit, so the function stays hot while it is called as fast. */
+typedef struct kp_rate {
+	uint32_t win, n;
+} kp_rate;
+
+/* The summary of one call path's hot leaf calls on one thread. The owner
+ * thread writes count, total and the per-epoch minimum and maximum (two
+ * buffers by the parity of the io_step epoch, so the collector reads the
+ * ending epoch's while the thread fills the next); the collector reads them
+ * and keeps what it has reported in seen_* and the counter ids in cid. */
+typedef struct kp_sum {
+	uint64_t key;      /* path hash, never 0 */
+	uint32_t off, len; /* the path's function ids in the thread's arena */
+	_Atomic uint64_t count, total;
+	_Atomic uint64_t epb[2], min[2], max[2]; /* epb: epoch + 1 the buffer holds */
+	uint64_t seen_count, seen_total;
+	uint32_t cid[4]; /* counter id + 1: calls, time, min, max */
+} kp_sum;
+
+/* The calls of one function dropped whole on one thread (ring full). */
+typedef struct kp_drop {
+	uint32_t fid;
+	uint32_t cid; /* collector: counter id + 1 */
+	_Atomic uint64_t n;
+	uint64_t seen;
+} kp_drop;
+
 typedef struct kp_thread {
 	_Atomic uint64_t head; /* written by the owner only */
 	char pad0[56];
@@ -91,10 +151,34 @@ typedef struct kp_thread {
 	kp_ev *ring;
 	uint64_t mask;
 	_Atomic uint64_t dropped; /* events dropped: ring full, written by the owner */
-	uint32_t skip;            /* entries dropped and not yet exited */
+	uint32_t skip;            /* open calls dropped whole (a dropped call and the calls in it) */
 	uint32_t tid;
 	uint64_t rng;
 	_Atomic int retired; /* the thread has exited */
+	int gone;            /* collector: seen retired before its last read */
+	/* Owner only: the open calls whose entries are in the ring (their exits
+	 * have room reserved); the outermost KP_STACK of them have their
+	 * function in sfid and the hash of their call path in shash (computed
+	 * when a summary first needs it). */
+	uint32_t depth;
+	uint32_t pend;   /* fid + 1 of a hot call whose entry waits for its exit, 0 none */
+	uint64_t pend_t; /* its entry tick */
+	uint32_t sfid[KP_STACK];
+	uint64_t *shash;
+	uint32_t hvalid; /* shash[0..hvalid) are up to date */
+	kp_rate *rate;   /* per fid */
+	kp_sum *sums;
+	uint16_t *sum_slot; /* path hash table: index in sums + 1 */
+	_Atomic uint32_t nsums;
+	uint32_t *arena;
+	uint32_t arena_used;
+	kp_sum *last_sum;
+	kp_drop *drops;
+	uint16_t *drop_slot; /* fid hash table: index in drops + 1 */
+	_Atomic uint32_t ndrops;
+	_Atomic uint64_t dropped_comm, dropped_counter; /* comm and counter events dropped */
+	uint64_t seen_comm, seen_counter;              /* collector */
+	uint32_t cid_comm, cid_counter;                /* collector: counter id + 1 */
 } kp_thread;
 
 /* A dictionary of names: functions or counters. Ids are dense. Lookups by
@@ -131,6 +215,12 @@ typedef struct kp_truth {
 	uint64_t delay_us;
 } kp_truth;
 
+/* A counter event the collector adds to a thread's events at the cut. */
+typedef struct kp_xev {
+	uint32_t cid;
+	uint64_t value;
+} kp_xev;
+
 typedef struct kp_msg {
 	struct kp_msg *next;
 	size_t len;
@@ -159,6 +249,16 @@ static struct {
 	int use_tsc;
 	uint64_t flush_timeout_ns;
 	char status_dir[1024];
+	uint64_t summary_rate; /* calls per second per thread beyond which a leaf is summarised; 0 never */
+
+	/* Hot leaves: a thread counts each function's calls per window (the
+	 * collector turns win every KP_WINDOW_NS); beyond win_limit calls in a
+	 * window (or in the window before) the function is hot on that thread.
+	 * epoch counts the cuts, for the per-step minimum and maximum of
+	 * summaries. */
+	_Atomic uint32_t win, win_limit;
+	uint64_t next_win_ns; /* collector */
+	_Atomic uint64_t epoch;
 
 	/* state */
 	_Atomic int on;      /* 1 while recording */
@@ -199,6 +299,9 @@ static struct {
 	size_t blen, bcap;
 	kp_truth *truth;
 	size_t ntruth, cap_truth;
+	kp_xev *xev; /* the counter events of summaries and drops of the frame being cut */
+	size_t nxev, cap_xev;
+	uint64_t calls_summarised, calls_dropped; /* reported in frames so far */
 
 	/* NATS connection, owned by the collector */
 	int fd;
@@ -573,6 +676,18 @@ static void thread_retire(void *p) {
 
 static void start_collector(void);
 
+static void thread_free(kp_thread *t) {
+	free(t->ring);
+	free(t->shash);
+	free(t->rate);
+	free(t->sums);
+	free(t->sum_slot);
+	free(t->arena);
+	free(t->drops);
+	free(t->drop_slot);
+	free(t);
+}
+
 static kp_thread *thread_new(void) {
 	if (kp_dead || !atomic_load_explicit(&K.on, memory_order_relaxed))
 		return NULL;
@@ -582,9 +697,19 @@ static kp_thread *thread_new(void) {
 	if (atomic_load(&K.on) && posix_memalign((void **)&t, 64, sizeof *t) == 0) {
 		memset(t, 0, sizeof *t);
 		t->ring = malloc(K.ring_events * sizeof(kp_ev));
-		if (!t->ring) {
-			free(t);
+		t->shash = malloc(KP_STACK * sizeof *t->shash);
+		/* large callocs are fresh zero pages: a page costs only when used */
+		t->rate = calloc(KP_MAX_FUNCS, sizeof *t->rate);
+		t->sums = calloc(KP_SUMS, sizeof *t->sums);
+		t->sum_slot = calloc(KP_SUM_SLOTS, sizeof *t->sum_slot);
+		t->arena = malloc(KP_ARENA * sizeof *t->arena);
+		t->drops = calloc(KP_DROPS, sizeof *t->drops);
+		t->drop_slot = calloc(KP_DROP_SLOTS, sizeof *t->drop_slot);
+		if (!t->ring || !t->shash || !t->rate || !t->sums || !t->sum_slot || !t->arena || !t->drops || !t->drop_slot) {
+			thread_free(t);
 			t = NULL;
+		} else {
+			t->drops[KP_DROPS - 1].fid = UINT32_MAX; /* every other function */
 		}
 	}
 	if (t) {
@@ -602,8 +727,7 @@ static kp_thread *thread_new(void) {
 		if (K.nthreads < K.cap_threads) {
 			K.threads[K.nthreads++] = t;
 		} else {
-			free(t->ring);
-			free(t);
+			thread_free(t);
 			t = NULL;
 		}
 		pthread_mutex_unlock(&K.reg_mu);
@@ -625,22 +749,184 @@ static inline kp_thread *self(void) {
 	return thread_new();
 }
 
-static inline int push(kp_thread *t, uint64_t tt, uint64_t v, uint32_t id, uint32_t aux) {
+/* room says whether t's ring has space for n more events. */
+static inline int room(kp_thread *t, uint64_t n) {
 	uint64_t h = atomic_load_explicit(&t->head, memory_order_relaxed);
 	uint64_t tl = atomic_load_explicit(&t->tail, memory_order_acquire);
-	if (__builtin_expect(h - tl > t->mask, 0))
-		return 0;
+	return t->mask + 1 - (h - tl) >= n;
+}
+
+/* put appends an event to t's ring, which has room for it. */
+static inline void put(kp_thread *t, uint64_t tt, uint64_t v, uint32_t id, uint32_t aux) {
+	uint64_t h = atomic_load_explicit(&t->head, memory_order_relaxed);
 	kp_ev *e = &t->ring[h & t->mask];
 	e->t = tt;
 	e->v = v;
 	e->id = id;
 	e->aux = aux;
 	atomic_store_explicit(&t->head, h + 1, memory_order_release);
+}
+
+/* add adds d to a counter only its owner thread writes. */
+static inline void add(_Atomic uint64_t *p, uint64_t d) {
+	atomic_store_explicit(p, atomic_load_explicit(p, memory_order_relaxed) + d, memory_order_relaxed);
+}
+
+static inline void count_drop(kp_thread *t) { add(&t->dropped, 1); }
+
+static inline uint64_t path_hash(uint64_t parent, uint32_t fid) {
+	uint64_t h = (parent ^ ((uint64_t)fid + 1)) * 0x9E3779B97F4A7C15ull;
+	return (h ^ (h >> 29)) | 1;
+}
+#define KP_ROOT_HASH 0x243F6A8885A308D3ull
+#define KP_WINDOW_NS 100000000ull
+
+/* count_dropped_call counts one call of fid dropped whole on t. */
+static __attribute__((noinline)) void count_dropped_call(kp_thread *t, uint32_t fid) {
+	uint32_t mask = KP_DROP_SLOTS - 1, k = KP_DROPS; /* the shared last entry */
+	for (uint32_t i = (fid * 0x9E3779B1u) >> 16 & mask, probes = 0; probes < KP_DROP_SLOTS; probes++, i = (i + 1) & mask) {
+		uint32_t x = t->drop_slot[i];
+		if (x && t->drops[x - 1].fid == fid) {
+			k = x;
+			break;
+		}
+		if (!x) {
+			uint32_t n = atomic_load_explicit(&t->ndrops, memory_order_relaxed);
+			if (n < KP_DROPS - 1) {
+				t->drops[n].fid = fid;
+				atomic_store_explicit(&t->ndrops, n + 1, memory_order_release);
+				t->drop_slot[i] = (uint16_t)(n + 1);
+				k = n + 1;
+			}
+			break;
+		}
+	}
+	add(&t->drops[k - 1].n, 1);
+}
+
+/* drop_call drops a call of fid whole: its entry now, its exit and every
+ * event until then when they come (skip). */
+static __attribute__((noinline)) void drop_call(kp_thread *t, uint32_t fid) {
+	t->skip++;
+	count_drop(t);
+	count_dropped_call(t, fid);
+}
+
+/* record_entry writes the entry of a call of fid when the ring has room for
+ * it and for the exits of every open call, its own included; otherwise the
+ * call is dropped whole. */
+static inline int record_entry(kp_thread *t, uint32_t fid, uint64_t tk, uint64_t type) {
+	uint32_t d = t->depth;
+	uint64_t h = atomic_load_explicit(&t->head, memory_order_relaxed);
+	uint64_t tl = atomic_load_explicit(&t->tail, memory_order_acquire);
+	if (__builtin_expect(t->mask + 1 - (h - tl) < (uint64_t)d + 2, 0)) {
+		drop_call(t, fid);
+		return 0;
+	}
+	kp_ev *e = &t->ring[h & t->mask];
+	e->t = tk | type << EV_SHIFT;
+	e->v = 0;
+	e->id = fid;
+	e->aux = 0;
+	atomic_store_explicit(&t->head, h + 1, memory_order_release);
+	t->depth = d + 1;
+	if (d < KP_STACK) {
+		t->sfid[d] = fid;
+		if (d < t->hvalid)
+			t->hvalid = d;
+	}
 	return 1;
 }
 
-static inline void count_drop(kp_thread *t) {
-	atomic_store_explicit(&t->dropped, atomic_load_explicit(&t->dropped, memory_order_relaxed) + 1, memory_order_relaxed);
+/* top_hash is the path hash of the innermost open call (depth < KP_STACK). */
+static inline uint64_t top_hash(kp_thread *t) {
+	uint32_t d = t->depth;
+	if (!d)
+		return KP_ROOT_HASH;
+	for (uint32_t i = t->hvalid; i < d; i++)
+		t->shash[i] = path_hash(i ? t->shash[i - 1] : KP_ROOT_HASH, t->sfid[i]);
+	t->hvalid = d;
+	return t->shash[d - 1];
+}
+
+/* flush_pend writes the entry of the hot call waiting for its exit: the
+ * call turned out not to be a leaf. */
+static __attribute__((noinline)) void flush_pend(kp_thread *t) {
+	uint32_t fid = t->pend - 1;
+	t->pend = 0;
+	record_entry(t, fid, t->pend_t, EV_ENTRY);
+}
+
+/* sum_find returns the summary of the call path (open calls, then fid)
+ * whose hash is key, making it on first use; NULL when the thread's tables
+ * are full. */
+static __attribute__((noinline)) kp_sum *sum_find(kp_thread *t, uint64_t key, uint32_t fid) {
+	uint32_t mask = KP_SUM_SLOTS - 1;
+	for (uint32_t i = (uint32_t)(key >> 40) & mask, probes = 0; probes < KP_SUM_SLOTS; probes++, i = (i + 1) & mask) {
+		uint32_t x = t->sum_slot[i];
+		if (x && t->sums[x - 1].key == key)
+			return &t->sums[x - 1];
+		if (x)
+			continue;
+		uint32_t n = atomic_load_explicit(&t->nsums, memory_order_relaxed);
+		uint32_t len = t->depth + 1; /* a hot call is deferred below KP_STACK only */
+		if (n >= KP_SUMS || t->arena_used + len > KP_ARENA)
+			return NULL;
+		kp_sum *s = &t->sums[n];
+		s->key = key;
+		s->off = t->arena_used;
+		s->len = len;
+		for (uint32_t j = 0; j + 1 < len; j++)
+			t->arena[s->off + j] = t->sfid[j];
+		t->arena[s->off + len - 1] = fid;
+		t->arena_used += len;
+		t->sum_slot[i] = (uint16_t)(n + 1);
+		atomic_store_explicit(&t->nsums, n + 1, memory_order_release);
+		return s;
+	}
+	return NULL;
+}
+
+/* leaf_exit ends the hot call of fid waiting for its exit: no instrumented
+ * call, comm or counter event came between its entry and its exit, so it
+ * is summarised on its call path (streamed when the summary tables are
+ * full). */
+static inline void leaf_exit(kp_thread *t, uint32_t fid, uint64_t tk) {
+	uint64_t d = tk - t->pend_t;
+	if ((int64_t)d < 0)
+		d = 0;
+	t->pend = 0;
+	uint64_t key = path_hash(top_hash(t), fid);
+	kp_sum *s = t->last_sum;
+	if (__builtin_expect(!s || s->key != key, 0)) {
+		s = sum_find(t, key, fid);
+		if (!s) {
+			if (room(t, (uint64_t)t->depth + 2)) {
+				put(t, t->pend_t | (uint64_t)EV_ENTRY << EV_SHIFT, 0, fid, 0);
+				put(t, tk | (uint64_t)EV_EXIT << EV_SHIFT, 0, fid, 0);
+			} else {
+				count_drop(t);
+				count_drop(t);
+				count_dropped_call(t, fid);
+			}
+			return;
+		}
+		t->last_sum = s;
+	}
+	add(&s->count, 1);
+	add(&s->total, d);
+	uint64_t e = atomic_load_explicit(&K.epoch, memory_order_relaxed);
+	unsigned b = (unsigned)(e & 1);
+	if (atomic_load_explicit(&s->epb[b], memory_order_relaxed) != e + 1) {
+		atomic_store_explicit(&s->min[b], d, memory_order_relaxed);
+		atomic_store_explicit(&s->max[b], d, memory_order_relaxed);
+		atomic_store_explicit(&s->epb[b], e + 1, memory_order_release);
+	} else {
+		if (d < atomic_load_explicit(&s->min[b], memory_order_relaxed))
+			atomic_store_explicit(&s->min[b], d, memory_order_relaxed);
+		if (d > atomic_load_explicit(&s->max[b], memory_order_relaxed))
+			atomic_store_explicit(&s->max[b], d, memory_order_relaxed);
+	}
 }
 
 static inline uint64_t xorshift(kp_thread *t) {
@@ -652,30 +938,93 @@ static inline uint64_t xorshift(kp_thread *t) {
 	return x * 0x2545F4914F6CDD1Dull;
 }
 
+/* count_call counts a call of fid on t in the current window and says
+ * whether fid is hot on t: called beyond the limit in this window or the
+ * one before. */
+static inline int count_call(kp_thread *t, uint32_t fid) {
+	kp_rate *r = &t->rate[fid];
+	uint32_t w = atomic_load_explicit(&K.win, memory_order_relaxed);
+	uint32_t lim = atomic_load_explicit(&K.win_limit, memory_order_relaxed);
+	if (__builtin_expect(r->win != w, 0)) {
+		r->n = r->win + 1 == w && r->n > lim ? lim : 0;
+		r->win = w;
+	}
+	return ++r->n > lim;
+}
+
+/* enter_slow is kp_enter when a hot call waits for its exit, a call is
+ * being dropped, or fid is one to inject delays into. */
+static __attribute__((noinline)) void enter_slow(kp_thread *t, uint32_t fid) {
+	if (t->pend)
+		flush_pend(t);
+	if (t->skip) {
+		drop_call(t, fid); /* a call inside a dropped call */
+		return;
+	}
+	uint64_t th = atomic_load_explicit(&K.inject_threshold[fid], memory_order_relaxed);
+	uint64_t type = EV_ENTRY;
+	if (th != 0 && (th == UINT64_MAX || xorshift(t) < th))
+		type = EV_ENTRY_INJECTED;
+	uint64_t tk = ticks();
+	/* injected calls are never summarised */
+	if (count_call(t, fid) && type == EV_ENTRY && t->depth < KP_STACK) {
+		t->pend = fid + 1;
+		t->pend_t = tk;
+		return;
+	}
+	if (!record_entry(t, fid, tk, type) || type != EV_ENTRY_INJECTED)
+		return;
+	uint16_t k = atomic_load_explicit(&K.inject_of[fid], memory_order_relaxed);
+	if (k) {
+		uint64_t d = K.inject[k - 1].delay_ns;
+		struct timespec ts = {(time_t)(d / 1000000000ull), (long)(d % 1000000000ull)};
+		while (nanosleep(&ts, &ts) == -1 && errno == EINTR)
+			;
+	}
+}
+
 void kp_enter(uint32_t fid) {
 	kp_thread *t = self();
 	if (__builtin_expect(!t, 0))
 		return;
 	if (atomic_load_explicit(&K.funcs.excluded[fid], memory_order_relaxed))
 		return;
-	uint64_t th = atomic_load_explicit(&K.inject_threshold[fid], memory_order_relaxed);
-	uint64_t type = EV_ENTRY;
-	if (__builtin_expect(th != 0, 0) && (th == UINT64_MAX || xorshift(t) < th))
-		type = EV_ENTRY_INJECTED;
-	if (t->skip || !push(t, ticks() | type << EV_SHIFT, 0, fid, 0)) {
-		t->skip++;
+	if (__builtin_expect(t->pend | t->skip | (atomic_load_explicit(&K.inject_threshold[fid], memory_order_relaxed) != 0), 0)) {
+		enter_slow(t, fid);
+		return;
+	}
+	uint64_t tk = ticks();
+	/* a hot call waits for its exit to learn whether it is a leaf */
+	if (__builtin_expect(count_call(t, fid), 0) && t->depth < KP_STACK) {
+		t->pend = fid + 1;
+		t->pend_t = tk;
+		return;
+	}
+	record_entry(t, fid, tk, EV_ENTRY);
+}
+
+/* exit_slow is kp_exit when a hot call waits for its exit or a call is
+ * being dropped. */
+static __attribute__((noinline)) void exit_slow(kp_thread *t, uint32_t fid) {
+	if (t->pend) {
+		if (t->pend == fid + 1) {
+			leaf_exit(t, fid, ticks());
+			return;
+		}
+		flush_pend(t); /* exits out of order: not a leaf */
+	}
+	if (t->skip) {
+		t->skip--;
 		count_drop(t);
 		return;
 	}
-	if (type == EV_ENTRY_INJECTED) {
-		uint16_t k = atomic_load_explicit(&K.inject_of[fid], memory_order_relaxed);
-		if (k) {
-			uint64_t d = K.inject[k - 1].delay_ns;
-			struct timespec ts = {(time_t)(d / 1000000000ull), (long)(d % 1000000000ull)};
-			while (nanosleep(&ts, &ts) == -1 && errno == EINTR)
-				;
-		}
+	if (!room(t, 1)) {
+		count_drop(t);
+		return;
 	}
+	if (t->depth)
+		t->depth--;
+	put(t, ticks() | (uint64_t)EV_EXIT << EV_SHIFT, 0, fid, 0);
 }
 
 void kp_exit(uint32_t fid) {
@@ -684,30 +1033,54 @@ void kp_exit(uint32_t fid) {
 		return;
 	if (atomic_load_explicit(&K.funcs.excluded[fid], memory_order_relaxed))
 		return;
-	if (t->skip) {
-		t->skip--;
+	if (__builtin_expect(t->pend | t->skip, 0)) {
+		exit_slow(t, fid);
+		return;
+	}
+	/* The entry reserved room for this exit; the check only guards against
+	 * exits without an entry (regions ended twice, calls begun before the
+	 * thread's first event). */
+	uint64_t h = atomic_load_explicit(&t->head, memory_order_relaxed);
+	if (__builtin_expect(h - atomic_load_explicit(&t->tail, memory_order_acquire) > t->mask, 0)) {
 		count_drop(t);
 		return;
 	}
-	if (!push(t, ticks() | (uint64_t)EV_EXIT << EV_SHIFT, 0, fid, 0))
-		count_drop(t);
+	t->depth -= t->depth != 0;
+	kp_ev *e = &t->ring[h & t->mask];
+	e->t = ticks() | (uint64_t)EV_EXIT << EV_SHIFT;
+	e->v = 0;
+	e->id = fid;
+	e->aux = 0;
+	atomic_store_explicit(&t->head, h + 1, memory_order_release);
 }
 
 void kp_comm(uint32_t kind, uint32_t partner, uint32_t tag, uint64_t bytes) {
 	kp_thread *t = self();
 	if (__builtin_expect(!t, 0))
 		return;
+	if (__builtin_expect(t->pend != 0, 0))
+		flush_pend(t);
 	uint64_t type = kind == KP_RECV ? EV_RECV : EV_SEND;
-	if (t->skip || !push(t, ticks() | type << EV_SHIFT, bytes, partner, tag))
+	if (t->skip || !room(t, (uint64_t)t->depth + 1)) {
 		count_drop(t);
+		add(&t->dropped_comm, 1);
+		return;
+	}
+	put(t, ticks() | type << EV_SHIFT, bytes, partner, tag);
 }
 
 void kp_counter(uint32_t cid, uint64_t value) {
 	kp_thread *t = self();
 	if (__builtin_expect(!t, 0))
 		return;
-	if (t->skip || !push(t, ticks() | (uint64_t)EV_COUNTER << EV_SHIFT, value, cid, 0))
+	if (__builtin_expect(t->pend != 0, 0))
+		flush_pend(t);
+	if (t->skip || !room(t, (uint64_t)t->depth + 1)) {
 		count_drop(t);
+		add(&t->dropped_counter, 1);
+		return;
+	}
+	put(t, ticks() | (uint64_t)EV_COUNTER << EV_SHIFT, value, cid, 0);
 }
 
 void kp_set_rank(uint32_t rank) { atomic_store(&K.rank, rank); }
@@ -859,6 +1232,7 @@ typedef struct {
 	kp_thread *t;
 	uint64_t from, to;
 	uint32_t nf, nc, nk;
+	size_t xfrom, xto; /* its summary and drop counter events in K.xev */
 } kp_span;
 
 static void add_truth(uint32_t fid, uint32_t tid, uint64_t us) {
@@ -947,6 +1321,14 @@ static void encode_section(const kp_span *sp, uint32_t nt, unsigned B, uint64_t 
 			if (type == EV_ENTRY_INJECTED)
 				add_truth(e->id, sp[i].t->tid, us);
 		}
+		if (sec == SEC_COUNTER) {
+			for (size_t x = sp[i].xfrom; x < sp[i].xto; x++) {
+				put_uvarint(((uint64_t)K.xev[x].cid << B) | ti);
+				put_uvarint(K.xev[x].value);
+				put_zigzag(tend, prev);
+				prev = tend;
+			}
+		}
 		if (pvals && i == 0) {
 			uint32_t ids[4] = {K.cid_cpu, K.cid_rss, K.cid_vcsw, K.cid_ivcsw};
 			for (int k = 0; k < 4; k++) {
@@ -957,6 +1339,147 @@ static void encode_section(const kp_span *sp, uint32_t nt, unsigned B, uint64_t 
 			}
 		}
 		ti++;
+	}
+}
+
+/* xev_add adds a counter event for the thread being collected. */
+static void xev_add(uint32_t cid, uint64_t value) {
+	if (K.nxev == K.cap_xev) {
+		size_t nc = K.cap_xev ? K.cap_xev * 2 : 256;
+		kp_xev *nx = realloc(K.xev, nc * sizeof *nx);
+		if (!nx)
+			abort();
+		K.xev = nx;
+		K.cap_xev = nc;
+	}
+	K.xev[K.nxev++] = (kp_xev){cid, value};
+}
+
+/* counter_named returns the id + 1 of the counter called prefix + name. */
+static uint32_t counter_named(const char *prefix, const char *name) {
+	size_t a = strlen(prefix), b = strlen(name);
+	char *s = malloc(a + b + 1);
+	if (!s)
+		return 0;
+	memcpy(s, prefix, a);
+	memcpy(s + a, name, b + 1);
+	uint32_t id = dict_lookup(&K.counters, s);
+	free(s);
+	return id + 1;
+}
+
+/* name_sum names the counters of a summary after its call path; 0 while a
+ * function on the path has no name yet. */
+static int name_sum(kp_thread *t, kp_sum *s, uint32_t fn_to) {
+	size_t n = 1;
+	for (uint32_t j = 0; j < s->len; j++) {
+		uint32_t fid = t->arena[s->off + j];
+		if (fid >= fn_to || !K.funcs.names[fid])
+			return 0;
+		n += strlen(K.funcs.names[fid]) + 4;
+	}
+	char *path = malloc(n);
+	if (!path)
+		return 0;
+	size_t k = 0;
+	for (uint32_t j = 0; j < s->len; j++) {
+		const char *name = K.funcs.names[t->arena[s->off + j]];
+		if (j) {
+			memcpy(path + k, " => ", 4);
+			k += 4;
+		}
+		size_t l = strlen(name);
+		memcpy(path + k, name, l);
+		k += l;
+	}
+	path[k] = 0;
+	static const char *prefix[4] = {"Kipimo Summary Calls: ", "Kipimo Summary Time (ns): ", "Kipimo Summary Min (ns): ", "Kipimo Summary Max (ns): "};
+	for (int i = 0; i < 4; i++)
+		s->cid[i] = counter_named(prefix[i], path);
+	free(path);
+	return s->cid[0] && s->cid[1] && s->cid[2] && s->cid[3];
+}
+
+/* collect_extras turns what each thread summarised and dropped since the
+ * last cut into counter events of the frame (K.xev), and starts the next
+ * epoch of the summaries' minimum and maximum. */
+static void collect_extras(kp_span *sp, uint32_t nt, uint32_t fn_to) {
+	K.nxev = 0;
+	uint64_t E = atomic_load(&K.epoch);
+	atomic_store(&K.epoch, E + 1);
+	double nspt = K.use_tsc ? K.seg_scale : 1.0; /* ns per tick */
+	for (uint32_t i = 0; i < nt; i++) {
+		kp_thread *t = sp[i].t;
+		sp[i].xfrom = K.nxev;
+		uint32_t ns = atomic_load_explicit(&t->nsums, memory_order_acquire);
+		for (uint32_t j = 0; j < ns; j++) {
+			kp_sum *s = &t->sums[j];
+			uint64_t c = atomic_load_explicit(&s->count, memory_order_relaxed);
+			uint64_t tot = atomic_load_explicit(&s->total, memory_order_relaxed);
+			if (c == s->seen_count)
+				continue;
+			if (!s->cid[0] && !name_sum(t, s, fn_to)) {
+				t->gone = 0; /* keep the thread until the next cut reports it */
+				continue;
+			}
+			uint64_t dc = c - s->seen_count, dt = tot - s->seen_total;
+			/* the ending epoch's extremes, else (every call of the step
+			 * ended after the epoch turned) the next one's */
+			uint64_t mn = dt / dc, mx = dt / dc;
+			for (uint64_t e = E; e <= E + 1; e++) {
+				unsigned b = (unsigned)(e & 1);
+				if (atomic_load_explicit(&s->epb[b], memory_order_acquire) == e + 1) {
+					mn = atomic_load_explicit(&s->min[b], memory_order_relaxed);
+					mx = atomic_load_explicit(&s->max[b], memory_order_relaxed);
+					break;
+				}
+			}
+			s->seen_count = c;
+			s->seen_total = tot;
+			K.calls_summarised += dc;
+			xev_add(s->cid[0] - 1, dc);
+			xev_add(s->cid[1] - 1, (uint64_t)((double)dt * nspt + 0.5));
+			xev_add(s->cid[2] - 1, (uint64_t)((double)mn * nspt + 0.5));
+			xev_add(s->cid[3] - 1, (uint64_t)((double)mx * nspt + 0.5));
+		}
+		uint32_t nd = atomic_load_explicit(&t->ndrops, memory_order_acquire);
+		for (uint32_t j = 0; j < KP_DROPS; j++) {
+			if (j == nd)
+				j = KP_DROPS - 1;
+			kp_drop *d = &t->drops[j];
+			uint64_t n = atomic_load_explicit(&d->n, memory_order_relaxed);
+			if (n == d->seen)
+				continue;
+			if (!d->cid) {
+				const char *name = d->fid == UINT32_MAX ? "[functions beyond the per-thread table]"
+				                   : d->fid < fn_to && K.funcs.names[d->fid] ? K.funcs.names[d->fid] : NULL;
+				if (name)
+					d->cid = counter_named("Kipimo Dropped Calls: ", name);
+				if (!d->cid) {
+					t->gone = 0;
+					continue;
+				}
+			}
+			K.calls_dropped += n - d->seen;
+			xev_add(d->cid - 1, n - d->seen);
+			d->seen = n;
+		}
+		uint64_t dcomm = atomic_load_explicit(&t->dropped_comm, memory_order_relaxed);
+		if (dcomm != t->seen_comm) {
+			if (!t->cid_comm)
+				t->cid_comm = counter_named("Kipimo Dropped Comm Events", "");
+			xev_add(t->cid_comm - 1, dcomm - t->seen_comm);
+			t->seen_comm = dcomm;
+		}
+		uint64_t dctr = atomic_load_explicit(&t->dropped_counter, memory_order_relaxed);
+		if (dctr != t->seen_counter) {
+			if (!t->cid_counter)
+				t->cid_counter = counter_named("Kipimo Dropped Counter Events", "");
+			xev_add(t->cid_counter - 1, dctr - t->seen_counter);
+			t->seen_counter = dctr;
+		}
+		sp[i].xto = K.nxev;
+		sp[i].nc += (uint32_t)(sp[i].xto - sp[i].xfrom);
 	}
 }
 
@@ -984,6 +1507,8 @@ static void cut(void) {
 	uint32_t fn_to = atomic_load_explicit(&K.funcs.count, memory_order_acquire);
 	uint32_t cn_to = atomic_load_explicit(&K.counters.count, memory_order_acquire);
 	for (uint32_t i = 0; i < nt; i++) {
+		/* a thread seen retired here has recorded all it ever will */
+		sp[i].t->gone = atomic_load_explicit(&sp[i].t->retired, memory_order_acquire);
 		sp[i].from = atomic_load_explicit(&sp[i].t->tail, memory_order_relaxed);
 		sp[i].to = atomic_load_explicit(&sp[i].t->head, memory_order_acquire);
 	}
@@ -992,6 +1517,8 @@ static void cut(void) {
 	fn_to = atomic_load_explicit(&K.funcs.count, memory_order_acquire);
 	cn_to = atomic_load_explicit(&K.counters.count, memory_order_acquire);
 	resolve_names(K.funcs.sent, fn_to);
+	collect_extras(sp, nt, fn_to);
+	cn_to = atomic_load_explicit(&K.counters.count, memory_order_acquire);
 
 	uint64_t tend = tick_to_us(tk);
 	uint64_t pcpu = 0, prss = 0, pvcsw = 0, pivcsw = 0;
@@ -1109,12 +1636,10 @@ static void cut(void) {
 	pthread_mutex_lock(&K.reg_mu);
 	for (uint32_t i = 0; i < K.nthreads;) {
 		kp_thread *t = K.threads[i];
-		if (atomic_load_explicit(&t->retired, memory_order_acquire) &&
-		    atomic_load(&t->tail) == atomic_load(&t->head)) {
+		if (t->gone && atomic_load(&t->tail) == atomic_load(&t->head)) {
 			memmove(&K.threads[i], &K.threads[i + 1], (K.nthreads - i - 1) * sizeof *K.threads);
 			K.nthreads--;
-			free(t->ring);
-			free(t);
+			thread_free(t);
 			continue;
 		}
 		i++;
@@ -1425,10 +1950,12 @@ static void write_status(void) {
 	fprintf(f,
 	        "{\"run\":\"%s\",\"pid\":%u,\"rank\":%u,\"os_pid\":%d,\"threads\":%u,\"frames\":%llu,\"frames_sent\":%llu,"
 	        "\"frames_dropped\":%llu,\"oversize_frames\":%llu,\"events\":%llu,\"events_dropped\":%llu,"
+	        "\"calls_summarised\":%llu,\"calls_dropped\":%llu,"
 	        "\"bytes_sent\":%llu,\"connects\":%llu,\"connect_failures\":%llu,\"last_error\":\"%s\",\"injected\":[",
 	        run, K.pid, atomic_load(&K.rank), (int)getpid(), nthreads, (unsigned long long)K.frames,
 	        (unsigned long long)K.frames_sent, (unsigned long long)K.frames_dropped, (unsigned long long)K.oversize,
-	        (unsigned long long)K.events, (unsigned long long)dropped_events, (unsigned long long)K.bytes_sent,
+	        (unsigned long long)K.events, (unsigned long long)dropped_events, (unsigned long long)K.calls_summarised,
+	        (unsigned long long)K.calls_dropped, (unsigned long long)K.bytes_sent,
 	        (unsigned long long)K.connects, (unsigned long long)K.connect_failures, err);
 	for (size_t i = 0; i < K.ntruth; i++) {
 		char fn[600];
@@ -1466,6 +1993,10 @@ static void *collector_main(void *arg) {
 	uint64_t final_deadline = 0, eos_ping = 0;
 	for (;;) {
 		uint64_t now = mono_ns();
+		if (now >= K.next_win_ns) {
+			atomic_fetch_add_explicit(&K.win, 1, memory_order_relaxed);
+			K.next_win_ns = now + KP_WINDOW_NS;
+		}
 		pthread_mutex_lock(&K.flush_mu);
 		uint64_t req = K.flush_req;
 		int freq = K.final_req;
@@ -1535,7 +2066,7 @@ static void *collector_main(void *arg) {
 		now = mono_ns();
 		uint64_t wait = next_cut > now ? next_cut - now : 0;
 		if (wait > 10000000ull)
-			wait = 10000000ull; /* look at the rings' fill every 10 ms */
+			wait = 10000000ull; /* look at the rings' fill (and turn the window) every 10 ms */
 		if (K.state == 0 && K.next_retry_ns > now && K.next_retry_ns - now < wait)
 			wait = K.next_retry_ns - now;
 		if (final)
@@ -1628,6 +2159,8 @@ static void add_process_metadata(void) {
 	add_meta(0, "Kipimo Clock", K.use_tsc ? "tsc" : "monotonic");
 	snprintf(num, sizeof num, "%llu", (unsigned long long)(K.period_ns / 1000));
 	add_meta(0, "Kipimo Period (us)", num);
+	snprintf(num, sizeof num, "%llu", (unsigned long long)K.summary_rate);
+	add_meta(0, "Kipimo Summary Rate (calls/s)", num);
 }
 
 static void start_collector(void) {
@@ -1708,6 +2241,20 @@ __attribute__((constructor)) static void kp_init(void) {
 	snprintf(K.status_dir, sizeof K.status_dir, "%s", env("KIPIMO_STATUS_DIR") ? env("KIPIMO_STATUS_DIR") : "");
 	const char *clk = env("KIPIMO_CLOCK");
 	K.use_tsc = clk ? strcmp(clk, "tsc") == 0 : tsc_invariant();
+	K.summary_rate = 10000;
+	if (env("KIPIMO_SUMMARY_RATE")) {
+		char *end;
+		errno = 0;
+		unsigned long long v = strtoull(env("KIPIMO_SUMMARY_RATE"), &end, 10);
+		if (errno || end == env("KIPIMO_SUMMARY_RATE") || *end || env("KIPIMO_SUMMARY_RATE")[0] == '-')
+			set_error("KIPIMO_SUMMARY_RATE %s: want calls per second (0: never summarise); using 10000", env("KIPIMO_SUMMARY_RATE"));
+		else
+			K.summary_rate = v;
+	}
+	{
+		double lim = (double)K.summary_rate * (double)KP_WINDOW_NS / 1e9;
+		atomic_store(&K.win_limit, !K.summary_rate ? UINT32_MAX : lim < 1 ? 1 : lim > 4e9 ? 4000000000u : (uint32_t)lim);
+	}
 	dict_init(&K.funcs, KP_MAX_FUNCS);
 	dict_init(&K.counters, KP_MAX_COUNTERS);
 	K.inject_threshold = calloc(KP_MAX_FUNCS, sizeof *K.inject_threshold);

@@ -71,9 +71,12 @@ KP_EXPORT
     if (!kp_on())
         return {{.Plain}};
     uint32_t fid = kp_fid(&fid_plus1, "{{.Name}}");
-    kp_enter(fid);
+    int outer = kp_outer();
+    if (outer)
+        kp_enter(fid);
 {{.Pre}}    int rc = {{.Call}};
-{{.Post}}    kp_exit(fid);
+{{.Post}}    if (outer)
+        kp_exit(fid);
 {{.Final}}    return rc;
 }
 `))
@@ -136,7 +139,143 @@ func generate() ([]byte, error) {
 			return nil, err
 		}
 	}
+	b.WriteString(fortranHeader)
+	for n := 1; n <= maxFortranArgs; n++ {
+		ps := make([]string, n)
+		for i := range ps {
+			ps[i] = "void *"
+		}
+		b.WriteString(wrapList(fmt.Sprintf("typedef void kp_fortran%d(", n), ps, ");", 0) + "\n")
+	}
+	for _, f := range functions {
+		p, _ := parseProto(f.proto) // parsed above
+		if err := writeFortran(&b, p, f.rule); err != nil {
+			return nil, err
+		}
+	}
 	return b.Bytes(), nil
+}
+
+// fortranHeader opens the Fortran wrappers.
+const fortranHeader = `
+/* ------------------------------------------------------------------------
+ * Fortran
+ *
+ * A Fortran program calls MPI through the symbols of the MPI's Fortran
+ * library: mpi_send_ (or the manglings mpi_send__, mpi_send, MPI_SEND) for
+ * mpif.h and "use mpi", mpi_send_f08_ (Open MPI; MPICH's functions without
+ * a buffer) or mpi_send_f08ts_ (MPICH's with one) for "use mpi_f08". Open
+ * MPI's call PMPI_Send directly, so the C wrappers never see them: each
+ * function of the C wrappers has Fortran wrappers too, which record an
+ * execution under the same MPI name and call the MPI's own entry point with
+ * the arguments as they came, every one a pointer, so that nothing of
+ * Fortran's handles, statuses, optional arguments or descriptors is
+ * converted. They record no communication events. Where an MPI's Fortran
+ * functions call its C MPI_ functions (MPICH), the C wrappers add the
+ * communication events and no second execution (kp_in_fortran).
+ * ------------------------------------------------------------------------ */
+
+typedef void kp_fortran_fn(void);
+
+/* kp_fortran_next returns, cached in *slot, the MPI's entry point that a
+ * Fortran wrapper calls: the profiling symbol prof where the MPI has one,
+ * else the definition of own (the wrapper's own name) that follows this
+ * library. The program called own, so the MPI defines it. */
+static kp_fortran_fn *kp_fortran_next(kp_fortran_fn **slot, const char *prof, const char *own)
+{
+    kp_fortran_fn *f = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
+    if (__builtin_expect(f != NULL, 1))
+        return f;
+    void *p = dlsym(RTLD_DEFAULT, prof);
+    if (p == NULL)
+        p = dlsym(RTLD_NEXT, own);
+    if (p == NULL) {
+        fprintf(stderr, "kipimo: the MPI defines neither %s nor %s, which the program calls\n", prof, own);
+        abort();
+    }
+    f = (kp_fortran_fn *)p;
+    __atomic_store_n(slot, f, __ATOMIC_RELEASE);
+    return f;
+}
+`
+
+var fortranTmpl = template.Must(template.New("fortran").Parse(`
+/* {{.Name}} from Fortran ({{.Syms}}). */
+{{range $i := .Impl}}static void {{.Static}}({{$.Params}})
+{
+    static uint32_t fid_plus1;
+    static kp_fortran_fn *next_fn;
+    {{$.Type}} *next = ({{$.Type}} *)kp_fortran_next(&next_fn, "{{.PMPI}}", "{{.Next}}");
+    if (!kp_on()) {
+        next({{$.Args}});
+        return;
+    }
+    uint32_t fid = kp_fid(&fid_plus1, "{{$.Name}}");
+    kp_enter(fid);
+{{$.Pre}}    kp_in_fortran++;
+    next({{$.Args}});
+    kp_in_fortran--;
+{{$.Post}}    kp_exit(fid);
+{{$.Final}}}
+{{range .Aliases}}KP_EXPORT {{$.Type}} {{.}} __attribute__((alias("{{$i.Static}}")));
+{{end}}{{end}}`))
+
+// fortranArgs are the Fortran argument counts that are not the C
+// function's plus the error code.
+var fortranArgs = map[string]int{
+	"MPI_Init":        1, // ierror
+	"MPI_Init_thread": 3, // required, provided, ierror
+}
+
+// maxFortranArgs bounds the Fortran argument counts of the table.
+const maxFortranArgs = 13
+
+// writeFortran writes the Fortran wrappers of the C function p.
+func writeFortran(b *bytes.Buffer, p proto, r rule) error {
+	n, ok := fortranArgs[p.name]
+	if !ok {
+		n = len(p.params) + 1
+	}
+	if n > maxFortranArgs {
+		return fmt.Errorf("%s: %d Fortran arguments, more than maxFortranArgs", p.name, n)
+	}
+	lower := strings.ToLower(p.name)
+	short := strings.TrimPrefix(lower, "mpi_")
+	params := make([]string, n)
+	args := make([]string, n)
+	for i := range n {
+		params[i] = fmt.Sprintf("void *a%d", i)
+		args[i] = fmt.Sprintf("a%d", i)
+	}
+	type impl struct {
+		PMPI, Next, Static string
+		Aliases            []string
+	}
+	d := struct {
+		Name, Syms, Type, Params, Args string
+		Pre, Post, Final               string
+		Impl                           []impl
+	}{
+		Name: p.name,
+		Syms: lower + "_, " + lower + "__, " + lower + ", " + strings.ToUpper(p.name) + "; " +
+			lower + "_f08_, " + lower + "_f08ts_",
+		Type: fmt.Sprintf("kp_fortran%d", n),
+		// Continuation lines of long lists stay within maxWidth.
+		Params: wrapList("", params, "", len("static void kpf08_(")+len(short)),
+		Args:   wrapList("", args, "", len("        pmpi__f08_(")+len(short)),
+		Pre:    indent(r.fpre),
+		Post:   indent(r.fpost),
+		Final:  indent(r.ffinal),
+		Impl: []impl{
+			{PMPI: "p" + lower + "_", Next: lower + "_", Static: "kpf_" + short,
+				Aliases: []string{lower + "_", lower + "__", lower, strings.ToUpper(p.name)}},
+			{PMPI: "p" + lower + "_f08_", Next: lower + "_f08_", Static: "kpf08_" + short,
+				Aliases: []string{lower + "_f08_"}},
+			{PMPI: "p" + lower + "_f08ts_", Next: lower + "_f08ts_", Static: "kpf08ts_" + short,
+				Aliases: []string{lower + "_f08ts_"}},
+		},
+	}
+	return fortranTmpl.Execute(b, d)
 }
 
 // proto is a parsed C prototype.

@@ -241,3 +241,39 @@ func TestPrototypesMatchMPIHeader(t *testing.T) {
 		}
 	}
 }
+
+// Every function of the table has Fortran wrappers under each name a
+// Fortran MPI library exports, taking the Fortran arguments (the C ones and
+// the error code, but for MPI_Init and MPI_Init_thread), and the C wrappers
+// record no second execution inside one.
+func TestFortranWrappers(t *testing.T) {
+	src, err := generate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(src)
+	for _, f := range functions {
+		p, err := parseProto(f.proto)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := len(p.params) + 1
+		switch p.name {
+		case "MPI_Init":
+			n = 1
+		case "MPI_Init_thread":
+			n = 3
+		}
+		lower := strings.ToLower(p.name)
+		for _, sym := range []string{lower + "_", lower + "__", lower, strings.ToUpper(p.name), lower + "_f08_", lower + "_f08ts_"} {
+			decl := fmt.Sprintf("KP_EXPORT kp_fortran%d %s __attribute__((alias(", n, sym)
+			if strings.Count(text, decl) != 1 {
+				t.Errorf("%s: no Fortran wrapper %q", p.name, decl)
+			}
+		}
+		body := wrapperBody(text, p.name)
+		if !strings.Contains(body, "if (outer)\n        kp_enter(fid);") || !strings.Contains(body, "if (outer)\n        kp_exit(fid);") {
+			t.Errorf("%s: the C wrapper records its execution even inside a Fortran wrapper", p.name)
+		}
+	}
+}

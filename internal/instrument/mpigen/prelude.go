@@ -2,9 +2,14 @@ package main
 
 // prelude is the fixed C text between the file header and the wrappers: the
 // includes and the static helpers the wrappers' snippets call.
-const prelude = `#include <limits.h>
+const prelude = `#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* RTLD_NEXT, RTLD_DEFAULT */
+#endif
+#include <dlfcn.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include <mpi.h>
@@ -44,6 +49,18 @@ static inline uint32_t kp_fid(uint32_t *slot, const char *name)
     v = kp_func_id(name);
     __atomic_store_n(slot, v + 1, __ATOMIC_RELAXED);
     return v;
+}
+
+/* kp_in_fortran counts the Fortran wrappers (below the C ones) under way on
+ * this thread. An MPI whose Fortran bindings call the C MPI_ functions
+ * (MPICH) enters a C wrapper from inside a Fortran one: that call is part of
+ * the Fortran call the program made, so the C wrapper records its
+ * communication events but not a second execution. */
+static __thread int kp_in_fortran __attribute__((tls_model("initial-exec")));
+
+static inline int kp_outer(void)
+{
+    return kp_in_fortran == 0;
 }
 
 /* ------------------------------------------------------------------------

@@ -13,6 +13,9 @@ type rule struct {
 	subst map[string]string // parameters passed to PMPI as something else
 	post  string            // after the PMPI call (rc holds its result), before kp_exit
 	final string            // after kp_exit
+	// The Fortran wrappers' snippets: their arguments are Fortran's (every
+	// one a pointer), so they name none of them.
+	fpre, fpost, ffinal string
 }
 
 // fn is one wrapped MPI function.
@@ -28,17 +31,23 @@ var (
 	initRule = rule{
 		desc: "an execution; once MPI is up, tells the core this process's world rank",
 		post: "if (rc == MPI_SUCCESS)\n    kp_after_init();",
+		fpost: "int up = 0;\n" +
+			"if (PMPI_Initialized(&up) == MPI_SUCCESS && up)\n" +
+			"    kp_after_init();",
 	}
 
 	finalizeRule = rule{
-		desc:  "an execution; then flushes every buffered event",
-		pre:   "kp_before_finalize();",
-		final: "kp_flush();",
+		desc:   "an execution; then flushes every buffered event",
+		pre:    "kp_before_finalize();",
+		final:  "kp_flush();",
+		fpre:   "kp_before_finalize();",
+		ffinal: "kp_flush();",
 	}
 
 	abortRule = rule{
 		desc: "an execution; flushes first, since PMPI_Abort does not come back",
 		pre:  "kp_flush();",
+		fpre: "kp_flush();",
 	}
 
 	sendRule = rule{

@@ -14,9 +14,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-enum { SEND, ISEND, RECV, IRECV, SENDRECV, WAIT, WAITALL, WAITANY, ALLREDUCE, BCAST, BARRIER, REDUCE, ALLGATHER, NFUNCS };
+enum { SEND, ISEND, RECV, IRECV, SENDRECV, WAIT, WAITALL, WAITANY, ALLREDUCE, BCAST, BARRIER, REDUCE, ALLGATHER,
+       CART_GET, CART_RANK, CANCEL, NFUNCS };
 static const char *names[NFUNCS] = {"MPI_Send", "MPI_Isend", "MPI_Recv", "MPI_Irecv", "MPI_Sendrecv", "MPI_Wait",
-                                    "MPI_Waitall", "MPI_Waitany", "MPI_Allreduce", "MPI_Bcast", "MPI_Barrier", "MPI_Reduce", "MPI_Allgather"};
+                                    "MPI_Waitall", "MPI_Waitany", "MPI_Allreduce", "MPI_Bcast", "MPI_Barrier", "MPI_Reduce", "MPI_Allgather",
+                                    "MPI_Cart_get", "MPI_Cart_rank", "MPI_Cancel"};
 static long calls[NFUNCS];
 #define MAXR 64
 static long msgs[MAXR], bytes[MAXR];
@@ -112,6 +114,21 @@ int MPI_Reduce(const void *a, void *b, int c, MPI_Datatype t, MPI_Op op, int roo
 int MPI_Allgather(const void *a, int ac, MPI_Datatype at, void *b, int bc, MPI_Datatype bt, MPI_Comm comm) {
 	calls[ALLGATHER]++;
 	return PMPI_Allgather(a, ac, at, b, bc, bt, comm);
+}
+
+int MPI_Cart_get(MPI_Comm comm, int maxdims, int dims[], int periods[], int coords[]) {
+	calls[CART_GET]++;
+	return PMPI_Cart_get(comm, maxdims, dims, periods, coords);
+}
+
+int MPI_Cart_rank(MPI_Comm comm, const int coords[], int *rank) {
+	calls[CART_RANK]++;
+	return PMPI_Cart_rank(comm, coords, rank);
+}
+
+int MPI_Cancel(MPI_Request *r) {
+	calls[CANCEL]++;
+	return PMPI_Cancel(r);
 }
 
 int MPI_Finalize(void) {
