@@ -3,13 +3,19 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 
 	"github.com/kipimo-hpc/kipimo/internal/ad"
 	"github.com/kipimo-hpc/kipimo/internal/daemon"
+	"github.com/kipimo-hpc/kipimo/internal/version"
 )
 
 func main() {
+	if version.Requested(os.Args[1:]) {
+		fmt.Println(version.String("ad"))
+		return
+	}
 	daemon.Main("ad", func(ctx context.Context, args []string) error {
 		return ad.Main(ctx, args, os.Stdout, os.Stderr)
 	})

@@ -7,13 +7,19 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 
 	"github.com/kipimo-hpc/kipimo/internal/daemon"
 	"github.com/kipimo-hpc/kipimo/internal/provenance/service"
+	"github.com/kipimo-hpc/kipimo/internal/version"
 )
 
 func main() {
+	if version.Requested(os.Args[1:]) {
+		fmt.Println(version.String("provdb"))
+		return
+	}
 	daemon.Main("provdb", func(ctx context.Context, args []string) error {
 		return service.Main(ctx, args, os.Stderr)
 	})

@@ -149,6 +149,7 @@ func ScaleOne(ctx context.Context, dir string, ranks, steps, eventsPerStep, thre
 // measure runs the pipeline once as rc says, on ranks ranks of steps
 // io_steps, and reads what it measured.
 func measure(ctx context.Context, rc run.Config, ranks, steps int) (ScalePoint, error) {
+	rc.Replace = true // the directory is scratch: a second measurement replaces the first
 	p, err := run.Start(ctx, rc, zerolog.Nop())
 	if err != nil {
 		return ScalePoint{}, err

@@ -33,7 +33,7 @@ type callstackOpts struct {
 func newCallstackCmd() *cobra.Command {
 	o := callstackOpts{}
 	cmd := &cobra.Command{
-		Use:   "callstack --nats URL --run ID [--rank R] [--watch]",
+		Use:   "callstack [RUN_DIR | --nats URL --run ID] [--rank R] [--watch]",
 		Short: "Print the global call stack: every rank's threads and their open frames",
 		Long: `callstack asks the detectors of a run for the call stacks open right now and
 prints them as one global call stack: each rank, each of its threads, and the
@@ -43,18 +43,28 @@ Without --rank it publishes one probe on the run's scatter-gather subject
 (kipimo.<run>.ad.callstack) and collects answers until no new one arrives for
 --quiet, or --timeout passes. With --rank it asks that rank's detector alone
 (kipimo.<run>.ad.<pid>.<rank>.callstack). The detectors answer from their own
-threads, so the application is never stopped.`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+threads, so the application is never stopped.
+
+RUN_DIR, the directory of a kipimo run still running (<out>/<run>), gives its
+NATS server and run id (from its endpoints.json).`,
+		Example: `  kipimo callstack kipimo-out/first
+  kipimo callstack --nats nats://10.0.0.5:4222 --run run-20261128-010203 --rank 3 --watch`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
 			if !cmd.Flags().Changed("rank") {
 				o.rank = -1
+			}
+			if len(args) == 1 {
+				if err := callstackTarget(&o, args[0], cmd.Flags().Changed("nats"), cmd.Flags().Changed("run")); err != nil {
+					return err
+				}
 			}
 			return runCallstack(cmd.Context(), cmd.OutOrStdout(), o)
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.natsURL, "nats", "nats://127.0.0.1:4222", "NATS server URL(s), comma-separated")
-	f.StringVar(&o.run, "run", "", "run id (required)")
+	f.StringVar(&o.run, "run", "", "run id (required unless RUN_DIR is given)")
 	f.Int64Var(&o.rank, "rank", -1, "ask only this rank's detector")
 	f.Uint32Var(&o.pid, "pid", 0, "program id of --rank (workflows with several programs)")
 	f.BoolVar(&o.watch, "watch", false, "refresh every --interval until interrupted")
@@ -70,7 +80,7 @@ func runCallstack(ctx context.Context, w io.Writer, o callstackOpts) error {
 		ctx = context.Background()
 	}
 	if o.run == "" {
-		return errors.New("--run is required: give the run id the detectors use")
+		return errors.New("--run is required: give the run id the detectors use, or the run's directory (kipimo callstack kipimo-out/<run>)")
 	}
 	if err := natsx.ValidRun(o.run); err != nil {
 		return fmt.Errorf("--run: %w", err)

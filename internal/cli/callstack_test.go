@@ -118,7 +118,8 @@ func TestCallstackGathersEveryRank(t *testing.T) {
 			{"no run", []string{"callstack", "--nats", ns.ClientURL()}, "--run is required"},
 			{"no detectors", []string{"callstack", "--nats", ns.ClientURL(), "--run", "other", "--timeout", "200ms"}, "no detector answered"},
 			{"bad url", []string{"callstack", "--nats", "http://x", "--run", "cs"}, "scheme"},
-			{"positional", []string{"callstack", "extra", "--run", "cs"}, "unknown command"},
+			{"not a run directory", []string{"callstack", t.TempDir(), "--run", "cs"}, "no run is running there"},
+			{"two positionals", []string{"callstack", "a", "b"}, "accepts at most 1 arg"},
 		}
 		for _, tc := range tests {
 			t.Run(tc.name, func(t *testing.T) {

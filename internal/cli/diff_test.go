@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kipimo-hpc/kipimo/internal/taudb"
 	"github.com/kipimo-hpc/kipimo/internal/taudb/pgtest"
 )
 
@@ -116,12 +117,16 @@ func TestDiffCommandErrors(t *testing.T) {
 		{"anomalies of ppk", []string{"--metric", "anomalies", a, a}, "has no anomaly counts"},
 		{"taudb without a database", []string{"taudb:3", a}, "--dsn"},
 		{"unknown TAU metric", []string{"--tau-metric", "PAPI_L2_DCM", a, a}, `metric "PAPI_L2_DCM"`},
+		{"undetectable", []string{a, filepath.Join(formatsDir, "SOURCES.txt")}, "kipimo diff takes a format as FORMAT:PATH"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			_, _, err := runDiffCmd(t, tc.args...)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("error %v, want one containing %q", err, tc.want)
+			}
+			if err != nil && strings.Contains(err.Error(), "--format") {
+				t.Errorf("error %v suggests --format, which diff has not", err)
 			}
 		})
 	}
@@ -136,7 +141,7 @@ func TestDiffCommandTAUdb(t *testing.T) {
 		t.Fatal(err)
 	}
 	ids := map[string]string{}
-	for _, name := range []string{"cpi-a", "cpi-b", "cpi-b"} {
+	for _, name := range []string{"cpi-a", "cpi-b"} {
 		out, err := runTaudbCmd(t, "taudb", "load", "--dsn", dsn, "--name", name, cpiDir)
 		if err != nil {
 			t.Fatal(err)
@@ -147,6 +152,22 @@ func TestDiffCommandTAUdb(t *testing.T) {
 		}
 		ids[name] = m[1]
 	}
+	// A second trial named cpi-b, as TAU's own loader stores one (kipimo
+	// taudb load refuses a name the TAUdb has).
+	ctx := context.Background()
+	st, err := taudb.Open(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := taudb.LoadPathContext(ctx, cpiDir, taudb.FormatTAU)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr.Name = "cpi-b"
+	if _, err := st.SaveTrial(ctx, tr); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
 	cases := []struct {
 		name string
 		a, b string
@@ -175,7 +196,7 @@ func TestDiffCommandTAUdb(t *testing.T) {
 			}
 		})
 	}
-	_, _, err := runDiffCmd(t, "--dsn", dsn, "taudb:cpi-b", cpiDir)
+	_, _, err = runDiffCmd(t, "--dsn", dsn, "taudb:cpi-b", cpiDir)
 	if err == nil || !strings.Contains(err.Error(), "2 trials are named") {
 		t.Errorf("ambiguous name: error %v, want one listing the two trials", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/spf13/cobra/doc"
@@ -60,5 +61,33 @@ func TestCLIReferenceUpToDate(t *testing.T) {
 	existing, _ := filepath.Glob(filepath.Join(dir, "*.md"))
 	if !*updateDocs && len(existing) != len(generated) {
 		t.Errorf("docs/cli has %d files, the commands generate %d; run with -update-docs", len(existing), len(generated))
+	}
+}
+
+// The LAMMPS commands the README and the quickstart give leave nothing in
+// the checkout: LAMMPS writes log.lammps into the current directory unless
+// told -log.
+func TestDocsLAMMPSCommandsWriteNoLog(t *testing.T) {
+	for _, doc := range []string{"../../README.md", "../../docs/quickstart.md"} {
+		b, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, line := range strings.Split(string(b), "\n") {
+			fields := strings.Fields(line)
+			for i, f := range fields {
+				if f != "lmp" || i == 0 || fields[i-1] != "2" {
+					continue // "mpirun -np 2 lmp ...": the command, not prose
+				}
+				n++
+				if !strings.Contains(line, " -log ") {
+					t.Errorf("%s: %q writes log.lammps into the current directory: add -log none", doc, strings.TrimSpace(line))
+				}
+			}
+		}
+		if n == 0 {
+			t.Errorf("%s: no LAMMPS command found", doc)
+		}
 	}
 }

@@ -64,7 +64,7 @@ environment variable, the same ones the library itself reads.`,
 			if err != nil {
 				return fmt.Errorf("the command to run: %w", err)
 			}
-			lib, err := buildForExec(cmd, noMPI)
+			lib, err := buildForExec(cmd, noMPI, args)
 			if err != nil {
 				return err
 			}
@@ -91,11 +91,16 @@ environment variable, the same ones the library itself reads.`,
 }
 
 // buildForExec builds the library with the MPI wrappers when an MPI is
-// there.
-func buildForExec(cmd *cobra.Command, noMPI bool) (*instrument.Library, error) {
+// there, for the MPI of command's program when given; when they cannot be
+// built for it, the command runs uninstrumented (the zero Library).
+func buildForExec(cmd *cobra.Command, noMPI bool, command []string) (*instrument.Library, error) {
 	ctx := cmd.Context()
 	if !noMPI {
-		lib, err := instrument.Build(ctx, instrument.BuildOptions{MPI: true})
+		lib, err := instrument.Build(ctx, instrument.BuildOptions{MPI: true, Command: command})
+		if errors.Is(err, instrument.ErrProgramMPI) {
+			fmt.Fprintf(cmd.ErrOrStderr(), "kipimo: %v\nkipimo: running %s uninstrumented\n", err, command[0])
+			return &instrument.Library{}, nil
+		}
 		if !errors.Is(err, instrument.ErrNoMPI) {
 			return lib, err
 		}
@@ -123,7 +128,7 @@ kipimo.h API marks regions, counters, metadata and steps (C, C++, Fortran);
 unmodified MPI programs are seen through PMPI when preloaded.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			lib, err := buildForExec(cmd, noMPI)
+			lib, err := buildForExec(cmd, noMPI, nil)
 			if err != nil {
 				return err
 			}

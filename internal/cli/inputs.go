@@ -7,6 +7,9 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/kipimo-hpc/kipimo/internal/replay"
+	"github.com/kipimo-hpc/kipimo/internal/workload"
 )
 
 // matchInputs lists the files the input arguments name: a file as itself, a
@@ -60,4 +63,22 @@ func reportInputs(w io.Writer, args []string) error {
 	}
 	_, err = fmt.Fprintf(w, "input: %d %s: %s%s\n", len(files), noun, strings.Join(names, ", "), more)
 	return err
+}
+
+// inputFormat is the trace format of input files and directories given
+// without --format, from their names (workload.DetectFormat): all of them
+// must tell the same one.
+func inputFormat(inputs []string) (string, error) {
+	format, first := "", ""
+	for _, in := range inputs {
+		f, err := workload.DetectFormat(in)
+		if err != nil {
+			return "", fmt.Errorf("%w: give --format (one of %s); to run a program, give --exec -- COMMAND", err, strings.Join(replay.Formats, ", "))
+		}
+		if format != "" && f != format {
+			return "", fmt.Errorf("the inputs are of different formats by their names (%s: %s, %s: %s): give --format", first, format, in, f)
+		}
+		format, first = f, in
+	}
+	return format, nil
 }

@@ -44,7 +44,46 @@ func TestMatchInputs(t *testing.T) {
 	}
 }
 
-// kipimo run takes trace files as arguments and says which it read.
+// The input format comes from the files' names when --format is not given;
+// names that do not tell it, or tell different ones, ask for --format.
+func TestInputFormat(t *testing.T) {
+	dir := t.TempDir()
+	touch := func(name string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	frames, cali, txt := touch("rank-0.frames"), touch("run.cali"), touch("notes.txt")
+	for _, tc := range []struct {
+		name   string
+		inputs []string
+		want   string
+		err    string
+	}{
+		{"frames", []string{frames}, "frames", ""},
+		{"caliper", []string{cali}, "caliper", ""},
+		{"unknown", []string{txt}, "", "give --format"},
+		{"mixed", []string{frames, cali}, "", "different formats"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := inputFormat(tc.inputs)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Errorf("%v, want an error saying %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Errorf("%q, %v; want %q", got, err, tc.want)
+			}
+		})
+	}
+}
+
+// kipimo run takes trace files as arguments, tells their format from their
+// names, and says which it read.
 func TestRunTakesFilesAsArguments(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the pipeline")
@@ -61,9 +100,12 @@ func TestRunTakesFilesAsArguments(t *testing.T) {
 	}
 	var out, errb bytes.Buffer
 	root := NewRoot(&out, &errb)
-	root.SetArgs(append([]string{"run", "--out", t.TempDir(), "--run", "args", "--json", "--format", "frames"}, files...))
+	root.SetArgs(append([]string{"run", "--out", t.TempDir(), "--run", "args", "--json"}, files...))
 	if err := root.Execute(); err != nil {
 		t.Fatalf("run: %v\n%s", err, errb.String())
+	}
+	if !strings.Contains(errb.String(), "input format: frames, from the names") {
+		t.Errorf("stderr %q: want the format told by the names", errb.String())
 	}
 	if !strings.Contains(errb.String(), "input: 2 files: "+files[0]) {
 		t.Errorf("stderr %q: want the matched files named", errb.String())
@@ -73,5 +115,24 @@ func TestRunTakesFilesAsArguments(t *testing.T) {
 	}
 	if err := json.Unmarshal(out.Bytes(), &sum); err != nil || sum.Ranks != 2 {
 		t.Errorf("summary %q (%v): want 2 ranks", out.String(), err)
+	}
+}
+
+// kipimo run of an empty trace fails, as replay does, and leaves nothing.
+func TestRunEmptyInput(t *testing.T) {
+	empty := filepath.Join(t.TempDir(), "empty.frames")
+	if err := os.WriteFile(empty, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "out")
+	_, stderr, err := runKipimo(t, nil, "run", "--out", out, "--run", "empty", empty)
+	if err == nil || !strings.Contains(err.Error(), "the input holds no frames") {
+		t.Errorf("run of an empty file: %v", err)
+	}
+	if !strings.Contains(stderr, "removed "+filepath.Join(out, "empty")) {
+		t.Errorf("stderr does not say the run's directory was removed:\n%s", stderr)
+	}
+	if _, err := os.Stat(out); !os.IsNotExist(err) {
+		t.Errorf("%s left behind (%v)", out, err)
 	}
 }

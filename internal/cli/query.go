@@ -83,13 +83,20 @@ sorting, show one record whole, count, or aggregate anomaly counts by rank,
 function or io_step. Reads a store directly (--store, a SQLite file or a
 mongodb:// URI) or asks a running provdb over HTTP (--url).`,
 		Example: `  kipimo query list --rank 3 --func-re '^MPI_' --sort runtime_total --desc --limit 20
-  kipimo query show 3:12:225 --pid 0
+  kipimo query show 3:12:225 --pid 0 --store kipimo-out/first
   kipimo query count --min-score 10
+  kipimo query agg --by rank,func --url kipimo-out/first
   kipimo query agg --by rank,func --url http://127.0.0.1:8081`,
+		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
+			if err := cmd.Root().PersistentPreRunE(cmd, args); err != nil {
+				return err
+			}
+			return o.resolve(cmd.ErrOrStderr())
+		},
 	}
 	pf := cmd.PersistentFlags()
-	pf.StringVar(&o.url, "url", "", "provdb HTTP API to ask, e.g. http://127.0.0.1:8081 (instead of --store)")
-	pf.StringVar(&o.store, "store", "", "store to read: a SQLite file or a mongodb:// URI (default ./kipimo-prov.db)")
+	pf.StringVar(&o.url, "url", "", "provdb HTTP API to ask, e.g. http://127.0.0.1:8081, or the directory of a kipimo run still running (instead of --store)")
+	pf.StringVar(&o.store, "store", "", "store to read: a SQLite file, a run's directory or a mongodb:// URI (default: the latest run's store under ./kipimo-out, else the provdb daemon's ./kipimo-prov.db)")
 	pf.StringVar(&o.tokenFile, "token-file", "", "file holding the bearer token of the provdb HTTP API")
 	pf.BoolVar(&o.json, "json", false, "print JSON lines instead of a table")
 	cmd.AddCommand(newQueryListCmd(o), newQueryShowCmd(o), newQueryCountCmd(o), newQueryAggCmd(o))
@@ -161,11 +168,7 @@ func (o *queryOpts) open(ctx context.Context) (queryBackend, error) {
 	if o.url != "" {
 		return newHTTPBackend(o.url, o.tokenFile)
 	}
-	spec := o.store
-	if spec == "" {
-		spec = "./kipimo-prov.db"
-	}
-	s, err := service.OpenStore(ctx, spec, true)
+	s, err := service.OpenStore(ctx, o.store, true)
 	if err != nil {
 		return nil, err
 	}
@@ -205,18 +208,31 @@ which it is (the LABEL column, final_label in JSON).`,
 			default:
 				return fmt.Errorf("--labels %q: use final, unflagged or all", labels)
 			}
+			// Records whose stored documents are bad are left out of
+			// the listing; a warning on stderr says how many.
+			var skips provenance.Skips
+			ctx := provenance.WithSkips(cmd.Context(), &skips)
+			defer warnSkipped(cmd.ErrOrStderr(), &skips)
 			var ranges map[string]provenance.Range
 			if q.Kind == provenance.KindAnomalies {
-				if ranges, err = finalRanges(cmd.Context(), b); err != nil {
+				if ranges, err = finalRanges(ctx, b); err != nil {
 					return err
 				}
 			}
-			return listExecs(cmd.Context(), cmd.OutOrStdout(), b, q, o.json, ranges, labels)
+			return listExecs(ctx, cmd.OutOrStdout(), b, q, o.json, ranges, labels)
 		},
 	}
 	filterFlags(cmd.Flags(), true)
 	cmd.Flags().StringVar(&labels, "labels", labelsFinal, "anomalies after the end-of-run relabelling: final (those that stand), unflagged or all")
 	return cmd
+}
+
+// warnSkipped prints a warning on w when reads left stored records out
+// because their documents are bad.
+func warnSkipped(w io.Writer, sk *provenance.Skips) {
+	if n := sk.Count(); n > 0 {
+		fmt.Fprintf(w, "warning: %d stored records left out: their documents are bad (the first: %v)\n", n, sk.First())
+	}
 }
 
 func newQueryShowCmd(o *queryOpts) *cobra.Command {
@@ -693,10 +709,11 @@ func (h *httpBackend) Each(ctx context.Context, q provenance.Query, fn func(prov
 			pq.Limit = left
 		}
 		var next string
+		var skipped int64
 		n := 0
 		err := h.do(ctx, "/api/v1/records", pq.Values(), func(body io.Reader) error {
 			var err error
-			next, err = readRecords(body, func(e provenance.Exec) error {
+			next, skipped, err = readRecords(body, func(e provenance.Exec) error {
 				n++
 				if err := fn(e); err != nil {
 					return callbackError{err}
@@ -705,6 +722,7 @@ func (h *httpBackend) Each(ctx context.Context, q provenance.Query, fn func(prov
 			})
 			return err
 		})
+		provenance.Skip(ctx, skipped, fmt.Errorf("provdb left %d out of an answer: %w", skipped, provenance.ErrBadDocument))
 		var cb callbackError
 		if errors.As(err, &cb) {
 			return cb.err
@@ -727,8 +745,9 @@ func (h *httpBackend) Each(ctx context.Context, q provenance.Query, fn func(prov
 }
 
 // readRecords decodes an answer of /api/v1/records, {"records":[...],
-// "next":"..."}, passing each record to fn as it is read, and returns next.
-func readRecords(r io.Reader, fn func(provenance.Exec) error) (next string, err error) {
+// "skipped":n,"next":"..."}, passing each record to fn as it is read, and
+// returns next and the number of records provdb left out.
+func readRecords(r io.Reader, fn func(provenance.Exec) error) (next string, skipped int64, err error) {
 	dec := json.NewDecoder(r)
 	delim := func(want json.Delim) error {
 		tok, err := dec.Token()
@@ -741,45 +760,49 @@ func readRecords(r io.Reader, fn func(provenance.Exec) error) (next string, err 
 		return nil
 	}
 	if err := delim('{'); err != nil {
-		return "", err
+		return "", 0, err
 	}
 	for dec.More() {
 		tok, err := dec.Token()
 		if err != nil {
-			return "", err
+			return "", 0, err
 		}
 		switch tok {
 		case "records":
 			if err := delim('['); err != nil {
-				return "", err
+				return "", 0, err
 			}
 			for dec.More() {
 				var e provenance.Exec
 				if err := dec.Decode(&e); err != nil {
-					return "", err
+					return "", 0, err
 				}
 				if err := fn(e); err != nil {
-					return "", err
+					return "", 0, err
 				}
 			}
 			if err := delim(']'); err != nil {
-				return "", err
+				return "", 0, err
 			}
 		case "next":
 			if err := dec.Decode(&next); err != nil {
-				return "", err
+				return "", 0, err
+			}
+		case "skipped":
+			if err := dec.Decode(&skipped); err != nil {
+				return "", 0, err
 			}
 		default:
 			var skip json.RawMessage
 			if err := dec.Decode(&skip); err != nil {
-				return "", err
+				return "", 0, err
 			}
 		}
 	}
 	if err := delim('}'); err != nil {
-		return "", err
+		return "", 0, err
 	}
-	return next, nil
+	return next, skipped, nil
 }
 
 func (h *httpBackend) Get(ctx context.Context, kind provenance.Kind, pid uint32, eventID string) (provenance.Exec, error) {
@@ -801,10 +824,12 @@ func (h *httpBackend) Count(ctx context.Context, q provenance.Query) (int64, err
 func (h *httpBackend) FuncStats(ctx context.Context, fn func(provenance.GlobalFuncStats) error) error {
 	var out struct {
 		FuncStats []provenance.GlobalFuncStats `json:"func_stats"`
+		Skipped   int64                        `json:"skipped"`
 	}
 	if err := h.get(ctx, "/api/v1/func_stats", nil, &out); err != nil {
 		return err
 	}
+	provenance.Skip(ctx, out.Skipped, fmt.Errorf("provdb left %d func_stats records out: %w", out.Skipped, provenance.ErrBadDocument))
 	for _, f := range out.FuncStats {
 		if err := fn(f); err != nil {
 			return err

@@ -106,6 +106,11 @@ convert" reports it: one line per kind, and "losses" in --json.`,
 				writeLosses(stderr, st.Losses)
 				return fmt.Errorf("replay: %w (%d frames published)", err, c.Frames)
 			}
+			if c.Frames == 0 {
+				// As kipimo run says of the same input.
+				writeLosses(stderr, st.Losses)
+				return fmt.Errorf("replay: the input holds no frames: nothing was published (%s)", strings.Join(files, ", "))
+			}
 			if asJSON {
 				b, err := json.Marshal(struct {
 					convertSummary

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -80,6 +81,22 @@ func TestReplayToServer(t *testing.T) {
 
 func TestReplayErrors(t *testing.T) {
 	dir := t.TempDir()
+	empty := filepath.Join(t.TempDir(), "empty.frames")
+	if err := os.WriteFile(empty, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Bytes of no text format, as a binary file named .cali holds.
+	binary := filepath.Join(t.TempDir(), "binary.cali")
+	junk := make([]byte, 400)
+	for i := range junk {
+		junk[i] = byte(i*131 + 7)
+		if junk[i] == ',' || junk[i] == '=' || junk[i] == '\\' || junk[i] == '\n' {
+			junk[i] = 0xff
+		}
+	}
+	if err := os.WriteFile(binary, append(junk, '\n'), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	in := filepath.Join("..", "replay", "caliper", "testdata", "160809-094411_72298_fuu1NeAHT2US.cali")
 	cases := []struct {
 		name string
@@ -91,6 +108,8 @@ func TestReplayErrors(t *testing.T) {
 		{"bad speed", []string{"replay", "--speed", "fast", "--format", "caliper", in}, "--speed"},
 		{"bad run", []string{"replay", "--run", "a.b", "--format", "caliper", in}, "--run"},
 		{"no frames", []string{"replay", "--format", "frames", dir}, "no *.frames files"},
+		{"empty file", []string{"replay", "--format", "frames", empty}, "the input holds no frames"},
+		{"binary cali", []string{"replay", "--format", "caliper", binary}, "is this a text .cali file?"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -98,6 +117,9 @@ func TestReplayErrors(t *testing.T) {
 			_, _, err := runCLI(t, tc.args...)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("err = %v, want %q", err, tc.want)
+			}
+			if err != nil && len(err.Error()) > 400 {
+				t.Errorf("error of %d bytes: %q", len(err.Error()), err)
 			}
 			if time.Since(start) > 15*time.Second {
 				t.Errorf("took %s: an unreachable server must fail fast", time.Since(start))

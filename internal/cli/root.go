@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/kipimo-hpc/kipimo/internal/config"
+	"github.com/kipimo-hpc/kipimo/internal/version"
 )
 
 // NewRoot builds the kipimo command tree. Output goes to stdout and stderr as
@@ -27,7 +28,9 @@ distribution across all ranks, flags abnormal executions with their call stack
 and context, and keeps them for queries, dashboards and TAU profiles.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       version.String("kipimo"),
 	}
+	root.SetVersionTemplate("{{.Version}}\n")
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	cobra.AddTemplateFunc("flagsHeading", flagsHeading)

@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync"
+	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -17,7 +20,6 @@ import (
 	"github.com/kipimo-hpc/kipimo/internal/config"
 	"github.com/kipimo-hpc/kipimo/internal/daemon"
 	"github.com/kipimo-hpc/kipimo/internal/instrument"
-	"github.com/kipimo-hpc/kipimo/internal/replay"
 	"github.com/kipimo-hpc/kipimo/internal/run"
 	"github.com/kipimo-hpc/kipimo/internal/workload"
 )
@@ -57,6 +59,16 @@ meanwhile. The command's output and exit status are its own: kipimo exits with
 the command's status. --inject FUNC:PROB:DELAY delays calls on purpose and
 scores the detection against them.
 
+Each run keeps its data under --out in a directory named by its id (--run;
+by default run-<UTC time>, made unique). An id that an earlier run there
+holds is refused: choose another, or give --replace to delete that run and
+start again under its id. A run is never added to another run's store.
+
+Ctrl-C or SIGTERM ends a run early and keeps what it found: the input stops
+(a command run with --exec gets the signal, its whole process group), the
+pipeline drains, and the summary, store and profiles are written, saying the
+run was interrupted. A second Ctrl-C quits at once.
+
 At the end it prints what was found (with precision and recall against the
 injected anomalies for synthetic runs and replays, and for directories of
 frame files that kipimo gen wrote with their truth.jsonl), how fast, how much
@@ -85,7 +97,12 @@ data was kept, where the results are, and the commands to explore them.`,
 				cfg.Inputs = append(cfg.Inputs, args...)
 			}
 			if len(cfg.Inputs) > 0 && cfg.InputFormat == "" {
-				return fmt.Errorf("trace files need --format (one of %v); to run a program, give --exec -- COMMAND", replay.Formats)
+				f, err := inputFormat(cfg.Inputs)
+				if err != nil {
+					return err
+				}
+				cfg.InputFormat = f
+				fmt.Fprintf(cmd.ErrOrStderr(), "input format: %s, from the names (--format overrides)\n", f)
 			}
 			if len(cfg.Inputs) > 0 {
 				if err := reportInputs(cmd.ErrOrStderr(), cfg.Inputs); err != nil {
@@ -141,7 +158,8 @@ data was kept, where the results are, and the commands to explore them.`,
 	f := cmd.Flags()
 	config.AddConfigFlag(f)
 	f.StringVar(&cfg.Out, "out", "kipimo-out", "directory that holds each run's data, provenance store and TAU profiles under <out>/<run>")
-	f.StringVar(&cfg.RunID, "run", "", "run id on the NATS subjects (default run-<UTC time>)")
+	f.StringVar(&cfg.RunID, "run", "", "run id: the run's directory under --out and its NATS subjects; an id an earlier run holds is refused (default run-<UTC time>, made unique)")
+	f.BoolVar(&cfg.Replace, "replace", false, "delete the earlier run of the same --run id (its directory under --out) and start again under that id")
 	f.IntVar(&wl.Ranks, "ranks", wl.Ranks, "synthetic run: MPI ranks")
 	f.IntVar(&wl.Steps, "steps", wl.Steps, "synthetic run: io_steps")
 	f.Uint64Var(&wl.Seed, "seed", wl.Seed, "synthetic run: seed (same seed, same run)")
@@ -159,6 +177,7 @@ data was kept, where the results are, and the commands to explore them.`,
 	f.StringVar(&cfg.TaudbDSN, "taudb", "", "PostgreSQL DSN: also store the run as a TAUdb trial (env KIPIMO_TAUDB or KIPIMO_TAUDB_DSN)")
 	f.IntVar(&cfg.MaxLag, "max-lag", 0, "io_steps a rank's input may run ahead of its detector before the input waits (back-pressure); 0: 16, fewer beyond 256 ranks so that at most 4,096 frames wait in all (at least 2)")
 	f.StringVar(&cfg.NATSURL, "nats", "", "use this NATS server instead of an embedded one")
+	f.BoolVar(&cfg.KeepNATS, "keep-nats", false, "keep the embedded NATS server's data (<out>/<run>/nats) after the run; by default it is deleted, everything kept being in the provenance store")
 	f.StringVar(&memLimit, "memory-limit", "auto", daemon.MemoryLimitUsage)
 	f.BoolVar(&jsonOut, "json", false, "print the summary as JSON (with --exec: the last line of stdout, after the command's output)")
 	f.BoolVar(&execMode, "exec", false, "run the command given after -- under the event library and monitor it live")
@@ -177,17 +196,34 @@ func runPipeline(ctx context.Context, stdout, stderr io.Writer, cfg run.Config, 
 		zerolog.SetGlobalLevel(zerolog.WarnLevel)
 		defer zerolog.SetGlobalLevel(zerolog.InfoLevel)
 	}
+	// SIGINT and SIGTERM end the run early but keep what it found (the
+	// pipeline's Interrupt); only a second one quits at once. The context
+	// kipimo's main cancels on them is left behind for that.
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	ctx = context.WithoutCancel(ctx)
 	p, err := run.Start(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
-	defer p.Close(context.WithoutCancel(ctx))
+	tty := isTerminal(stderr)
+	stopped, stopWatch := watchSignals(sigs, p, stderr, tty)
+	defer stopWatch() // after Close: a second Ctrl-C still quits during it
+	defer func() {
+		p.Close(ctx)
+		if note := p.CloseNote(); note != "" {
+			fmt.Fprintln(stderr, note)
+		}
+	}()
 	if keepServing {
 		fmt.Fprintf(stderr, "dashboard: %s (live during the run and after it, until interrupted)\n", p.DashboardURL())
 	} else {
 		fmt.Fprintf(stderr, "dashboard: %s (live while the run lasts; --keep-serving keeps it up after)\n", p.DashboardURL())
 	}
-	tty := isTerminal(stderr)
+	ep := p.Endpoints()
+	fmt.Fprintf(stderr, "endpoints: NATS %s, provenance API %s, in %s while the run lasts (kipimo callstack %s, kipimo query list --url %s)\n",
+		ep.NATS, ep.ProvDB, filepath.Join(p.Dir(), run.EndpointsFile), p.Dir(), p.Dir())
 	var progress func(run.Progress)
 	if tty {
 		progress = func(pr run.Progress) {
@@ -232,14 +268,75 @@ func runPipeline(ctx context.Context, stdout, stderr io.Writer, cfg run.Config, 
 	if err != nil {
 		return err
 	}
-	if keepServing {
+	if keepServing && sum.Interrupted == "" {
 		fmt.Fprintf(stderr, "serving the dashboard at %s until interrupted\n", p.DashboardURL())
-		p.Wait(ctx)
+		<-stopped
 	}
 	if l := sum.Live; l != nil && l.ExitCode != 0 {
 		return &run.ExitError{Code: l.ExitCode}
 	}
+	if sum.Interrupted != "" {
+		code := interruptStatus
+		if sum.Interrupted == run.SignalName(syscall.SIGTERM) {
+			code = 128 + int(syscall.SIGTERM)
+		}
+		return &interruptedError{sig: sum.Interrupted, code: code}
+	}
 	return nil
+}
+
+// interruptStatus is the exit status of a run that Ctrl-C ended early, as
+// a shell reports a program that SIGINT ended (SIGTERM: 143).
+const interruptStatus = 128 + int(syscall.SIGINT)
+
+// interruptedError ends kipimo run with a status saying it was interrupted,
+// once the summary is written; main prints nothing more.
+type interruptedError struct {
+	sig  string
+	code int
+}
+
+func (e *interruptedError) Error() string { return "interrupted (" + e.sig + ")" }
+
+// ExitCode is the status kipimo exits with.
+func (e *interruptedError) ExitCode() int { return e.code }
+
+// watchSignals handles the signals of sigs during a run: the first asks p
+// to end the run early (Interrupt) and closes the channel it returns; a
+// second kills a live run's command and exits at once. stop ends the
+// watch; it returns once the watching goroutine has.
+func watchSignals(sigs <-chan os.Signal, p *run.Pipeline, stderr io.Writer, tty bool) (stopped <-chan struct{}, stop func()) {
+	first := make(chan struct{})
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		var sig os.Signal
+		select {
+		case sig = <-sigs:
+		case <-done:
+			return
+		}
+		if tty {
+			fmt.Fprint(stderr, "\r\033[K") // the progress line
+		}
+		fmt.Fprintf(stderr, "%s: ending the run and keeping what it found (again to quit at once)\n", run.SignalName(sig))
+		p.Interrupt(sig)
+		close(first)
+		select {
+		case sig = <-sigs:
+		case <-done:
+			return
+		}
+		p.Kill()
+		fmt.Fprintf(stderr, "%s again: quitting; %s holds what was stored so far\n", run.SignalName(sig), p.Dir())
+		os.Exit(interruptStatus)
+	}()
+	return first, func() {
+		close(done)
+		wg.Wait()
+	}
 }
 
 // applyMemoryLimit applies a --memory-limit value to this process and says

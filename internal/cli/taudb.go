@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/kipimo-hpc/kipimo/internal/diff"
 	"github.com/kipimo-hpc/kipimo/internal/taudb"
 )
 
@@ -141,8 +143,11 @@ The profile is one of (--format, or detected from the content):
 Caliper region paths become TAU call paths ("main => solve"), sum#time.duration
 the TIME metric in microseconds, and count the calls; see
 docs/profile-formats.md for what each format gives and what is not read.
---name defaults to the file or directory name.`,
+A Kipimo run's directory (<out>/<run> of kipimo run) loads its TAU profiles.
+--name defaults to the file or directory name (the run's id for a run's
+directory); a name the TAUdb already has is refused.`,
 		Example: `  kipimo taudb load --dsn postgres://localhost/taudb ./profiles
+  kipimo taudb load kipimo-out/first
   kipimo taudb load --name lulesh-16 run16.ppk
   kipimo taudb load --format xml tauprofile.xml
   kipimo taudb load --format caliper-json --application lulesh lulesh.json`,
@@ -152,16 +157,27 @@ docs/profile-formats.md for what each format gives and what is not read.
 				return fmt.Errorf("--format %q: want one of %s", format, strings.Join(taudb.Formats, ", "))
 			}
 			ctx := taudbCtx(cmd)
-			detected := format
+			path, detected := args[0], format
+			if detected == "" && diff.IsRunDir(path) {
+				// A Kipimo run's directory, as kipimo diff takes it: its
+				// TAU profiles, named after the run.
+				path, detected = filepath.Join(path, "profiles"), taudb.FormatTAU
+				if name == "" {
+					name = filepath.Base(filepath.Clean(args[0]))
+				}
+			}
 			if detected == "" {
-				f, err := taudb.DetectFormat(args[0])
+				f, err := taudb.DetectFormat(path)
+				if errors.Is(err, taudb.ErrUnknownFormat) {
+					return fmt.Errorf("%w; pass --format", err)
+				}
 				if err != nil {
 					return err
 				}
 				detected = f
 			}
-			fmt.Fprintf(cmd.ErrOrStderr(), "reading %s as %s\n", args[0], detected)
-			tr, err := taudb.LoadPathContext(ctx, args[0], detected)
+			fmt.Fprintf(cmd.ErrOrStderr(), "reading %s as %s\n", path, detected)
+			tr, err := taudb.LoadPathContext(ctx, path, detected)
 			if err != nil {
 				return err
 			}
@@ -191,6 +207,9 @@ docs/profile-formats.md for what each format gives and what is not read.
 				return err
 			}
 			defer s.Close()
+			if err := checkTrialName(ctx, s, tr.Name); err != nil {
+				return err
+			}
 			st, err := s.SaveTrial(ctx, tr)
 			if err != nil {
 				return err
@@ -210,6 +229,23 @@ docs/profile-formats.md for what each format gives and what is not read.
 	f.StringVar(&app, "application", "", "application name: adds Application metadata and ParaProf's Application-<name> view")
 	f.StringVar(&exp, "experiment", "", "experiment name (with --application): adds Experiment metadata and its view")
 	return cmd
+}
+
+// checkTrialName refuses a trial name the TAUdb already has: two trials of
+// one name cannot be told apart by name (kipimo diff taudb:NAME).
+func checkTrialName(ctx context.Context, s *taudb.Store, name string) error {
+	trials, err := s.Trials(ctx, taudb.Filter{Name: name})
+	if err != nil {
+		return err
+	}
+	if len(trials) == 0 {
+		return nil
+	}
+	ids := make([]string, len(trials))
+	for i, t := range trials {
+		ids[i] = strconv.Itoa(t.ID)
+	}
+	return fmt.Errorf("the TAUdb already has a trial named %q (id %s): give this one another name with --name", name, strings.Join(ids, ", "))
 }
 
 func newTaudbListCmd(getDSN func() (string, error)) *cobra.Command {

@@ -149,6 +149,8 @@ func TestTaudbErrors(t *testing.T) {
 		{"bad caliper line", []string{"taudb", "load", "--dsn", "postgres://127.0.0.1:1/x", "--format", "caliper", filepath.Join(formatsDir, "SOURCES.txt")},
 			"SOURCES.txt:1: column"},
 		{"bad id", []string{"taudb", "show", "--dsn", "postgres://127.0.0.1:1/x", "abc"}, "positive number"},
+		{"undetectable", []string{"taudb", "load", "--dsn", "postgres://127.0.0.1:1/x", filepath.Join(formatsDir, "SOURCES.txt")}, "cannot tell the profile format from its first"},
+		{"undetectable says --format", []string{"taudb", "load", "--dsn", "postgres://127.0.0.1:1/x", filepath.Join(formatsDir, "SOURCES.txt")}, "; pass --format"},
 		{"no out", []string{"taudb", "export", "--dsn", "postgres://127.0.0.1:1/x", "1"}, "--out is required"},
 		{"bad filter", []string{"taudb", "list", "--dsn", "postgres://127.0.0.1:1/x", "--metadata", "novalue"}, "KEY=VALUE"},
 		{"unreachable", []string{"taudb", "configure", "--dsn", "postgres://postgres@127.0.0.1:1/x?connect_timeout=2"}, "connect"},
@@ -222,5 +224,33 @@ func TestTaudbLoadFormats(t *testing.T) {
 				t.Errorf("exported %d threads, want %d", back.TotalThreads, tc.threads)
 			}
 		})
+	}
+}
+
+// taudb load takes a Kipimo run's directory, as kipimo diff does, named
+// after the run, and refuses a trial name the TAUdb already has.
+func TestTaudbLoadRunDirOnce(t *testing.T) {
+	dsn := pgtest.Isolated(t)
+	if _, err := runTaudbCmd(t, "taudb", "configure", "--dsn", dsn); err != nil {
+		t.Fatal(err)
+	}
+	runDir := filepath.Join(t.TempDir(), "myrun")
+	if err := os.CopyFS(filepath.Join(runDir, "profiles"), os.DirFS(cpiDir)); err != nil {
+		t.Fatal(err)
+	}
+	out, err := runTaudbCmd(t, "taudb", "load", "--dsn", dsn, runDir)
+	if err != nil || !strings.Contains(out, `"myrun": 4 threads`) {
+		t.Fatalf("load of a run directory: %q, %v", out, err)
+	}
+	_, err = runTaudbCmd(t, "taudb", "load", "--dsn", dsn, runDir)
+	if err == nil || !regexp.MustCompile(`already has a trial named "myrun" \(id \d+\).*--name`).MatchString(err.Error()) {
+		t.Errorf("second load under the same name: %v, want a refusal naming the trial and --name", err)
+	}
+	if out, err := runTaudbCmd(t, "taudb", "load", "--dsn", dsn, "--name", "myrun-2", runDir); err != nil || !strings.Contains(out, `"myrun-2"`) {
+		t.Errorf("load under another name: %q, %v", out, err)
+	}
+	out, err = runTaudbCmd(t, "taudb", "list", "--dsn", dsn, "--name", "myrun")
+	if err != nil || strings.Count(out, "myrun") != 1 {
+		t.Errorf("trials named myrun: %q, %v; want one", out, err)
 	}
 }

@@ -25,8 +25,15 @@ type Config struct {
 	// Out is the directory under which each run keeps, in Out/<RunID>,
 	// its NATS data, provenance store, TAU profiles and ground truth.
 	Out string
-	// RunID names the run on the NATS subjects; default from the time.
+	// RunID names the run on the NATS subjects and its directory under
+	// Out; default run-<UTC time>, with -2, -3... added when a run of that
+	// id is already there. A given RunID whose directory holds an earlier
+	// run is refused unless Replace is set.
 	RunID string
+	// Replace deletes an earlier run of the same RunID (its directory
+	// under Out and, on an external NATS server, its provenance stream)
+	// before the run starts, instead of refusing the id.
+	Replace bool
 
 	// Workload is the synthetic run, used when Inputs is empty.
 	Workload workload.Config
@@ -56,6 +63,10 @@ type Config struct {
 	MaxLag int
 	// NATSURL, when set, uses that NATS server instead of an embedded one.
 	NATSURL string
+	// KeepNATS keeps the embedded NATS server's JetStream data (the run
+	// directory's nats/) after the run. By default it is deleted once the
+	// run is over: everything the run keeps is in the provenance store.
+	KeepNATS bool
 	// Pace replays the input at this multiple of its recorded speed
 	// (1 = real time); 0 publishes as fast as the detectors take it.
 	Pace float64
@@ -71,6 +82,8 @@ type Config struct {
 
 	// hooks are this package's test seams; nil in every other use.
 	hooks *testHooks
+	// autoID is set by Validate when it chose RunID.
+	autoID bool
 }
 
 // testHooks let this package's tests act inside a run.
@@ -93,6 +106,7 @@ func (c *Config) Validate() error {
 	}
 	if c.RunID == "" {
 		c.RunID = "run-" + time.Now().UTC().Format("20060102-150405")
+		c.autoID = true
 	}
 	if err := natsx.ValidRun(c.RunID); err != nil {
 		return err

@@ -95,6 +95,7 @@ var mpiLaunchers = map[string]bool{"mpirun": true, "mpiexec": true, "orterun": t
 func buildLibrary(ctx context.Context, lc LiveConfig) (*instrument.Library, error) {
 	opts := lc.Build
 	opts.MPI = true
+	opts.Command = lc.Command
 	lib, err := instrument.Build(ctx, opts)
 	if errors.Is(err, instrument.ErrNoMPI) {
 		if mpiLaunchers[filepath.Base(lc.Command[0])] {
@@ -117,6 +118,11 @@ func (p *Pipeline) executeLive(ctx context.Context, progress func(Progress)) (*S
 		return nil, fmt.Errorf("the command to run: %w", err)
 	}
 	lib, err := buildLibrary(ctx, lc)
+	if errors.Is(err, instrument.ErrProgramMPI) {
+		// Never load wrappers of another MPI: the program runs as it would alone.
+		p.log.Warn().Err(err).Msg("running the command uninstrumented")
+		lib, err = &instrument.Library{}, nil
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -144,6 +150,17 @@ func (p *Pipeline) executeLive(ctx context.Context, progress func(Progress)) (*S
 		Inject: lc.Inject, Seed: lc.Seed, StatusDir: statusDir,
 	}, os.Environ())
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = lc.Stdin, lc.Stdout, lc.Stderr
+	if cmd.Stdin == nil {
+		cmd.Stdin = os.Stdin
+	}
+	// The command leads a process group of its own, so that a signal
+	// reaches all of it (mpirun and the ranks it starts here) as from a
+	// terminal, once: kipimo forwards SIGINT and SIGTERM to the group.
+	// Reading a terminal from outside the terminal's foreground group
+	// would stop it, so a command whose stdin is a terminal stays in
+	// kipimo's group, where the terminal's Ctrl-C reaches it directly.
+	ownGroup := !isTerminal(cmd.Stdin)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: ownGroup}
 	if cmd.Stdout == nil {
 		cmd.Stdout = os.Stdout
 	}
@@ -154,10 +171,15 @@ func (p *Pipeline) executeLive(ctx context.Context, progress func(Progress)) (*S
 	// ranks) and ten seconds before it is killed.
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 	cmd.WaitDelay = 10 * time.Second
+	if sig := p.interrupted(); sig != nil {
+		return nil, fmt.Errorf("interrupted (%s) before %s started", sig, lc.Command[0])
+	}
 	cmdStart := time.Now()
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", lc.Command[0], err)
 	}
+	p.childGroup.Store(ownGroup)
+	p.child.Store(int64(cmd.Process.Pid))
 	p.log.Info().Strs("command", lc.Command).Str("library", lib.Dir).Msg("command started under the event library")
 	waitErr := make(chan error, 1)
 	go func() { waitErr <- cmd.Wait() }()
@@ -181,16 +203,23 @@ func (p *Pipeline) executeLive(ctx context.Context, progress func(Progress)) (*S
 	defer tick.Stop()
 	var runErr error
 	var cmdTime time.Duration
+	stop := p.stop.Done()
 wait:
 	for {
 		select {
 		case runErr = <-waitErr:
 			cmdTime = time.Since(cmdStart)
 			break wait
+		case <-stop:
+			// The command ends as it would on the terminal's signal;
+			// the run then ends with it, as it always does.
+			stop = nil
+			p.signalChild(p.stopSig, false)
 		case <-tick.C:
 			report()
 		}
 	}
+	p.child.Store(0)
 	if h := p.cfg.hooks; h != nil && h.onCommandExit != nil {
 		h.onCommandExit()
 	}
@@ -202,7 +231,7 @@ wait:
 	var ee *exec.ExitError
 	switch {
 	case errors.As(runErr, &ee):
-		exitCode = ee.ExitCode()
+		exitCode = exitStatus(ee.ProcessState)
 	case runErr != nil:
 		return nil, fmt.Errorf("run %s: %w", lc.Command[0], runErr)
 	}
@@ -236,6 +265,11 @@ wait:
 		truthFn = func() []workload.Truth { return truth }
 		p.truth = truth
 	}
+	if len(s.stats) == 0 {
+		for _, why := range lib.ExplainNoEvents(ctx, lc.Command, cmd.Env, status) {
+			p.log.Warn().Msg("no rank streamed a frame: " + why)
+		}
+	}
 	sum, err := p.summarize(ctx, s.stats, truthFn, in, 0, detectTime, time.Since(start))
 	if err != nil {
 		return nil, err
@@ -260,13 +294,35 @@ wait:
 			Recall: live.Recall, Unflagged: live.Flagged - sc.Flagged}
 		sum.Score = &sc
 	}
+	sum.setInterrupted(p.interrupted())
 	sum.Live = liveReport(lc, lib, exitCode, status, s.stats)
 	sum.Live.FramesWhileRunning = whileRunning
 	sum.Live.CommandSeconds = cmdTime.Seconds()
-	if len(s.stats) == 0 {
-		p.log.Warn().Msg("no rank streamed a frame: is the program dynamically linked against MPI, or built with -finstrument-functions or the kipimo.h API?")
-	}
 	return sum, nil
+}
+
+// exitStatus is the status a shell reports for a process: its exit code,
+// or 128 plus the signal that killed it.
+func exitStatus(ps *os.ProcessState) int {
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ps.ExitCode()
+}
+
+// isTerminal reports whether r may be a terminal: a character device other
+// than /dev/null.
+func isTerminal(r io.Reader) bool {
+	f, ok := r.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	if err != nil || fi.Mode()&os.ModeCharDevice == 0 {
+		return false
+	}
+	null, err := os.Stat(os.DevNull)
+	return err != nil || !os.SameFile(fi, null)
 }
 
 // natsClientURL is the URL the instrumented processes connect to.

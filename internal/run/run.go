@@ -11,6 +11,8 @@ import (
 	"os"
 	"runtime/pprof"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -19,6 +21,7 @@ import (
 
 	"github.com/kipimo-hpc/kipimo/internal/ad"
 	"github.com/kipimo-hpc/kipimo/internal/natsx"
+	"github.com/kipimo-hpc/kipimo/internal/provenance"
 	"github.com/kipimo-hpc/kipimo/internal/provenance/provstream"
 	"github.com/kipimo-hpc/kipimo/internal/provenance/service"
 	"github.com/kipimo-hpc/kipimo/internal/provenance/sqlitestore"
@@ -45,6 +48,28 @@ type Pipeline struct {
 	provURL  string
 	wg       sync.WaitGroup
 
+	// createdDir is the run's directory when this run created it;
+	// wroteEndpoints whether its endpoints file was written; started when
+	// Start began.
+	createdDir     string
+	createdOut     bool
+	wroteEndpoints bool
+	started        time.Time
+	// finished is set once Execute has returned a summary; closeNote is
+	// what Close did with the directory of a run that did not finish.
+	finished  bool
+	closeNote string
+
+	// stop is done once Interrupt has been called, with stopSig its
+	// signal; child is the pid of a live run's command while it runs, and
+	// childGroup whether it leads a process group of its own.
+	stop       context.Context
+	stopRun    context.CancelFunc
+	stopSig    os.Signal
+	stopOnce   sync.Once
+	child      atomic.Int64
+	childGroup atomic.Bool
+
 	// Set by Execute, for the benchmark: the ground truth, when the input
 	// was published, the input's first timestamp and the step width (µs).
 	truth     []workload.Truth
@@ -61,7 +86,8 @@ func Start(ctx context.Context, cfg Config, log zerolog.Logger) (*Pipeline, erro
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	p := &Pipeline{cfg: cfg, log: log}
+	p := &Pipeline{cfg: cfg, log: log, started: time.Now()}
+	p.stop, p.stopRun = context.WithCancel(context.Background())
 	if err := p.start(ctx); err != nil {
 		p.Close(context.Background())
 		return nil, err
@@ -70,10 +96,10 @@ func Start(ctx context.Context, cfg Config, log zerolog.Logger) (*Pipeline, erro
 }
 
 func (p *Pipeline) start(ctx context.Context) error {
-	cfg := p.cfg
-	if err := os.MkdirAll(cfg.path(""), 0o755); err != nil {
-		return fmt.Errorf("create output directory: %w", err)
+	if err := p.claimRunDir(); err != nil {
+		return err
 	}
+	cfg := p.cfg
 	url := cfg.NATSURL
 	if url == "" {
 		ns, err := natsx.StartServer(natsx.DefaultServerConfig(cfg.path("nats")))
@@ -99,6 +125,11 @@ func (p *Pipeline) start(ctx context.Context) error {
 	p.nc = nc
 	if p.js, err = jetstream.New(nc); err != nil {
 		return fmt.Errorf("JetStream: %w", err)
+	}
+	if p.ns == nil {
+		if err := p.claimStream(ctx); err != nil {
+			return err
+		}
 	}
 	if _, err := provstream.EnsureStream(ctx, p.js, cfg.RunID); err != nil {
 		return err
@@ -141,7 +172,7 @@ func (p *Pipeline) start(ctx context.Context) error {
 		return fmt.Errorf("start record sink: %w", err)
 	}
 	p.sink = sink
-	return nil
+	return p.writeEndpoints()
 }
 
 func (p *Pipeline) startProvenance(ctx context.Context) error {
@@ -168,6 +199,9 @@ func (p *Pipeline) startPServer(ctx context.Context, addr string) error {
 // RunID is the run's id (given, or made from the time by Validate).
 func (p *Pipeline) RunID() string { return p.cfg.RunID }
 
+// Dir is the run's directory: Out/RunID.
+func (p *Pipeline) Dir() string { return p.cfg.path("") }
+
 // DashboardURL is the parameter server's web page.
 func (p *Pipeline) DashboardURL() string { return "http://" + p.ps.HTTPAddr() + "/" }
 
@@ -190,8 +224,57 @@ func (p *Pipeline) StepWidth() time.Duration { return time.Duration(p.stepWidth)
 // fn must not keep it.
 func (p *Pipeline) ViewServer(fn func(*pserver.State)) { p.ps.View(fn) }
 
+// Interrupt ends a running Execute early, as Ctrl-C does in kipimo run: a
+// synthetic or trace input stops being published, a live run's command is
+// sent sig (its process group, when it leads one: as a terminal sends it),
+// and the run then ends as if its input had ended, every detector's
+// records drained into the store, the summary (which says it was
+// interrupted) and the profiles written. Only the first call counts; it
+// may come before Execute, which then ends at once.
+func (p *Pipeline) Interrupt(sig os.Signal) {
+	p.stopOnce.Do(func() {
+		p.stopSig = sig
+		p.stopRun()
+	})
+}
+
+// Kill kills a live run's command (its process group, when it leads one)
+// at once: for a second Ctrl-C, when the caller exits without waiting.
+func (p *Pipeline) Kill() {
+	p.signalChild(syscall.SIGKILL, true)
+}
+
+// signalChild sends sig to a live run's command: to its process group when
+// it leads one. In a process group shared with kipimo, the group (the
+// terminal's) already had a SIGINT from the terminal: it is sent again only
+// when always is set.
+func (p *Pipeline) signalChild(sig os.Signal, always bool) {
+	pid := int(p.child.Load())
+	s, ok := sig.(syscall.Signal)
+	if pid <= 0 || !ok {
+		return
+	}
+	if p.childGroup.Load() {
+		pid = -pid
+	} else if s == syscall.SIGINT && !always {
+		return
+	}
+	if err := syscall.Kill(pid, s); err != nil && !errors.Is(err, syscall.ESRCH) {
+		p.log.Warn().Err(err).Int("pid", pid).Msg("could not signal the command")
+	}
+}
+
+// interrupted is the signal Interrupt was given, or nil.
+func (p *Pipeline) interrupted() os.Signal {
+	if p.stop.Err() == nil {
+		return nil
+	}
+	return p.stopSig
+}
+
 // Close stops everything Start started, in reverse order.
 func (p *Pipeline) Close(ctx context.Context) {
+	p.stopRun()
 	if p.sink != nil {
 		_ = p.sink.Shutdown(ctx)
 	}
@@ -205,15 +288,66 @@ func (p *Pipeline) Close(ctx context.Context) {
 		_ = p.prov.Shutdown(ctx)
 	}
 	p.wg.Wait()
+	emptyStore := false
 	if p.store != nil {
+		emptyStore = !p.finished && p.storeEmpty(ctx)
 		_ = p.store.Close()
+		p.store = nil
 	}
 	if p.nc != nil {
 		p.nc.Close()
 	}
 	if p.ns != nil {
 		p.ns.Shutdown()
+		p.ns = nil
+		if !p.cfg.KeepNATS {
+			// Everything the run keeps is in the store by now.
+			if err := os.RemoveAll(p.cfg.path("nats")); err != nil {
+				p.log.Warn().Err(err).Msg("could not delete the run's NATS data")
+			}
+		}
 	}
+	if p.wroteEndpoints {
+		// The servers are gone: nobody is to look for them there.
+		_ = os.Remove(p.cfg.path(EndpointsFile))
+		p.wroteEndpoints = false
+	}
+	if !p.finished && p.createdDir != "" {
+		p.closeNote = p.removeFailed(emptyStore)
+	}
+}
+
+// CloseNote says, after Close, what became of the directory of a run that
+// did not finish (it failed, or Execute was never called): removed, when
+// the run stored nothing, or kept with what it stored. It is empty for a
+// run that finished and for one whose directory was there before.
+func (p *Pipeline) CloseNote() string { return p.closeNote }
+
+// removeFailed deletes the directory of a run that did not finish, when
+// its store is empty, and says what it did.
+func (p *Pipeline) removeFailed(emptyStore bool) string {
+	dir := p.createdDir
+	p.createdDir = ""
+	if !emptyStore {
+		return fmt.Sprintf("kept %s: its store holds what the run stored before it stopped", dir)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Sprintf("could not delete %s, which the run created: %v", dir, err)
+	}
+	if p.createdOut {
+		_ = os.Remove(p.cfg.Out) // only when empty
+	}
+	return fmt.Sprintf("removed %s: the run created it and stored nothing", dir)
+}
+
+// storeEmpty reports whether the provenance store holds no record.
+func (p *Pipeline) storeEmpty(ctx context.Context) bool {
+	for _, kind := range provenance.Kinds {
+		if n, err := p.store.Count(ctx, provenance.Query{Kind: kind}); err != nil || n > 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // Progress is the running state of a run, reported while it executes.
@@ -241,10 +375,23 @@ type Progress struct {
 // final statistics, provenance drained into the store, the summary written.
 // progress, when set, is called about four times a second.
 func (p *Pipeline) Execute(ctx context.Context, progress func(Progress)) (*Summary, error) {
-	cfg := p.cfg
-	if len(cfg.Live.Command) > 0 {
-		return p.executeLive(ctx, progress)
+	var (
+		sum *Summary
+		err error
+	)
+	if len(p.cfg.Live.Command) > 0 {
+		sum, err = p.executeLive(ctx, progress)
+	} else {
+		sum, err = p.executeInput(ctx, progress)
 	}
+	p.finished = err == nil
+	return sum, err
+}
+
+// executeInput is Execute for a synthetic run, a replay or trace files:
+// the input is published here.
+func (p *Pipeline) executeInput(ctx context.Context, progress func(Progress)) (*Summary, error) {
+	cfg := p.cfg
 	start := time.Now()
 	src, truth, ranks, err := p.source(ctx)
 	if err != nil {
@@ -307,7 +454,15 @@ func (p *Pipeline) Execute(ctx context.Context, progress func(Progress)) (*Summa
 		}
 	}
 	p.paceStart = time.Now()
-	counts, inStats, err := publish.Frames(ctx, p.nc, natsx.Subjects{Run: cfg.RunID}, flow.wrap(src, &p.paceT0), pace)
+	// Interrupt stops the input where it is; the run then ends as if the
+	// input had ended there.
+	pubCtx, stopInput := context.WithCancel(ctx)
+	defer stopInput()
+	defer context.AfterFunc(p.stop, stopInput)()
+	counts, inStats, err := publish.Frames(pubCtx, p.nc, natsx.Subjects{Run: cfg.RunID}, flow.wrap(src, &p.paceT0), pace)
+	if err != nil && p.interrupted() != nil && ctx.Err() == nil {
+		err = nil
+	}
 	if err != nil {
 		cancelServe()
 		<-serveDone
@@ -337,6 +492,7 @@ func (p *Pipeline) Execute(ctx context.Context, progress func(Progress)) (*Summa
 	}
 	sum.Backpressure = flow.report()
 	sum.DrainSeconds = drainTime.Seconds()
+	sum.setInterrupted(p.interrupted())
 	return sum, nil
 }
 
@@ -404,8 +560,5 @@ func (p *Pipeline) endOfStream(r uint32) error {
 func (p *Pipeline) drain(ctx context.Context) error {
 	return provstream.WaitConsumed(ctx, p.js, p.cfg.RunID, "provdb")
 }
-
-// Wait blocks until ctx is done (for --keep-serving).
-func (p *Pipeline) Wait(ctx context.Context) { <-ctx.Done() }
 
 var _ io.Closer = (*sqlitestore.Store)(nil)

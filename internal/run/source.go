@@ -55,14 +55,16 @@ func (s *workloadSource) Frames(ctx context.Context, emit func(*frame.Frame) err
 				return st, err
 			}
 			live++
-			s.mu.Lock()
-			s.truth = append(s.truth, truth...)
-			s.mu.Unlock()
 			st.Frames++
 			st.Events += f.NumEvents()
 			if err := emit(&f); err != nil {
 				return st, err
 			}
+			// The truth of published frames only: an interrupted run is
+			// scored on what it saw.
+			s.mu.Lock()
+			s.truth = append(s.truth, truth...)
+			s.mu.Unlock()
 			if err := ctx.Err(); err != nil {
 				return st, err
 			}

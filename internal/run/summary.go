@@ -5,8 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -35,6 +38,11 @@ type Summary struct {
 	Events          int64  `json:"events"`
 	Executions      uint64 `json:"executions"`
 	Anomalies       uint64 `json:"anomalies"`
+	// SummarisedCalls are calls the event library summarised per io_step
+	// instead of streaming them (in the profiles, not executions);
+	// SourceDroppedCalls calls it dropped whole (full rings).
+	SummarisedCalls    uint64 `json:"summarised_calls,omitempty"`
+	SourceDroppedCalls uint64 `json:"source_dropped_calls,omitempty"`
 	// Stored counts the records in the provenance store per collection.
 	Stored map[provenance.Kind]int64 `json:"stored"`
 	// Score compares the anomalies with the injected ground truth
@@ -62,6 +70,9 @@ type Summary struct {
 	StoredBytes    int64   `json:"stored_bytes"`
 	Reduction      float64 `json:"reduction_factor"`
 	ReductionVsTAU float64 `json:"reduction_factor_vs_tau_stream"`
+	// NATSBytes is the embedded NATS server's data, kept after the run
+	// with KeepNATS (0 otherwise: it is deleted).
+	NATSBytes int64 `json:"kept_nats_bytes,omitempty"`
 	// KeptExecutions are the executions the store keeps (anomalies and
 	// the normal executions sampled or kept in anomalies' windows);
 	// KeptFraction their share of the input's executions.
@@ -93,7 +104,8 @@ type Summary struct {
 	// library in its processes.
 	Live *LiveReport `json:"live,omitempty"`
 
-	Store       string `json:"provenance_store"`
+	Store string `json:"provenance_store"`
+	// ProfilesDir is empty when no rank streamed an io_step.
 	ProfilesDir string `json:"tau_profiles"`
 	TaudbTrial  int64  `json:"taudb_trial,omitempty"`
 	Truth       string `json:"truth,omitempty"`
@@ -103,6 +115,28 @@ type Summary struct {
 	DashboardServed string `json:"dashboard_served"`
 	// Explore are commands to look at the results.
 	Explore []string `json:"explore"`
+	// Interrupted names the signal that ended the run early (SIGINT for
+	// Ctrl-C, SIGTERM): the summary covers what the run saw until then.
+	Interrupted string `json:"interrupted,omitempty"`
+}
+
+// setInterrupted records the signal that ended the run early, if any.
+func (s *Summary) setInterrupted(sig os.Signal) {
+	if sig != nil {
+		s.Interrupted = SignalName(sig)
+	}
+}
+
+// SignalName names a signal as kill -l does, with the SIG prefix: SIGINT,
+// SIGTERM.
+func SignalName(sig os.Signal) string {
+	switch sig {
+	case os.Interrupt:
+		return "SIGINT"
+	case syscall.SIGTERM:
+		return "SIGTERM"
+	}
+	return sig.String()
 }
 
 // TraceInput is what the reader of a trace input read.
@@ -147,6 +181,7 @@ func (p *Pipeline) summarize(ctx context.Context, st []ad.Stats, truthFn func() 
 	sum := &Summary{
 		RunID: cfg.RunID, Algorithm: cfg.Detector.Algorithm, Ranks: len(st),
 		Frames: in.Frames, FramesProcessed: total.Frames, Events: int64(in.Events), Executions: total.Executions, Anomalies: total.Anomalies,
+		SummarisedCalls: total.SummarisedCalls, SourceDroppedCalls: total.SourceDroppedCalls,
 		Stored:          map[provenance.Kind]int64{},
 		DetectSeconds:   detect.Seconds(),
 		WallSeconds:     wall.Seconds(),
@@ -180,6 +215,9 @@ func (p *Pipeline) summarize(ctx context.Context, st []ad.Stats, truthFn func() 
 	sum.TopFunctions = top
 	if sum.StoredBytes, err = p.store.DiskUsage(ctx); err != nil {
 		return nil, err
+	}
+	if cfg.KeepNATS && p.ns != nil {
+		sum.NATSBytes = dirBytes(cfg.path("nats"))
 	}
 	if sum.StoredBytes > 0 {
 		sum.Reduction = float64(sum.RawBytes) / float64(sum.StoredBytes)
@@ -223,21 +261,29 @@ func (p *Pipeline) summarize(ctx context.Context, st []ad.Stats, truthFn func() 
 		sc := ScoreFinal(truth, anomalies, p.finalLabel())
 		sum.Score = &sc
 	}
-	profStart := time.Now()
-	id, err := p.writeProfiles(ctx)
-	if err != nil {
-		return nil, err
+	if len(st) > 0 {
+		profStart := time.Now()
+		id, err := p.writeProfiles(ctx)
+		if err != nil {
+			return nil, err
+		}
+		sum.ProfileSeconds = time.Since(profStart).Seconds()
+		sum.TaudbTrial = int64(id)
+	} else {
+		// No rank streamed anything (a command that is not instrumented,
+		// or interrupted at once): there is no profile to write.
+		sum.ProfilesDir = ""
 	}
-	sum.ProfileSeconds = time.Since(profStart).Seconds()
-	sum.TaudbTrial = int64(id)
 	sum.Explore = []string{
 		fmt.Sprintf("kipimo query list --store %s --sort outlier_score --desc --limit 20", sum.Store),
 		fmt.Sprintf("kipimo query agg --store %s --by rank", sum.Store),
 	}
-	if sum.TaudbTrial != 0 {
+	switch {
+	case sum.TaudbTrial != 0:
 		sum.Explore = append(sum.Explore, fmt.Sprintf("kipimo taudb show --dsn $KIPIMO_TAUDB_DSN %d", sum.TaudbTrial))
-	} else {
-		sum.Explore = append(sum.Explore, fmt.Sprintf("kipimo taudb load --dsn postgres://... --name %s %s", cfg.RunID, sum.ProfilesDir))
+	case sum.ProfilesDir != "":
+		// taudb load reads a run's directory, named after the run.
+		sum.Explore = append(sum.Explore, fmt.Sprintf("kipimo taudb load --dsn postgres://... %s", cfg.path("")))
 	}
 	return sum, nil
 }
@@ -274,7 +320,13 @@ func (p *Pipeline) writeProfiles(ctx context.Context) (int, error) {
 func (s *Summary) WriteText(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "run\t%s (%d ranks, %s)\n", s.RunID, s.Ranks, strings.ToUpper(s.Algorithm))
+	if s.Interrupted != "" {
+		fmt.Fprintf(tw, "interrupted\tby %s: the run ended early; this covers what it saw until then, all of it stored\n", s.Interrupted)
+	}
 	fmt.Fprintf(tw, "input\t%d frames, %d events, %d executions\n", s.Frames, s.Events, s.Executions)
+	if s.SummarisedCalls+s.SourceDroppedCalls > 0 {
+		fmt.Fprintf(tw, "  \t%d more calls summarised by the event library (in the profiles), %d dropped whole (full buffers)\n", s.SummarisedCalls, s.SourceDroppedCalls)
+	}
 	if ti := s.TraceInput; ti != nil {
 		fmt.Fprintf(tw, "  \t%s input: %d %s read, %d executions\n", ti.Format, ti.InputEvents, inputUnit(ti.Format), ti.Executions)
 		for _, line := range ti.Losses.Lines() {
@@ -304,13 +356,17 @@ func (s *Summary) WriteText(w io.Writer) error {
 		}
 	}
 	if sc := s.Score; sc != nil {
-		fmt.Fprintf(tw, "vs. ground truth\tprecision %.3f, recall %.3f (%d of %d injected found, %d flagged)\n",
-			sc.Precision, sc.Recall, sc.TruePositives, sc.Injected, sc.Flagged)
+		fmt.Fprintf(tw, "vs. ground truth\t%s, recall %.3f (%d of %d injected found, %d flagged)\n",
+			precisionText(sc.Precision, sc.Flagged), sc.Recall, sc.TruePositives, sc.Injected, sc.Flagged)
 		if l := sc.Live; l != nil {
-			fmt.Fprintf(tw, "  live labels\tprecision %.3f, recall %.3f (%d flagged during the run; %d unflagged by the final model)\n",
-				l.Precision, l.Recall, l.Flagged, l.Unflagged)
-			fmt.Fprintf(tw, "  live precision\t%.3f in io_steps 0-%d (%d flagged), %.3f after (%d flagged)\n",
-				l.Cold.Precision, ColdSteps-1, l.Cold.Flagged, l.Warm.Precision, l.Warm.Flagged)
+			fmt.Fprintf(tw, "  live labels\t%s, recall %.3f (%d flagged during the run; %d unflagged by the final model)\n",
+				precisionText(l.Precision, l.Flagged), l.Recall, l.Flagged, l.Unflagged)
+			// Phases are scored where the run's steps are known (not for
+			// a live program's injected delays): nothing to say otherwise.
+			if l.Cold.Flagged+l.Warm.Flagged > 0 {
+				fmt.Fprintf(tw, "  live precision\t%s in io_steps 0-%d, %s after\n",
+					phaseText(l.Cold), ColdSteps-1, phaseText(l.Warm))
+			}
 		}
 		if s.Live != nil {
 			fmt.Fprintf(tw, "  \t%d flags propagated to other ranks' executions of the injected functions; %d anomalies in other functions\n",
@@ -339,8 +395,15 @@ func (s *Summary) WriteText(w io.Writer) error {
 		}
 		fmt.Fprintf(tw, "data\t%s stored: %s, %s per input event (%d events, %s of frames)\n",
 			bytesText(s.StoredBytes), perAnomaly, bytesFrac(s.BytesPerInputEvent), s.Events, bytesText(s.RawBytes))
-	} else {
+	} else if s.Reduction >= 1 || s.StoredBytes == 0 {
 		fmt.Fprintf(tw, "data\t%s of frames -> %s stored (reduction %.1fx; %.0fx against TAU's %d B/event stream)\n", bytesText(s.RawBytes), bytesText(s.StoredBytes), s.Reduction, s.ReductionVsTAU, tauStreamBytesPerEvent)
+	} else {
+		// A short run: the store's fixed size outweighs the frames.
+		fmt.Fprintf(tw, "data\t%s of frames -> %s stored (a short run: the store's fixed size outweighs its frames; %s per input event)\n",
+			bytesText(s.RawBytes), bytesText(s.StoredBytes), bytesFrac(s.BytesPerInputEvent))
+	}
+	if s.NATSBytes > 0 {
+		fmt.Fprintf(tw, "  \tNATS data kept (--keep-nats): %s more in %s\n", bytesText(s.NATSBytes), filepath.Join(filepath.Dir(s.Store), "nats"))
 	}
 	if b := s.Backpressure; b != nil && b.HeldFrames > 0 {
 		fmt.Fprintf(tw, "back-pressure\tinput waited %.1fs for detectors (%d frames held); at most %d steps behind (bound %d); waited longest for rank %d (%.1fs)\n",
@@ -351,7 +414,11 @@ func (s *Summary) WriteText(w io.Writer) error {
 			s.BadFrames, s.MissingSteps, s.UnmatchedExits, s.DroppedRecords, s.SyncFailures, s.BadProvenance)
 	}
 	fmt.Fprintf(tw, "provenance\t%s\n", s.Store)
-	fmt.Fprintf(tw, "TAU profiles\t%s\n", s.ProfilesDir)
+	if s.ProfilesDir != "" {
+		fmt.Fprintf(tw, "TAU profiles\t%s\n", s.ProfilesDir)
+	} else {
+		fmt.Fprintf(tw, "TAU profiles\tnone: no rank streamed an io_step\n")
+	}
 	if s.TaudbTrial != 0 {
 		fmt.Fprintf(tw, "TAUdb trial\t%d\n", s.TaudbTrial)
 	}
@@ -367,6 +434,23 @@ func (s *Summary) WriteText(w io.Writer) error {
 		fmt.Fprintln(w, "  "+c)
 	}
 	return nil
+}
+
+// precisionText is a precision for the summary, or that there is none to
+// measure when nothing was flagged.
+func precisionText(p float64, flagged int) string {
+	if flagged == 0 {
+		return "precision not measured (nothing flagged)"
+	}
+	return fmt.Sprintf("precision %.3f", p)
+}
+
+// phaseText is one phase's live precision for the summary.
+func phaseText(ph PhaseScore) string {
+	if ph.Flagged == 0 {
+		return "none flagged"
+	}
+	return fmt.Sprintf("%.3f (%d flagged)", ph.Precision, ph.Flagged)
 }
 
 // How long a run's dashboard is served (Summary.DashboardServed).
@@ -387,6 +471,20 @@ func dashboardText(url, served string) string {
 		return url + " (still served until interrupted: Ctrl-C stops it)"
 	}
 	return fmt.Sprintf("served at %s during the run only, now stopped (run with --keep-serving to keep it up after the run)", url)
+}
+
+// dirBytes is the size of the files under dir.
+func dirBytes(dir string) int64 {
+	var n int64
+	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			if fi, err := d.Info(); err == nil {
+				n += fi.Size()
+			}
+		}
+		return nil
+	})
+	return n
 }
 
 // WriteJSON prints the summary as one JSON object.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -83,6 +84,9 @@ func readFile(path, name string, read func(io.Reader, string, string) (*Trial, e
 	return read(f, path, name)
 }
 
+// ErrUnknownFormat is DetectFormat's error for content of no format it knows.
+var ErrUnknownFormat = errors.New("cannot tell the profile format")
+
 // DetectFormat names the format of the profile at path from its content: a
 // directory of TAU profiles is "tau", one of snapshot.N.C.T files "xml"; a file starting with the gzip magic or
 // ParaProf's "PPK" is "ppk"; an XML document whose root is profile_xml is
@@ -135,7 +139,7 @@ func DetectFormat(path string) (string, error) {
 	if _, _, _, ok := ProfileNCT(filepath.Base(path)); ok && bytes.Contains(head, []byte("templated_functions")) {
 		return "", fmt.Errorf("%s is one TAU profile file; pass its directory to read all threads", path)
 	}
-	return "", fmt.Errorf("%s: cannot tell the profile format from its first %d bytes; pass --format, one of %s", path, n, strings.Join(Formats, ", "))
+	return "", fmt.Errorf("%s: %w from its first %d bytes (formats: %s)", path, ErrUnknownFormat, n, strings.Join(Formats, ", "))
 }
 
 // detectBytes names the format of a file starting with head, or "".

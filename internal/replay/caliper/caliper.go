@@ -36,6 +36,16 @@ import (
 	"github.com/kipimo-hpc/kipimo/internal/replay/steps"
 )
 
+// quoteClipped quotes s for an error, cut to its first 32 bytes: a binary
+// file read as a .cali would otherwise fill the message.
+func quoteClipped(s string) string {
+	const most = 32
+	if len(s) <= most {
+		return strconv.Quote(s)
+	}
+	return strconv.Quote(s[:most]) + fmt.Sprintf("... (%d bytes; is this a text .cali file?)", len(s))
+}
+
 // Record is one parsed line: key -> values.
 type Record map[string][]string
 
@@ -53,7 +63,7 @@ func ParseRecord(line string) (Record, error) {
 			return nil
 		}
 		if len(parts) < 2 {
-			return fmt.Errorf("entry %q has no '=value'", parts[0])
+			return fmt.Errorf("entry %s has no '=value'", quoteClipped(parts[0]))
 		}
 		rec[parts[0]] = append(rec[parts[0]], parts[1:]...)
 		parts = parts[:0]
