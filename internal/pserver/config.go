@@ -45,10 +45,13 @@ const (
 // it. Fields marked "0: default" take DefaultConfig's value in New when left
 // zero; the others mean what their zero value says.
 type Config struct {
-	NATS   string // --nats: NATS server URL(s), comma-separated (Run)
-	Run    string // --run: run id (a NATS subject token); required
-	Shard  int    // --shard: shard this instance serves, in [0, Shards)
-	Shards int    // --shards: number of shards the model keys are split into; 0: default
+	NATS string // --nats: NATS server URL(s), comma-separated (Run)
+	// NATSAuth (--nats-creds, --nats-user, --nats-ca...) is who the
+	// pserver is to NATS, and TLS (Run)
+	NATSAuth daemon.NATSAuth
+	Run      string // --run: run id (a NATS subject token); required
+	Shard    int    // --shard: shard this instance serves, in [0, Shards)
+	Shards   int    // --shards: number of shards the model keys are split into; 0: default
 
 	Durability       string        // --durability: DurabilityWAL, DurabilitySnapshot or DurabilityNone; "": default
 	SnapshotInterval time.Duration // --snapshot-interval; 0: default

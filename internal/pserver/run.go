@@ -28,6 +28,7 @@ func parseArgs(args []string, lookup func(string) (string, bool), stderr io.Writ
 	fs := pflag.NewFlagSet("pserver", pflag.ContinueOnError)
 	c := DefaultConfig()
 	fs.StringVar(&c.NATS, "nats", c.NATS, "NATS server URL(s), comma-separated")
+	auth := daemon.AddNATSAuthFlags(fs)
 	fs.StringVar(&c.Run, "run", "", "run id (required; letters, digits, '-' and '_')")
 	fs.StringVar(&c.HTTPAddr, "http", c.HTTPAddr, "dashboard, JSON API and /metrics listen address (\"\" disables)")
 	fs.IntVar(&c.Shard, "shard", c.Shard, "shard of the model keys this instance serves, in [0, shards)")
@@ -44,6 +45,7 @@ func parseArgs(args []string, lookup func(string) (string, bool), stderr io.Writ
 	if err := daemon.ParseFlags(fs, "pserver", runUsage, args, lookup, stderr); err != nil {
 		return c, *proc, err
 	}
+	c.NATSAuth = *auth
 	return c, *proc, nil
 }
 
@@ -95,7 +97,11 @@ func Run(ctx context.Context, cfg Config, log zerolog.Logger) error {
 	}
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	nc, err := natsx.Connect(cctx, cfg.NATS, "kipimo-pserver")
+	authOpts, err := cfg.NATSAuth.Options()
+	if err != nil {
+		return err
+	}
+	nc, err := natsx.Connect(cctx, cfg.NATS, "kipimo-pserver", append(authOpts, natsx.Logged(log))...)
 	if err != nil {
 		return err
 	}

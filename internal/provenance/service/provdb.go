@@ -28,8 +28,11 @@ import (
 // provdb command names it. Fields marked "0: default" take DefaultConfig's
 // value in New when left zero; the others mean what their zero value says.
 type Config struct {
-	NATS  string // --nats: NATS server URL(s), comma-separated (Run)
-	Store string // --store: a SQLite file path or a mongodb:// URI (Run)
+	NATS string // --nats: NATS server URL(s), comma-separated (Run)
+	// NATSAuth (--nats-creds, --nats-user, --nats-ca...) is who provdb is
+	// to NATS, and TLS (Run)
+	NATSAuth daemon.NATSAuth
+	Store    string // --store: a SQLite file path or a mongodb:// URI (Run)
 	// Run (--run) is the run id whose stream is consumed. Required.
 	Run         string
 	HTTPAddr    string // --http: address of the read-only query API; "" serves none (Run)
@@ -171,6 +174,7 @@ func parseArgs(args []string, lookup func(string) (string, bool), stderr io.Writ
 	fs := pflag.NewFlagSet("provdb", pflag.ContinueOnError)
 	c := DefaultConfig()
 	fs.StringVar(&c.NATS, "nats", c.NATS, "NATS server URL(s), comma-separated")
+	auth := daemon.AddNATSAuthFlags(fs)
 	fs.StringVar(&c.Store, "store", c.Store, "provenance store: a SQLite file path or a mongodb:// URI")
 	fs.StringVar(&c.Run, "run", "", "run id whose provenance stream is consumed (required)")
 	fs.StringVar(&c.HTTPAddr, "http", c.HTTPAddr, "address of the read-only HTTP query API; empty disables it")
@@ -182,6 +186,7 @@ func parseArgs(args []string, lookup func(string) (string, bool), stderr io.Writ
 	if err := daemon.ParseFlags(fs, "provdb", mainUsage, args, lookup, stderr); err != nil {
 		return c, *proc, err
 	}
+	c.NATSAuth = *auth
 	return c, *proc, nil
 }
 
@@ -224,7 +229,11 @@ func Run(ctx context.Context, cfg Config, log zerolog.Logger) error {
 		return err
 	}
 	defer store.Close()
-	nc, err := natsx.Connect(ctx, cfg.NATS, "kipimo-provdb")
+	authOpts, err := cfg.NATSAuth.Options()
+	if err != nil {
+		return err
+	}
+	nc, err := natsx.Connect(ctx, cfg.NATS, "kipimo-provdb", append(authOpts, natsx.Logged(log))...)
 	if err != nil {
 		return err
 	}
