@@ -202,7 +202,8 @@ type Publisher struct {
 	rec     []byte // the record being added
 	count   int
 	blocks  *docblock.Encoder // the pending batch of executions in the block encoding; nil when none
-	// MaxBytes bounds one batch; default MaxBatchBytes.
+	// MaxBytes bounds one batch; default MaxBatchBytes. Batches are never
+	// larger than the server's maximum payload allows either.
 	MaxBytes int
 	// JSON publishes executions as JSON arrays, for a provdb that does not
 	// read the block encoding. Set it before the first Add.
@@ -222,11 +223,24 @@ func NewPublisher(js jetstream.JetStream, run string, kind provenance.Kind, pref
 	return &Publisher{js: js, kind: kind, subject: Subject(run, kind), prefix: prefix + "." + string(kind)}, nil
 }
 
+// payloadHeadroom is what a batch leaves of the server's maximum payload
+// for the message's subject and headers.
+const payloadHeadroom = 4 << 10
+
+// limit is the largest batch: MaxBytes (default MaxBatchBytes), and never
+// more than the connected server's maximum payload less payloadHeadroom (a
+// default nats-server takes 1,000,000 bytes, less than MaxBatchBytes).
 func (p *Publisher) limit() int {
-	if p.MaxBytes <= 0 {
-		return MaxBatchBytes
+	n := p.MaxBytes
+	if n <= 0 {
+		n = MaxBatchBytes
 	}
-	return p.MaxBytes
+	if c := p.js.Conn(); c != nil {
+		if m := int(c.MaxPayload()) - payloadHeadroom; m > 0 && m < n {
+			n = m
+		}
+	}
+	return n
 }
 
 // Add appends one record to the pending batch, publishing the batch first if

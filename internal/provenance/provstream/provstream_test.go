@@ -317,3 +317,57 @@ func TestDecodeEncodings(t *testing.T) {
 		t.Error("PublishExecBlocks published no records")
 	}
 }
+
+// A server with NATS's default maximum payload (1,000,000 bytes, less than
+// MaxBatchBytes) still takes every batch: batches are sized under it.
+func TestBatchesFitTheServersPayload(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cfg := natsx.DefaultServerConfig(t.TempDir())
+	cfg.MaxPayload = 1_000_000
+	s, err := natsx.StartServer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Shutdown)
+	nc, err := natsx.Connect(ctx, s.ClientURL(), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := EnsureStream(ctx, js, "small"); err != nil {
+		t.Fatal(err)
+	}
+	p, err := NewPublisher(js, "small", provenance.KindMetadata, "ad.0.0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	value := strings.Repeat("v", 1000)
+	const n = 3000 // some 3 MB of records
+	for i := range n {
+		if err := p.Add(ctx, provenance.Metadata{Descr: "k", RID: uint32(i), Value: value}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	total := 0
+	for _, m := range readAll(ctx, t, js, "small") {
+		if len(m.Data()) > 1_000_000-payloadHeadroom {
+			t.Errorf("batch of %d bytes", len(m.Data()))
+		}
+		var recs []provenance.Metadata
+		if err := json.Unmarshal(m.Data(), &recs); err != nil {
+			t.Fatal(err)
+		}
+		total += len(recs)
+	}
+	if total != n {
+		t.Errorf("stream holds %d records, want %d", total, n)
+	}
+}
