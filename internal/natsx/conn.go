@@ -81,15 +81,20 @@ func Redact(raw string) string {
 	return u.String()
 }
 
-// Logged makes a connection log to log when it loses its server, when it
-// reconnects (with the server's URL and its maximum payload), when it is
-// closed for good, and the asynchronous errors the server reports (a slow
-// consumer, a permission refused: at the 1st, 2nd, 4th... report), never
-// once per message.
-// Each component that connects passes it to Connect.
+// Logged makes a connection log to log when it loses its server and when
+// it reconnects (with the server's URL and its maximum payload), once per
+// change, and the asynchronous errors the server reports (a slow consumer,
+// a permission refused: at the 1st, 2nd, 4th... report), never once per
+// message. Each component that connects passes it to Connect.
 func Logged(log zerolog.Logger) nats.Option {
 	return func(o *nats.Options) error {
-		o.DisconnectedErrCB = func(_ *nats.Conn, err error) {
+		// A connection closed by its owner says nothing more: its
+		// callbacks run after Close returns, when the owner's logger may
+		// be gone.
+		o.DisconnectedErrCB = func(nc *nats.Conn, err error) {
+			if nc.IsClosed() {
+				return
+			}
 			ev := log.Warn()
 			if err != nil {
 				ev = ev.Err(err)
@@ -99,11 +104,6 @@ func Logged(log zerolog.Logger) nats.Option {
 		o.ReconnectedCB = func(nc *nats.Conn) {
 			log.Info().Str("server", Redact(nc.ConnectedUrlRedacted())).Int64("max_payload", nc.MaxPayload()).
 				Uint64("reconnects", nc.Stats().Reconnects).Msg("NATS connection regained")
-		}
-		o.ClosedCB = func(nc *nats.Conn) {
-			if err := nc.LastError(); err != nil {
-				log.Warn().Err(err).Msg("NATS connection closed")
-			}
 		}
 		var asyncErrs atomic.Uint64
 		o.AsyncErrorCB = func(_ *nats.Conn, sub *nats.Subscription, err error) {
