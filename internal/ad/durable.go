@@ -347,17 +347,12 @@ type durableSource struct {
 	done    chan struct{}   // closed when the rank's goroutine returns
 	unacked []jetstream.Msg // owned by the rank's goroutine
 	lastSeq uint64          // stream sequence of the last frame taken
-	// drained is set once the last frame taken said that no message was
-	// left in the stream for the consumer: until then an end_of_run still
-	// reads what comes (see pending).
-	drained bool
 }
 
 func (s *durableSource) take(m jetstream.Msg) *nats.Msg {
 	s.unacked = append(s.unacked, m)
 	if md, err := m.Metadata(); err == nil {
 		s.lastSeq = md.Sequence.Stream
-		s.drained = md.NumPending == 0
 	}
 	return &nats.Msg{Subject: m.Subject(), Data: m.Data(), Header: m.Headers()}
 }
@@ -379,15 +374,11 @@ func (s *durableSource) next(d time.Duration) (*nats.Msg, error) {
 	return s.take(m), nil
 }
 
-// pending is what waits for the rank: the frames fetched, and one more
-// while the stream may still hold frames for it, so that a rank told to end
-// (end_of_run) reads the frames published before the message that ended it.
-func (s *durableSource) pending() int {
-	if !s.drained {
-		return len(s.ch) + 1
-	}
-	return len(s.ch)
-}
+// pending is what waits for the rank: the frames fetched, and one more,
+// since the stream may hold frames the consumer has not delivered yet: a
+// rank told to end (end_of_run, a core message that can overtake the frames
+// published before it) reads on until no frame comes for a second.
+func (s *durableSource) pending() int { return len(s.ch) + 1 }
 func (s *durableSource) dropped() int { return 0 }
 
 // ackAll acknowledges every frame handed out so far.
