@@ -2,12 +2,10 @@ package ad
 
 import (
 	"context"
-	"encoding/json"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/rs/zerolog"
 
 	"github.com/kipimo-hpc/kipimo/internal/frame"
 	"github.com/kipimo-hpc/kipimo/internal/natsx"
@@ -102,22 +100,7 @@ func TestDiscoveryBoundsRanks(t *testing.T) {
 	const run = "bounded"
 	subj := natsx.Subjects{Run: run}
 	coll := NewCollector(8, nil)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	type result struct {
-		stats []Stats
-		err   error
-	}
-	done := make(chan result, 1)
-	ready := make(chan struct{})
-	go func() {
-		st, err := Serve(ctx, ServeConfig{
-			Conn: nc, Run: run, Discover: true, MaxRanks: 2, Collector: coll, Logger: zerolog.Nop(), Ready: func() { close(ready) },
-			Detector: Config{Sink: &MemorySink{}},
-		})
-		done <- result{st, err}
-	}()
-	<-ready
+	end := serveDiscovering(t, nc, ServeConfig{Run: run, MaxRanks: 2, Collector: coll, Detector: Config{Sink: &MemorySink{}}})
 	const ranks, steps = 50, 3
 	for r := range uint32(ranks) {
 		for s := range uint64(steps) {
@@ -135,15 +118,7 @@ func TestDiscoveryBoundsRanks(t *testing.T) {
 		}
 		return n == 2*steps && coll.refusedRanks.Load() == (ranks-2)*steps
 	})
-	b, _ := json.Marshal(ControlMessage{Kind: ControlEndOfRun})
-	if err := nc.Publish(subj.Control(), b); err != nil {
-		t.Fatal(err)
-	}
-	res := <-done
-	if res.err != nil {
-		t.Fatal(res.err)
-	}
-	if len(res.stats) != 2 {
-		t.Errorf("%d detectors, want 2", len(res.stats))
+	if stats := end(); len(stats) != 2 {
+		t.Errorf("%d detectors, want 2", len(stats))
 	}
 }

@@ -54,22 +54,7 @@ func TestServeDiscoversRanks(t *testing.T) {
 		t.Fatal(err)
 	}
 	coll := NewCollector(8, nil)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	type result struct {
-		stats []Stats
-		err   error
-	}
-	done := make(chan result, 1)
-	ready := make(chan struct{})
-	go func() {
-		st, err := Serve(ctx, ServeConfig{
-			Conn: nc, Run: run, Discover: true, Collector: coll, Logger: zerolog.Nop(), Ready: func() { close(ready) },
-			Detector: Config{Algorithm: SSTD, Sink: &MemorySink{}},
-		})
-		done <- result{st, err}
-	}()
-	<-ready
+	end := serveDiscovering(t, nc, ServeConfig{Run: run, Collector: coll, Detector: Config{Algorithm: SSTD, Sink: &MemorySink{}}})
 	type key struct{ pid, rank uint32 }
 	targets := []key{{0, 0}, {0, 1}, {0, 2}, {5, 0}}
 	var f frame.Frame
@@ -106,18 +91,11 @@ func TestServeDiscoversRanks(t *testing.T) {
 		}
 		return n == uint64(len(targets)*wcfg.Steps)
 	})
-	b, _ := json.Marshal(ControlMessage{Kind: ControlEndOfRun})
-	if err := nc.Publish(subj.Control(), b); err != nil {
-		t.Fatal(err)
+	stats := end()
+	if len(stats) != len(targets) {
+		t.Fatalf("%d detectors, want %d", len(stats), len(targets))
 	}
-	res := <-done
-	if res.err != nil {
-		t.Fatal(res.err)
-	}
-	if len(res.stats) != len(targets) {
-		t.Fatalf("%d detectors, want %d", len(res.stats), len(targets))
-	}
-	for _, s := range res.stats {
+	for _, s := range stats {
 		k := key{s.PID, s.Rank}
 		if s.Frames != uint64(wcfg.Steps) || s.BadFrames != 0 || s.Executions == 0 {
 			t.Errorf("program %d rank %d: %d frames (%d bad), %d executions; want %d frames", s.PID, s.Rank, s.Frames, s.BadFrames, s.Executions, wcfg.Steps)
@@ -132,5 +110,38 @@ func TestServeDiscoversRanks(t *testing.T) {
 		if s.Ended != (k == key{0, 1}) {
 			t.Errorf("program %d rank %d: ended %v", s.PID, s.Rank, s.Ended)
 		}
+	}
+}
+
+// serveDiscovering starts Serve with discovery on cfg.Run (its connection,
+// logger and readiness filled in) and waits until it subscribed; the
+// function it returns sends end_of_run and returns Serve's counts.
+func serveDiscovering(t *testing.T, nc *nats.Conn, cfg ServeConfig) func() []Stats {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	type result struct {
+		stats []Stats
+		err   error
+	}
+	done := make(chan result, 1)
+	ready := make(chan struct{})
+	cfg.Conn, cfg.Discover, cfg.Logger, cfg.Ready = nc, true, zerolog.Nop(), func() { close(ready) }
+	go func() {
+		st, err := Serve(ctx, cfg)
+		done <- result{st, err}
+	}()
+	<-ready
+	return func() []Stats {
+		t.Helper()
+		b, _ := json.Marshal(ControlMessage{Kind: ControlEndOfRun})
+		if err := nc.Publish(natsx.Subjects{Run: cfg.Run}.Control(), b); err != nil {
+			t.Fatal(err)
+		}
+		res := <-done
+		if res.err != nil {
+			t.Fatal(res.err)
+		}
+		return res.stats
 	}
 }

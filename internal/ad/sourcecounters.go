@@ -1,6 +1,7 @@
 package ad
 
 import (
+	"maps"
 	"slices"
 	"strings"
 
@@ -134,13 +135,7 @@ func (cs *callStacks) addSummaries(t *thread, p *provenance.ThreadProfile) {
 		}
 		return &p.Timers[i]
 	}
-	for _, path := range slices.Sorted(func(yield func(string) bool) {
-		for k := range t.summ {
-			if !yield(k) {
-				return
-			}
-		}
-	}) {
+	for _, path := range slices.Sorted(maps.Keys(t.summ)) {
 		a := t.summ[path]
 		if a.calls == 0 {
 			continue

@@ -222,23 +222,13 @@ func treeTimers(tp *provenance.ThreadProfile) []profileLine {
 	}
 	for _, o := range tp.Overflow {
 		if f := funcs[taudb.NormalizeName(o.Name)]; f != nil {
-			f.top.Calls -= min(f.top.Calls, o.Calls)
-			f.top.Subrs -= min(f.top.Subrs, o.Subrs)
-			f.top.Inclusive = max(0, f.top.Inclusive-o.Inclusive)
-			f.top.Exclusive = max(0, f.top.Exclusive-o.Exclusive)
-			f.top.SumSqInclusive = max(0, f.top.SumSqInclusive-o.SumSqInclusive)
-			f.top.SumSqExclusive = max(0, f.top.SumSqExclusive-o.SumSqExclusive)
+			subtractTimer(&f.top, &o)
 		}
 	}
 	for _, p := range paths {
 		nodes := taudb.SplitCallpath(p.Name)
 		f := get(nodes[len(nodes)-1])
-		f.top.Calls -= min(f.top.Calls, p.Calls)
-		f.top.Subrs -= min(f.top.Subrs, p.Subrs)
-		f.top.Inclusive = max(0, f.top.Inclusive-p.Inclusive)
-		f.top.Exclusive = max(0, f.top.Exclusive-p.Exclusive)
-		f.top.SumSqInclusive = max(0, f.top.SumSqInclusive-p.SumSqInclusive)
-		f.top.SumSqExclusive = max(0, f.top.SumSqExclusive-p.SumSqExclusive)
+		subtractTimer(&f.top, &p)
 		// a path's first frame ran at the top level
 		get(nodes[0])
 	}
@@ -326,6 +316,16 @@ func treeTimers(tp *provenance.ThreadProfile) []profileLine {
 		}
 	}
 	return out
+}
+
+// subtractTimer takes o's calls and times out of t, never below zero.
+func subtractTimer(t, o *provenance.TimerProfile) {
+	t.Calls -= min(t.Calls, o.Calls)
+	t.Subrs -= min(t.Subrs, o.Subrs)
+	t.Inclusive = max(0, t.Inclusive-o.Inclusive)
+	t.Exclusive = max(0, t.Exclusive-o.Exclusive)
+	t.SumSqInclusive = max(0, t.SumSqInclusive-o.SumSqInclusive)
+	t.SumSqExclusive = max(0, t.SumSqExclusive-o.SumSqExclusive)
 }
 
 // lessPath orders call paths frame by frame, a prefix first.
