@@ -5,7 +5,8 @@
  * kipimo_mpi.c: the MPI wrappers of the Kipimo event library. Each MPI_X
  * below records the call as an execution of "MPI_X" (kp_enter, PMPI_X,
  * kp_exit) and, between the PMPI call and kp_exit, the communication events
- * it makes; when the library is disabled it only calls PMPI_X.
+ * it makes; when the library is disabled, or inside a Fortran wrapper (which
+ * records the call itself), it only calls PMPI_X.
  *
  * Communication events name partners by their MPI_COMM_WORLD rank and carry
  * the message tag and size in bytes. A send is recorded when it is posted, a
@@ -68,8 +69,8 @@ static inline uint32_t kp_fid(uint32_t *slot, const char *name)
 /* kp_in_fortran counts the Fortran wrappers (below the C ones) under way on
  * this thread. An MPI whose Fortran bindings call the C MPI_ functions
  * (MPICH) enters a C wrapper from inside a Fortran one: that call is part of
- * the Fortran call the program made, so the C wrapper records its
- * communication events but not a second execution. */
+ * the Fortran call the program made, whose wrapper records its execution and
+ * its communication events, so the C wrapper records nothing. */
 static __thread int kp_in_fortran __attribute__((tls_model("initial-exec")));
 
 static inline int kp_outer(void)
@@ -472,11 +473,12 @@ static void kp_req_drop(MPI_Request r)
         kp_info_release(ci);
 }
 
-/* Completion calls: kp_completion_begin takes the entries of the tracked
- * requests among reqs[0..count) and, if it took any and the caller passed
- * MPI_STATUS(ES)_IGNORE, points *st at local statuses (nst of them: on the
- * stack when few, else on the heap). kp_completion_end records a KP_RECV for
- * each taken request that completed, and puts back those still pending. */
+/* Completion calls: kp_completion_take takes the entries of the tracked
+ * requests among reqs[0..count); kp_completion_begin does that and, if it
+ * took any and the caller passed MPI_STATUS(ES)_IGNORE, points *st at local
+ * statuses (nst of them: on the stack when few, else on the heap).
+ * kp_completion_end records a KP_RECV for each taken request that completed,
+ * and puts back those still pending. */
 
 #define KP_SMALL 16
 
@@ -502,8 +504,7 @@ enum {
     KP_BY_INDEX     /* status j belongs to request idx[j] (Waitany, Waitsome, ...) */
 };
 
-static void kp_completion_begin(kp_completion *cp, int count, const MPI_Request *reqs,
-                                MPI_Status **st, int nst, MPI_Status *ignore)
+static void kp_completion_take(kp_completion *cp, int count, const MPI_Request *reqs)
 {
     kp_comm_info *info;
     cp->n = 0;
@@ -534,7 +535,12 @@ static void kp_completion_begin(kp_completion *cp, int count, const MPI_Request 
         cp->taken[cp->n++] = (kp_taken){.index = i, .done = 0, .req = reqs[i], .info = info};
     }
     pthread_mutex_unlock(&kp_req_mu);
+}
 
+static void kp_completion_begin(kp_completion *cp, int count, const MPI_Request *reqs,
+                                MPI_Status **st, int nst, MPI_Status *ignore)
+{
+    kp_completion_take(cp, count, reqs);
     if (cp->n == 0 || *st != ignore)
         return;
     if (nst <= KP_SMALL) {
@@ -702,17 +708,14 @@ KP_EXPORT
 int MPI_Init(int *argc, char ***argv)
 {
     static uint32_t fid_plus1;
-    if (!kp_on())
+    if (!kp_on() || !kp_outer())
         return PMPI_Init(argc, argv);
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Init");
-    int outer = kp_outer();
-    if (outer)
-        kp_enter(fid);
+    kp_enter(fid);
     int rc = PMPI_Init(argc, argv);
     if (rc == MPI_SUCCESS)
         kp_after_init();
-    if (outer)
-        kp_exit(fid);
+    kp_exit(fid);
     return rc;
 }
 
@@ -722,17 +725,14 @@ KP_EXPORT
 int MPI_Init_thread(int *argc, char ***argv, int required, int *provided)
 {
     static uint32_t fid_plus1;
-    if (!kp_on())
+    if (!kp_on() || !kp_outer())
         return PMPI_Init_thread(argc, argv, required, provided);
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Init_thread");
-    int outer = kp_outer();
-    if (outer)
-        kp_enter(fid);
+    kp_enter(fid);
     int rc = PMPI_Init_thread(argc, argv, required, provided);
     if (rc == MPI_SUCCESS)
         kp_after_init();
-    if (outer)
-        kp_exit(fid);
+    kp_exit(fid);
     return rc;
 }
 
@@ -741,16 +741,13 @@ KP_EXPORT
 int MPI_Finalize(void)
 {
     static uint32_t fid_plus1;
-    if (!kp_on())
+    if (!kp_on() || !kp_outer())
         return PMPI_Finalize();
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Finalize");
-    int outer = kp_outer();
-    if (outer)
-        kp_enter(fid);
+    kp_enter(fid);
     kp_before_finalize();
     int rc = PMPI_Finalize();
-    if (outer)
-        kp_exit(fid);
+    kp_exit(fid);
     kp_flush();
     return rc;
 }
@@ -760,16 +757,13 @@ KP_EXPORT
 int MPI_Abort(MPI_Comm comm, int errorcode)
 {
     static uint32_t fid_plus1;
-    if (!kp_on())
+    if (!kp_on() || !kp_outer())
         return PMPI_Abort(comm, errorcode);
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Abort");
-    int outer = kp_outer();
-    if (outer)
-        kp_enter(fid);
+    kp_enter(fid);
     kp_flush();
     int rc = PMPI_Abort(comm, errorcode);
-    if (outer)
-        kp_exit(fid);
+    kp_exit(fid);
     return rc;
 }
 
@@ -778,15 +772,12 @@ KP_EXPORT
 int MPI_Comm_rank(MPI_Comm comm, int *rank)
 {
     static uint32_t fid_plus1;
-    if (!kp_on())
+    if (!kp_on() || !kp_outer())
         return PMPI_Comm_rank(comm, rank);
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Comm_rank");
-    int outer = kp_outer();
-    if (outer)
-        kp_enter(fid);
+    kp_enter(fid);
     int rc = PMPI_Comm_rank(comm, rank);
-    if (outer)
-        kp_exit(fid);
+    kp_exit(fid);
     return rc;
 }
 
@@ -795,15 +786,12 @@ KP_EXPORT
 int MPI_Comm_size(MPI_Comm comm, int *size)
 {
     static uint32_t fid_plus1;
-    if (!kp_on())
+    if (!kp_on() || !kp_outer())
         return PMPI_Comm_size(comm, size);
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Comm_size");
-    int outer = kp_outer();
-    if (outer)
-        kp_enter(fid);
+    kp_enter(fid);
     int rc = PMPI_Comm_size(comm, size);
-    if (outer)
-        kp_exit(fid);
+    kp_exit(fid);
     return rc;
 }
 
@@ -812,15 +800,12 @@ KP_EXPORT
 int MPI_Comm_split(MPI_Comm comm, int color, int key, MPI_Comm *newcomm)
 {
     static uint32_t fid_plus1;
-    if (!kp_on())
+    if (!kp_on() || !kp_outer())
         return PMPI_Comm_split(comm, color, key, newcomm);
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Comm_split");
-    int outer = kp_outer();
-    if (outer)
-        kp_enter(fid);
+    kp_enter(fid);
     int rc = PMPI_Comm_split(comm, color, key, newcomm);
-    if (outer)
-        kp_exit(fid);
+    kp_exit(fid);
     return rc;
 }
 
@@ -829,15 +814,12 @@ KP_EXPORT
 int MPI_Comm_dup(MPI_Comm comm, MPI_Comm *newcomm)
 {
     static uint32_t fid_plus1;
-    if (!kp_on())
+    if (!kp_on() || !kp_outer())
         return PMPI_Comm_dup(comm, newcomm);
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Comm_dup");
-    int outer = kp_outer();
-    if (outer)
-        kp_enter(fid);
+    kp_enter(fid);
     int rc = PMPI_Comm_dup(comm, newcomm);
-    if (outer)
-        kp_exit(fid);
+    kp_exit(fid);
     return rc;
 }
 
@@ -846,15 +828,12 @@ KP_EXPORT
 int MPI_Comm_free(MPI_Comm *comm)
 {
     static uint32_t fid_plus1;
-    if (!kp_on())
+    if (!kp_on() || !kp_outer())
         return PMPI_Comm_free(comm);
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Comm_free");
-    int outer = kp_outer();
-    if (outer)
-        kp_enter(fid);
+    kp_enter(fid);
     int rc = PMPI_Comm_free(comm);
-    if (outer)
-        kp_exit(fid);
+    kp_exit(fid);
     return rc;
 }
 
@@ -863,15 +842,12 @@ KP_EXPORT
 int MPI_Comm_create(MPI_Comm comm, MPI_Group group, MPI_Comm *newcomm)
 {
     static uint32_t fid_plus1;
-    if (!kp_on())
+    if (!kp_on() || !kp_outer())
         return PMPI_Comm_create(comm, group, newcomm);
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Comm_create");
-    int outer = kp_outer();
-    if (outer)
-        kp_enter(fid);
+    kp_enter(fid);
     int rc = PMPI_Comm_create(comm, group, newcomm);
-    if (outer)
-        kp_exit(fid);
+    kp_exit(fid);
     return rc;
 }
 
@@ -881,15 +857,12 @@ int MPI_Cart_create(MPI_Comm old_comm, int ndims, const int dims[], const int pe
                     int reorder, MPI_Comm *comm_cart)
 {
     static uint32_t fid_plus1;
-    if (!kp_on())
+    if (!kp_on() || !kp_outer())
         return PMPI_Cart_create(old_comm, ndims, dims, periods, reorder, comm_cart);
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Cart_create");
-    int outer = kp_outer();
-    if (outer)
-        kp_enter(fid);
+    kp_enter(fid);
     int rc = PMPI_Cart_create(old_comm, ndims, dims, periods, reorder, comm_cart);
-    if (outer)
-        kp_exit(fid);
+    kp_exit(fid);
     return rc;
 }
 
@@ -899,15 +872,12 @@ int MPI_Cart_shift(MPI_Comm comm, int direction, int disp, int *rank_source,
                    int *rank_dest)
 {
     static uint32_t fid_plus1;
-    if (!kp_on())
+    if (!kp_on() || !kp_outer())
         return PMPI_Cart_shift(comm, direction, disp, rank_source, rank_dest);
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Cart_shift");
-    int outer = kp_outer();
-    if (outer)
-        kp_enter(fid);
+    kp_enter(fid);
     int rc = PMPI_Cart_shift(comm, direction, disp, rank_source, rank_dest);
-    if (outer)
-        kp_exit(fid);
+    kp_exit(fid);
     return rc;
 }
 
@@ -916,15 +886,12 @@ KP_EXPORT
 int MPI_Cart_sub(MPI_Comm comm, const int remain_dims[], MPI_Comm *new_comm)
 {
     static uint32_t fid_plus1;
-    if (!kp_on())
+    if (!kp_on() || !kp_outer())
         return PMPI_Cart_sub(comm, remain_dims, new_comm);
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Cart_sub");
-    int outer = kp_outer();
-    if (outer)
-        kp_enter(fid);
+    kp_enter(fid);
     int rc = PMPI_Cart_sub(comm, remain_dims, new_comm);
-    if (outer)
-        kp_exit(fid);
+    kp_exit(fid);
     return rc;
 }
 
@@ -933,15 +900,12 @@ KP_EXPORT
 int MPI_Type_commit(MPI_Datatype *type)
 {
     static uint32_t fid_plus1;
-    if (!kp_on())
+    if (!kp_on() || !kp_outer())
         return PMPI_Type_commit(type);
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Type_commit");
-    int outer = kp_outer();
-    if (outer)
-        kp_enter(fid);
+    kp_enter(fid);
     int rc = PMPI_Type_commit(type);
-    if (outer)
-        kp_exit(fid);
+    kp_exit(fid);
     return rc;
 }
 
@@ -950,15 +914,12 @@ KP_EXPORT
 int MPI_Type_free(MPI_Datatype *type)
 {
     static uint32_t fid_plus1;
-    if (!kp_on())
+    if (!kp_on() || !kp_outer())
         return PMPI_Type_free(type);
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Type_free");
-    int outer = kp_outer();
-    if (outer)
-        kp_enter(fid);
+    kp_enter(fid);
     int rc = PMPI_Type_free(type);
-    if (outer)
-        kp_exit(fid);
+    kp_exit(fid);
     return rc;
 }
 
@@ -967,15 +928,12 @@ KP_EXPORT
 int MPI_Type_contiguous(int count, MPI_Datatype oldtype, MPI_Datatype *newtype)
 {
     static uint32_t fid_plus1;
-    if (!kp_on())
+    if (!kp_on() || !kp_outer())
         return PMPI_Type_contiguous(count, oldtype, newtype);
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Type_contiguous");
-    int outer = kp_outer();
-    if (outer)
-        kp_enter(fid);
+    kp_enter(fid);
     int rc = PMPI_Type_contiguous(count, oldtype, newtype);
-    if (outer)
-        kp_exit(fid);
+    kp_exit(fid);
     return rc;
 }
 
@@ -985,15 +943,12 @@ int MPI_Type_vector(int count, int blocklength, int stride, MPI_Datatype oldtype
                     MPI_Datatype *newtype)
 {
     static uint32_t fid_plus1;
-    if (!kp_on())
+    if (!kp_on() || !kp_outer())
         return PMPI_Type_vector(count, blocklength, stride, oldtype, newtype);
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Type_vector");
-    int outer = kp_outer();
-    if (outer)
-        kp_enter(fid);
+    kp_enter(fid);
     int rc = PMPI_Type_vector(count, blocklength, stride, oldtype, newtype);
-    if (outer)
-        kp_exit(fid);
+    kp_exit(fid);
     return rc;
 }
 
@@ -1004,17 +959,14 @@ int MPI_Type_create_struct(int count, const int array_of_block_lengths[],
                            const MPI_Datatype array_of_types[], MPI_Datatype *newtype)
 {
     static uint32_t fid_plus1;
-    if (!kp_on())
+    if (!kp_on() || !kp_outer())
         return PMPI_Type_create_struct(count, array_of_block_lengths,
                                        array_of_displacements, array_of_types, newtype);
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Type_create_struct");
-    int outer = kp_outer();
-    if (outer)
-        kp_enter(fid);
+    kp_enter(fid);
     int rc = PMPI_Type_create_struct(count, array_of_block_lengths,
                                      array_of_displacements, array_of_types, newtype);
-    if (outer)
-        kp_exit(fid);
+    kp_exit(fid);
     return rc;
 }
 
@@ -1023,15 +975,12 @@ KP_EXPORT
 int MPI_Op_create(MPI_User_function *function, int commute, MPI_Op *op)
 {
     static uint32_t fid_plus1;
-    if (!kp_on())
+    if (!kp_on() || !kp_outer())
         return PMPI_Op_create(function, commute, op);
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Op_create");
-    int outer = kp_outer();
-    if (outer)
-        kp_enter(fid);
+    kp_enter(fid);
     int rc = PMPI_Op_create(function, commute, op);
-    if (outer)
-        kp_exit(fid);
+    kp_exit(fid);
     return rc;
 }
 
@@ -1040,15 +989,12 @@ KP_EXPORT
 int MPI_Op_free(MPI_Op *op)
 {
     static uint32_t fid_plus1;
-    if (!kp_on())
+    if (!kp_on() || !kp_outer())
         return PMPI_Op_free(op);
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Op_free");
-    int outer = kp_outer();
-    if (outer)
-        kp_enter(fid);
+    kp_enter(fid);
     int rc = PMPI_Op_free(op);
-    if (outer)
-        kp_exit(fid);
+    kp_exit(fid);
     return rc;
 }
 
@@ -1057,15 +1003,12 @@ KP_EXPORT
 int MPI_Get_count(const MPI_Status *status, MPI_Datatype datatype, int *count)
 {
     static uint32_t fid_plus1;
-    if (!kp_on())
+    if (!kp_on() || !kp_outer())
         return PMPI_Get_count(status, datatype, count);
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Get_count");
-    int outer = kp_outer();
-    if (outer)
-        kp_enter(fid);
+    kp_enter(fid);
     int rc = PMPI_Get_count(status, datatype, count);
-    if (outer)
-        kp_exit(fid);
+    kp_exit(fid);
     return rc;
 }
 
@@ -1075,15 +1018,12 @@ int MPI_Pack(const void *inbuf, int incount, MPI_Datatype datatype, void *outbuf
              int outsize, int *position, MPI_Comm comm)
 {
     static uint32_t fid_plus1;
-    if (!kp_on())
+    if (!kp_on() || !kp_outer())
         return PMPI_Pack(inbuf, incount, datatype, outbuf, outsize, position, comm);
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Pack");
-    int outer = kp_outer();
-    if (outer)
-        kp_enter(fid);
+    kp_enter(fid);
     int rc = PMPI_Pack(inbuf, incount, datatype, outbuf, outsize, position, comm);
-    if (outer)
-        kp_exit(fid);
+    kp_exit(fid);
     return rc;
 }
 
@@ -1093,15 +1033,12 @@ int MPI_Unpack(const void *inbuf, int insize, int *position, void *outbuf, int o
                MPI_Datatype datatype, MPI_Comm comm)
 {
     static uint32_t fid_plus1;
-    if (!kp_on())
+    if (!kp_on() || !kp_outer())
         return PMPI_Unpack(inbuf, insize, position, outbuf, outcount, datatype, comm);
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Unpack");
-    int outer = kp_outer();
-    if (outer)
-        kp_enter(fid);
+    kp_enter(fid);
     int rc = PMPI_Unpack(inbuf, insize, position, outbuf, outcount, datatype, comm);
-    if (outer)
-        kp_exit(fid);
+    kp_exit(fid);
     return rc;
 }
 
@@ -1111,17 +1048,14 @@ int MPI_Send(const void *buf, int count, MPI_Datatype datatype, int dest, int ta
              MPI_Comm comm)
 {
     static uint32_t fid_plus1;
-    if (!kp_on())
+    if (!kp_on() || !kp_outer())
         return PMPI_Send(buf, count, datatype, dest, tag, comm);
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Send");
-    int outer = kp_outer();
-    if (outer)
-        kp_enter(fid);
+    kp_enter(fid);
     int rc = PMPI_Send(buf, count, datatype, dest, tag, comm);
     if (rc == MPI_SUCCESS)
         kp_send_event(comm, dest, tag, count, datatype);
-    if (outer)
-        kp_exit(fid);
+    kp_exit(fid);
     return rc;
 }
 
@@ -1131,17 +1065,14 @@ int MPI_Ssend(const void *buf, int count, MPI_Datatype datatype, int dest, int t
               MPI_Comm comm)
 {
     static uint32_t fid_plus1;
-    if (!kp_on())
+    if (!kp_on() || !kp_outer())
         return PMPI_Ssend(buf, count, datatype, dest, tag, comm);
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Ssend");
-    int outer = kp_outer();
-    if (outer)
-        kp_enter(fid);
+    kp_enter(fid);
     int rc = PMPI_Ssend(buf, count, datatype, dest, tag, comm);
     if (rc == MPI_SUCCESS)
         kp_send_event(comm, dest, tag, count, datatype);
-    if (outer)
-        kp_exit(fid);
+    kp_exit(fid);
     return rc;
 }
 
@@ -1151,17 +1082,14 @@ int MPI_Bsend(const void *buf, int count, MPI_Datatype datatype, int dest, int t
               MPI_Comm comm)
 {
     static uint32_t fid_plus1;
-    if (!kp_on())
+    if (!kp_on() || !kp_outer())
         return PMPI_Bsend(buf, count, datatype, dest, tag, comm);
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Bsend");
-    int outer = kp_outer();
-    if (outer)
-        kp_enter(fid);
+    kp_enter(fid);
     int rc = PMPI_Bsend(buf, count, datatype, dest, tag, comm);
     if (rc == MPI_SUCCESS)
         kp_send_event(comm, dest, tag, count, datatype);
-    if (outer)
-        kp_exit(fid);
+    kp_exit(fid);
     return rc;
 }
 
@@ -1171,17 +1099,14 @@ int MPI_Rsend(const void *ibuf, int count, MPI_Datatype datatype, int dest, int 
               MPI_Comm comm)
 {
     static uint32_t fid_plus1;
-    if (!kp_on())
+    if (!kp_on() || !kp_outer())
         return PMPI_Rsend(ibuf, count, datatype, dest, tag, comm);
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Rsend");
-    int outer = kp_outer();
-    if (outer)
-        kp_enter(fid);
+    kp_enter(fid);
     int rc = PMPI_Rsend(ibuf, count, datatype, dest, tag, comm);
     if (rc == MPI_SUCCESS)
         kp_send_event(comm, dest, tag, count, datatype);
-    if (outer)
-        kp_exit(fid);
+    kp_exit(fid);
     return rc;
 }
 
@@ -1191,19 +1116,16 @@ int MPI_Recv(void *buf, int count, MPI_Datatype datatype, int source, int tag,
              MPI_Comm comm, MPI_Status *status)
 {
     static uint32_t fid_plus1;
-    if (!kp_on())
+    if (!kp_on() || !kp_outer())
         return PMPI_Recv(buf, count, datatype, source, tag, comm, status);
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Recv");
-    int outer = kp_outer();
-    if (outer)
-        kp_enter(fid);
+    kp_enter(fid);
     MPI_Status kp_st;
     MPI_Status *st = status == MPI_STATUS_IGNORE ? &kp_st : status;
     int rc = PMPI_Recv(buf, count, datatype, source, tag, comm, st);
     if (rc == MPI_SUCCESS)
         kp_recv_done(comm, st);
-    if (outer)
-        kp_exit(fid);
+    kp_exit(fid);
     return rc;
 }
 
@@ -1214,13 +1136,11 @@ int MPI_Sendrecv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, int 
                  int source, int recvtag, MPI_Comm comm, MPI_Status *status)
 {
     static uint32_t fid_plus1;
-    if (!kp_on())
+    if (!kp_on() || !kp_outer())
         return PMPI_Sendrecv(sendbuf, sendcount, sendtype, dest, sendtag, recvbuf,
                              recvcount, recvtype, source, recvtag, comm, status);
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Sendrecv");
-    int outer = kp_outer();
-    if (outer)
-        kp_enter(fid);
+    kp_enter(fid);
     MPI_Status kp_st;
     MPI_Status *st = status == MPI_STATUS_IGNORE ? &kp_st : status;
     int rc = PMPI_Sendrecv(sendbuf, sendcount, sendtype, dest, sendtag, recvbuf,
@@ -1229,8 +1149,7 @@ int MPI_Sendrecv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, int 
         kp_send_event(comm, dest, sendtag, sendcount, sendtype);
         kp_recv_done(comm, st);
     }
-    if (outer)
-        kp_exit(fid);
+    kp_exit(fid);
     return rc;
 }
 
@@ -1241,13 +1160,11 @@ int MPI_Sendrecv_replace(void * buf, int count, MPI_Datatype datatype, int dest,
                          MPI_Status *status)
 {
     static uint32_t fid_plus1;
-    if (!kp_on())
+    if (!kp_on() || !kp_outer())
         return PMPI_Sendrecv_replace(buf, count, datatype, dest, sendtag, source, recvtag,
                                      comm, status);
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Sendrecv_replace");
-    int outer = kp_outer();
-    if (outer)
-        kp_enter(fid);
+    kp_enter(fid);
     MPI_Status kp_st;
     MPI_Status *st = status == MPI_STATUS_IGNORE ? &kp_st : status;
     int rc = PMPI_Sendrecv_replace(buf, count, datatype, dest, sendtag, source, recvtag,
@@ -1256,8 +1173,7 @@ int MPI_Sendrecv_replace(void * buf, int count, MPI_Datatype datatype, int dest,
         kp_send_event(comm, dest, sendtag, count, datatype);
         kp_recv_done(comm, st);
     }
-    if (outer)
-        kp_exit(fid);
+    kp_exit(fid);
     return rc;
 }
 
@@ -1266,15 +1182,12 @@ KP_EXPORT
 int MPI_Probe(int source, int tag, MPI_Comm comm, MPI_Status *status)
 {
     static uint32_t fid_plus1;
-    if (!kp_on())
+    if (!kp_on() || !kp_outer())
         return PMPI_Probe(source, tag, comm, status);
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Probe");
-    int outer = kp_outer();
-    if (outer)
-        kp_enter(fid);
+    kp_enter(fid);
     int rc = PMPI_Probe(source, tag, comm, status);
-    if (outer)
-        kp_exit(fid);
+    kp_exit(fid);
     return rc;
 }
 
@@ -1283,15 +1196,12 @@ KP_EXPORT
 int MPI_Iprobe(int source, int tag, MPI_Comm comm, int *flag, MPI_Status *status)
 {
     static uint32_t fid_plus1;
-    if (!kp_on())
+    if (!kp_on() || !kp_outer())
         return PMPI_Iprobe(source, tag, comm, flag, status);
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Iprobe");
-    int outer = kp_outer();
-    if (outer)
-        kp_enter(fid);
+    kp_enter(fid);
     int rc = PMPI_Iprobe(source, tag, comm, flag, status);
-    if (outer)
-        kp_exit(fid);
+    kp_exit(fid);
     return rc;
 }
 
@@ -1301,17 +1211,14 @@ int MPI_Isend(const void *buf, int count, MPI_Datatype datatype, int dest, int t
               MPI_Comm comm, MPI_Request *request)
 {
     static uint32_t fid_plus1;
-    if (!kp_on())
+    if (!kp_on() || !kp_outer())
         return PMPI_Isend(buf, count, datatype, dest, tag, comm, request);
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Isend");
-    int outer = kp_outer();
-    if (outer)
-        kp_enter(fid);
+    kp_enter(fid);
     int rc = PMPI_Isend(buf, count, datatype, dest, tag, comm, request);
     if (rc == MPI_SUCCESS)
         kp_send_event(comm, dest, tag, count, datatype);
-    if (outer)
-        kp_exit(fid);
+    kp_exit(fid);
     return rc;
 }
 
@@ -1321,17 +1228,14 @@ int MPI_Issend(const void *buf, int count, MPI_Datatype datatype, int dest, int 
                MPI_Comm comm, MPI_Request *request)
 {
     static uint32_t fid_plus1;
-    if (!kp_on())
+    if (!kp_on() || !kp_outer())
         return PMPI_Issend(buf, count, datatype, dest, tag, comm, request);
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Issend");
-    int outer = kp_outer();
-    if (outer)
-        kp_enter(fid);
+    kp_enter(fid);
     int rc = PMPI_Issend(buf, count, datatype, dest, tag, comm, request);
     if (rc == MPI_SUCCESS)
         kp_send_event(comm, dest, tag, count, datatype);
-    if (outer)
-        kp_exit(fid);
+    kp_exit(fid);
     return rc;
 }
 
@@ -1341,17 +1245,14 @@ int MPI_Ibsend(const void *buf, int count, MPI_Datatype datatype, int dest, int 
                MPI_Comm comm, MPI_Request *request)
 {
     static uint32_t fid_plus1;
-    if (!kp_on())
+    if (!kp_on() || !kp_outer())
         return PMPI_Ibsend(buf, count, datatype, dest, tag, comm, request);
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Ibsend");
-    int outer = kp_outer();
-    if (outer)
-        kp_enter(fid);
+    kp_enter(fid);
     int rc = PMPI_Ibsend(buf, count, datatype, dest, tag, comm, request);
     if (rc == MPI_SUCCESS)
         kp_send_event(comm, dest, tag, count, datatype);
-    if (outer)
-        kp_exit(fid);
+    kp_exit(fid);
     return rc;
 }
 
@@ -1361,17 +1262,14 @@ int MPI_Irsend(const void *buf, int count, MPI_Datatype datatype, int dest, int 
                MPI_Comm comm, MPI_Request *request)
 {
     static uint32_t fid_plus1;
-    if (!kp_on())
+    if (!kp_on() || !kp_outer())
         return PMPI_Irsend(buf, count, datatype, dest, tag, comm, request);
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Irsend");
-    int outer = kp_outer();
-    if (outer)
-        kp_enter(fid);
+    kp_enter(fid);
     int rc = PMPI_Irsend(buf, count, datatype, dest, tag, comm, request);
     if (rc == MPI_SUCCESS)
         kp_send_event(comm, dest, tag, count, datatype);
-    if (outer)
-        kp_exit(fid);
+    kp_exit(fid);
     return rc;
 }
 
@@ -1382,17 +1280,14 @@ int MPI_Irecv(void *buf, int count, MPI_Datatype datatype, int source, int tag,
               MPI_Comm comm, MPI_Request *request)
 {
     static uint32_t fid_plus1;
-    if (!kp_on())
+    if (!kp_on() || !kp_outer())
         return PMPI_Irecv(buf, count, datatype, source, tag, comm, request);
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Irecv");
-    int outer = kp_outer();
-    if (outer)
-        kp_enter(fid);
+    kp_enter(fid);
     int rc = PMPI_Irecv(buf, count, datatype, source, tag, comm, request);
     if (rc == MPI_SUCCESS && source != MPI_PROC_NULL)
         kp_req_track(*request, comm);
-    if (outer)
-        kp_exit(fid);
+    kp_exit(fid);
     return rc;
 }
 
@@ -1402,15 +1297,12 @@ int MPI_Send_init(const void *buf, int count, MPI_Datatype datatype, int dest, i
                   MPI_Comm comm, MPI_Request *request)
 {
     static uint32_t fid_plus1;
-    if (!kp_on())
+    if (!kp_on() || !kp_outer())
         return PMPI_Send_init(buf, count, datatype, dest, tag, comm, request);
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Send_init");
-    int outer = kp_outer();
-    if (outer)
-        kp_enter(fid);
+    kp_enter(fid);
     int rc = PMPI_Send_init(buf, count, datatype, dest, tag, comm, request);
-    if (outer)
-        kp_exit(fid);
+    kp_exit(fid);
     return rc;
 }
 
@@ -1420,15 +1312,12 @@ int MPI_Recv_init(void *buf, int count, MPI_Datatype datatype, int source, int t
                   MPI_Comm comm, MPI_Request *request)
 {
     static uint32_t fid_plus1;
-    if (!kp_on())
+    if (!kp_on() || !kp_outer())
         return PMPI_Recv_init(buf, count, datatype, source, tag, comm, request);
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Recv_init");
-    int outer = kp_outer();
-    if (outer)
-        kp_enter(fid);
+    kp_enter(fid);
     int rc = PMPI_Recv_init(buf, count, datatype, source, tag, comm, request);
-    if (outer)
-        kp_exit(fid);
+    kp_exit(fid);
     return rc;
 }
 
@@ -1437,15 +1326,12 @@ KP_EXPORT
 int MPI_Start(MPI_Request *request)
 {
     static uint32_t fid_plus1;
-    if (!kp_on())
+    if (!kp_on() || !kp_outer())
         return PMPI_Start(request);
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Start");
-    int outer = kp_outer();
-    if (outer)
-        kp_enter(fid);
+    kp_enter(fid);
     int rc = PMPI_Start(request);
-    if (outer)
-        kp_exit(fid);
+    kp_exit(fid);
     return rc;
 }
 
@@ -1454,15 +1340,12 @@ KP_EXPORT
 int MPI_Startall(int count, MPI_Request array_of_requests[])
 {
     static uint32_t fid_plus1;
-    if (!kp_on())
+    if (!kp_on() || !kp_outer())
         return PMPI_Startall(count, array_of_requests);
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Startall");
-    int outer = kp_outer();
-    if (outer)
-        kp_enter(fid);
+    kp_enter(fid);
     int rc = PMPI_Startall(count, array_of_requests);
-    if (outer)
-        kp_exit(fid);
+    kp_exit(fid);
     return rc;
 }
 
@@ -1471,19 +1354,16 @@ KP_EXPORT
 int MPI_Wait(MPI_Request *request, MPI_Status *status)
 {
     static uint32_t fid_plus1;
-    if (!kp_on())
+    if (!kp_on() || !kp_outer())
         return PMPI_Wait(request, status);
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Wait");
-    int outer = kp_outer();
-    if (outer)
-        kp_enter(fid);
+    kp_enter(fid);
     kp_completion cp;
     MPI_Status *st = status;
     kp_completion_begin(&cp, 1, request, &st, 1, MPI_STATUS_IGNORE);
     int rc = PMPI_Wait(request, st);
     kp_completion_end(&cp, rc, request, st, KP_BY_POSITION, 0, NULL);
-    if (outer)
-        kp_exit(fid);
+    kp_exit(fid);
     return rc;
 }
 
@@ -1492,19 +1372,16 @@ KP_EXPORT
 int MPI_Waitall(int count, MPI_Request array_of_requests[], MPI_Status *array_of_statuses)
 {
     static uint32_t fid_plus1;
-    if (!kp_on())
+    if (!kp_on() || !kp_outer())
         return PMPI_Waitall(count, array_of_requests, array_of_statuses);
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Waitall");
-    int outer = kp_outer();
-    if (outer)
-        kp_enter(fid);
+    kp_enter(fid);
     kp_completion cp;
     MPI_Status *st = array_of_statuses;
     kp_completion_begin(&cp, count, array_of_requests, &st, count, MPI_STATUSES_IGNORE);
     int rc = PMPI_Waitall(count, array_of_requests, st);
     kp_completion_end(&cp, rc, array_of_requests, st, KP_BY_POSITION, 0, NULL);
-    if (outer)
-        kp_exit(fid);
+    kp_exit(fid);
     return rc;
 }
 
@@ -1514,19 +1391,16 @@ int MPI_Waitany(int count, MPI_Request array_of_requests[], int *index,
                 MPI_Status *status)
 {
     static uint32_t fid_plus1;
-    if (!kp_on())
+    if (!kp_on() || !kp_outer())
         return PMPI_Waitany(count, array_of_requests, index, status);
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Waitany");
-    int outer = kp_outer();
-    if (outer)
-        kp_enter(fid);
+    kp_enter(fid);
     kp_completion cp;
     MPI_Status *st = status;
     kp_completion_begin(&cp, count, array_of_requests, &st, 1, MPI_STATUS_IGNORE);
     int rc = PMPI_Waitany(count, array_of_requests, index, st);
     kp_completion_end(&cp, rc, array_of_requests, st, KP_BY_INDEX, 1, index);
-    if (outer)
-        kp_exit(fid);
+    kp_exit(fid);
     return rc;
 }
 
@@ -1536,20 +1410,17 @@ int MPI_Waitsome(int incount, MPI_Request array_of_requests[], int *outcount,
                  int array_of_indices[], MPI_Status array_of_statuses[])
 {
     static uint32_t fid_plus1;
-    if (!kp_on())
+    if (!kp_on() || !kp_outer())
         return PMPI_Waitsome(incount, array_of_requests, outcount, array_of_indices,
                              array_of_statuses);
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Waitsome");
-    int outer = kp_outer();
-    if (outer)
-        kp_enter(fid);
+    kp_enter(fid);
     kp_completion cp;
     MPI_Status *st = array_of_statuses;
     kp_completion_begin(&cp, incount, array_of_requests, &st, incount, MPI_STATUSES_IGNORE);
     int rc = PMPI_Waitsome(incount, array_of_requests, outcount, array_of_indices, st);
     kp_completion_end(&cp, rc, array_of_requests, st, KP_BY_INDEX, *outcount, array_of_indices);
-    if (outer)
-        kp_exit(fid);
+    kp_exit(fid);
     return rc;
 }
 
@@ -1558,19 +1429,16 @@ KP_EXPORT
 int MPI_Test(MPI_Request *request, int *flag, MPI_Status *status)
 {
     static uint32_t fid_plus1;
-    if (!kp_on())
+    if (!kp_on() || !kp_outer())
         return PMPI_Test(request, flag, status);
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Test");
-    int outer = kp_outer();
-    if (outer)
-        kp_enter(fid);
+    kp_enter(fid);
     kp_completion cp;
     MPI_Status *st = status;
     kp_completion_begin(&cp, 1, request, &st, 1, MPI_STATUS_IGNORE);
     int rc = PMPI_Test(request, flag, st);
     kp_completion_end(&cp, rc, request, st, KP_BY_POSITION, 0, NULL);
-    if (outer)
-        kp_exit(fid);
+    kp_exit(fid);
     return rc;
 }
 
@@ -1580,19 +1448,16 @@ int MPI_Testall(int count, MPI_Request array_of_requests[], int *flag,
                 MPI_Status array_of_statuses[])
 {
     static uint32_t fid_plus1;
-    if (!kp_on())
+    if (!kp_on() || !kp_outer())
         return PMPI_Testall(count, array_of_requests, flag, array_of_statuses);
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Testall");
-    int outer = kp_outer();
-    if (outer)
-        kp_enter(fid);
+    kp_enter(fid);
     kp_completion cp;
     MPI_Status *st = array_of_statuses;
     kp_completion_begin(&cp, count, array_of_requests, &st, count, MPI_STATUSES_IGNORE);
     int rc = PMPI_Testall(count, array_of_requests, flag, st);
     kp_completion_end(&cp, rc, array_of_requests, st, KP_BY_POSITION, 0, NULL);
-    if (outer)
-        kp_exit(fid);
+    kp_exit(fid);
     return rc;
 }
 
@@ -1602,19 +1467,16 @@ int MPI_Testany(int count, MPI_Request array_of_requests[], int *index, int *fla
                 MPI_Status *status)
 {
     static uint32_t fid_plus1;
-    if (!kp_on())
+    if (!kp_on() || !kp_outer())
         return PMPI_Testany(count, array_of_requests, index, flag, status);
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Testany");
-    int outer = kp_outer();
-    if (outer)
-        kp_enter(fid);
+    kp_enter(fid);
     kp_completion cp;
     MPI_Status *st = status;
     kp_completion_begin(&cp, count, array_of_requests, &st, 1, MPI_STATUS_IGNORE);
     int rc = PMPI_Testany(count, array_of_requests, index, flag, st);
     kp_completion_end(&cp, rc, array_of_requests, st, KP_BY_INDEX, 1, index);
-    if (outer)
-        kp_exit(fid);
+    kp_exit(fid);
     return rc;
 }
 
@@ -1624,20 +1486,17 @@ int MPI_Testsome(int incount, MPI_Request array_of_requests[], int *outcount,
                  int array_of_indices[], MPI_Status array_of_statuses[])
 {
     static uint32_t fid_plus1;
-    if (!kp_on())
+    if (!kp_on() || !kp_outer())
         return PMPI_Testsome(incount, array_of_requests, outcount, array_of_indices,
                              array_of_statuses);
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Testsome");
-    int outer = kp_outer();
-    if (outer)
-        kp_enter(fid);
+    kp_enter(fid);
     kp_completion cp;
     MPI_Status *st = array_of_statuses;
     kp_completion_begin(&cp, incount, array_of_requests, &st, incount, MPI_STATUSES_IGNORE);
     int rc = PMPI_Testsome(incount, array_of_requests, outcount, array_of_indices, st);
     kp_completion_end(&cp, rc, array_of_requests, st, KP_BY_INDEX, *outcount, array_of_indices);
-    if (outer)
-        kp_exit(fid);
+    kp_exit(fid);
     return rc;
 }
 
@@ -1646,17 +1505,14 @@ KP_EXPORT
 int MPI_Request_free(MPI_Request *request)
 {
     static uint32_t fid_plus1;
-    if (!kp_on())
+    if (!kp_on() || !kp_outer())
         return PMPI_Request_free(request);
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Request_free");
-    int outer = kp_outer();
-    if (outer)
-        kp_enter(fid);
+    kp_enter(fid);
     if (request != NULL)
         kp_req_drop(*request);
     int rc = PMPI_Request_free(request);
-    if (outer)
-        kp_exit(fid);
+    kp_exit(fid);
     return rc;
 }
 
@@ -1665,15 +1521,12 @@ KP_EXPORT
 int MPI_Barrier(MPI_Comm comm)
 {
     static uint32_t fid_plus1;
-    if (!kp_on())
+    if (!kp_on() || !kp_outer())
         return PMPI_Barrier(comm);
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Barrier");
-    int outer = kp_outer();
-    if (outer)
-        kp_enter(fid);
+    kp_enter(fid);
     int rc = PMPI_Barrier(comm);
-    if (outer)
-        kp_exit(fid);
+    kp_exit(fid);
     return rc;
 }
 
@@ -1683,12 +1536,10 @@ KP_EXPORT
 int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm)
 {
     static uint32_t fid_plus1;
-    if (!kp_on())
+    if (!kp_on() || !kp_outer())
         return PMPI_Bcast(buffer, count, datatype, root, comm);
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Bcast");
-    int outer = kp_outer();
-    if (outer)
-        kp_enter(fid);
+    kp_enter(fid);
     int rc = PMPI_Bcast(buffer, count, datatype, root, comm);
     if (rc == MPI_SUCCESS) {
         kp_coll c;
@@ -1698,8 +1549,7 @@ int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm
             kp_coll_emit(&c, sent, got);
         }
     }
-    if (outer)
-        kp_exit(fid);
+    kp_exit(fid);
     return rc;
 }
 
@@ -1710,12 +1560,10 @@ int MPI_Reduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datat
                MPI_Op op, int root, MPI_Comm comm)
 {
     static uint32_t fid_plus1;
-    if (!kp_on())
+    if (!kp_on() || !kp_outer())
         return PMPI_Reduce(sendbuf, recvbuf, count, datatype, op, root, comm);
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Reduce");
-    int outer = kp_outer();
-    if (outer)
-        kp_enter(fid);
+    kp_enter(fid);
     int rc = PMPI_Reduce(sendbuf, recvbuf, count, datatype, op, root, comm);
     if (rc == MPI_SUCCESS) {
         kp_coll c;
@@ -1725,8 +1573,7 @@ int MPI_Reduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datat
             kp_coll_emit(&c, sent, got);
         }
     }
-    if (outer)
-        kp_exit(fid);
+    kp_exit(fid);
     return rc;
 }
 
@@ -1737,13 +1584,11 @@ int MPI_Gather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *
                int recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm)
 {
     static uint32_t fid_plus1;
-    if (!kp_on())
+    if (!kp_on() || !kp_outer())
         return PMPI_Gather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype,
                            root, comm);
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Gather");
-    int outer = kp_outer();
-    if (outer)
-        kp_enter(fid);
+    kp_enter(fid);
     int rc = PMPI_Gather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root,
                          comm);
     if (rc == MPI_SUCCESS) {
@@ -1756,8 +1601,7 @@ int MPI_Gather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *
             kp_coll_emit(&c, sent, got);
         }
     }
-    if (outer)
-        kp_exit(fid);
+    kp_exit(fid);
     return rc;
 }
 
@@ -1769,13 +1613,11 @@ int MPI_Gatherv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void 
                 int root, MPI_Comm comm)
 {
     static uint32_t fid_plus1;
-    if (!kp_on())
+    if (!kp_on() || !kp_outer())
         return PMPI_Gatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs,
                             recvtype, root, comm);
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Gatherv");
-    int outer = kp_outer();
-    if (outer)
-        kp_enter(fid);
+    kp_enter(fid);
     int rc = PMPI_Gatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs,
                           recvtype, root, comm);
     if (rc == MPI_SUCCESS) {
@@ -1788,8 +1630,7 @@ int MPI_Gatherv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void 
             kp_coll_emit(&c, sent, got);
         }
     }
-    if (outer)
-        kp_exit(fid);
+    kp_exit(fid);
     return rc;
 }
 
@@ -1800,13 +1641,11 @@ int MPI_Scatter(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void 
                 int recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm)
 {
     static uint32_t fid_plus1;
-    if (!kp_on())
+    if (!kp_on() || !kp_outer())
         return PMPI_Scatter(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype,
                             root, comm);
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Scatter");
-    int outer = kp_outer();
-    if (outer)
-        kp_enter(fid);
+    kp_enter(fid);
     int rc = PMPI_Scatter(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype,
                           root, comm);
     if (rc == MPI_SUCCESS) {
@@ -1819,8 +1658,7 @@ int MPI_Scatter(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void 
             kp_coll_emit(&c, sent, got);
         }
     }
-    if (outer)
-        kp_exit(fid);
+    kp_exit(fid);
     return rc;
 }
 
@@ -1832,13 +1670,11 @@ int MPI_Scatterv(const void *sendbuf, const int sendcounts[], const int displs[]
                  MPI_Datatype recvtype, int root, MPI_Comm comm)
 {
     static uint32_t fid_plus1;
-    if (!kp_on())
+    if (!kp_on() || !kp_outer())
         return PMPI_Scatterv(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount,
                              recvtype, root, comm);
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Scatterv");
-    int outer = kp_outer();
-    if (outer)
-        kp_enter(fid);
+    kp_enter(fid);
     int rc = PMPI_Scatterv(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount,
                            recvtype, root, comm);
     if (rc == MPI_SUCCESS) {
@@ -1851,8 +1687,7 @@ int MPI_Scatterv(const void *sendbuf, const int sendcounts[], const int displs[]
             kp_coll_emit(&c, sent, got);
         }
     }
-    if (outer)
-        kp_exit(fid);
+    kp_exit(fid);
     return rc;
 }
 
@@ -1863,12 +1698,10 @@ int MPI_Allreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype da
                   MPI_Op op, MPI_Comm comm)
 {
     static uint32_t fid_plus1;
-    if (!kp_on())
+    if (!kp_on() || !kp_outer())
         return PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Allreduce");
-    int outer = kp_outer();
-    if (outer)
-        kp_enter(fid);
+    kp_enter(fid);
     int rc = PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
     if (rc == MPI_SUCCESS) {
         kp_coll c;
@@ -1878,8 +1711,7 @@ int MPI_Allreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype da
             kp_coll_emit(&c, sent, got);
         }
     }
-    if (outer)
-        kp_exit(fid);
+    kp_exit(fid);
     return rc;
 }
 
@@ -1890,13 +1722,11 @@ int MPI_Allgather(const void *sendbuf, int sendcount, MPI_Datatype sendtype,
                   void *recvbuf, int recvcount, MPI_Datatype recvtype, MPI_Comm comm)
 {
     static uint32_t fid_plus1;
-    if (!kp_on())
+    if (!kp_on() || !kp_outer())
         return PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype,
                               comm);
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Allgather");
-    int outer = kp_outer();
-    if (outer)
-        kp_enter(fid);
+    kp_enter(fid);
     int rc = PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype,
                             comm);
     if (rc == MPI_SUCCESS) {
@@ -1908,8 +1738,7 @@ int MPI_Allgather(const void *sendbuf, int sendcount, MPI_Datatype sendtype,
             kp_coll_emit(&c, sent, got);
         }
     }
-    if (outer)
-        kp_exit(fid);
+    kp_exit(fid);
     return rc;
 }
 
@@ -1921,13 +1750,11 @@ int MPI_Allgatherv(const void *sendbuf, int sendcount, MPI_Datatype sendtype,
                    MPI_Datatype recvtype, MPI_Comm comm)
 {
     static uint32_t fid_plus1;
-    if (!kp_on())
+    if (!kp_on() || !kp_outer())
         return PMPI_Allgatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs,
                                recvtype, comm);
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Allgatherv");
-    int outer = kp_outer();
-    if (outer)
-        kp_enter(fid);
+    kp_enter(fid);
     int rc = PMPI_Allgatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs,
                              recvtype, comm);
     if (rc == MPI_SUCCESS) {
@@ -1939,8 +1766,7 @@ int MPI_Allgatherv(const void *sendbuf, int sendcount, MPI_Datatype sendtype,
             kp_coll_emit(&c, sent, got);
         }
     }
-    if (outer)
-        kp_exit(fid);
+    kp_exit(fid);
     return rc;
 }
 
@@ -1951,13 +1777,11 @@ int MPI_Alltoall(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void
                  int recvcount, MPI_Datatype recvtype, MPI_Comm comm)
 {
     static uint32_t fid_plus1;
-    if (!kp_on())
+    if (!kp_on() || !kp_outer())
         return PMPI_Alltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype,
                              comm);
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Alltoall");
-    int outer = kp_outer();
-    if (outer)
-        kp_enter(fid);
+    kp_enter(fid);
     int rc = PMPI_Alltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype,
                            comm);
     if (rc == MPI_SUCCESS) {
@@ -1969,8 +1793,7 @@ int MPI_Alltoall(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void
             kp_coll_emit(&c, sent, got);
         }
     }
-    if (outer)
-        kp_exit(fid);
+    kp_exit(fid);
     return rc;
 }
 
@@ -1982,13 +1805,11 @@ int MPI_Alltoallv(const void *sendbuf, const int sendcounts[], const int sdispls
                   const int rdispls[], MPI_Datatype recvtype, MPI_Comm comm)
 {
     static uint32_t fid_plus1;
-    if (!kp_on())
+    if (!kp_on() || !kp_outer())
         return PMPI_Alltoallv(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts,
                               rdispls, recvtype, comm);
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Alltoallv");
-    int outer = kp_outer();
-    if (outer)
-        kp_enter(fid);
+    kp_enter(fid);
     int rc = PMPI_Alltoallv(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts,
                             rdispls, recvtype, comm);
     if (rc == MPI_SUCCESS) {
@@ -2000,8 +1821,7 @@ int MPI_Alltoallv(const void *sendbuf, const int sendcounts[], const int sdispls
             kp_coll_emit(&c, sent, got);
         }
     }
-    if (outer)
-        kp_exit(fid);
+    kp_exit(fid);
     return rc;
 }
 
@@ -2012,12 +1832,10 @@ int MPI_Reduce_scatter(const void *sendbuf, void *recvbuf, const int recvcounts[
                        MPI_Datatype datatype, MPI_Op op, MPI_Comm comm)
 {
     static uint32_t fid_plus1;
-    if (!kp_on())
+    if (!kp_on() || !kp_outer())
         return PMPI_Reduce_scatter(sendbuf, recvbuf, recvcounts, datatype, op, comm);
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Reduce_scatter");
-    int outer = kp_outer();
-    if (outer)
-        kp_enter(fid);
+    kp_enter(fid);
     int rc = PMPI_Reduce_scatter(sendbuf, recvbuf, recvcounts, datatype, op, comm);
     if (rc == MPI_SUCCESS) {
         kp_coll c;
@@ -2027,8 +1845,7 @@ int MPI_Reduce_scatter(const void *sendbuf, void *recvbuf, const int recvcounts[
             kp_coll_emit(&c, sent, got);
         }
     }
-    if (outer)
-        kp_exit(fid);
+    kp_exit(fid);
     return rc;
 }
 
@@ -2039,12 +1856,10 @@ int MPI_Reduce_scatter_block(const void *sendbuf, void *recvbuf, int recvcount,
                              MPI_Datatype datatype, MPI_Op op, MPI_Comm comm)
 {
     static uint32_t fid_plus1;
-    if (!kp_on())
+    if (!kp_on() || !kp_outer())
         return PMPI_Reduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm);
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Reduce_scatter_block");
-    int outer = kp_outer();
-    if (outer)
-        kp_enter(fid);
+    kp_enter(fid);
     int rc = PMPI_Reduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm);
     if (rc == MPI_SUCCESS) {
         kp_coll c;
@@ -2054,8 +1869,7 @@ int MPI_Reduce_scatter_block(const void *sendbuf, void *recvbuf, int recvcount,
             kp_coll_emit(&c, sent, got);
         }
     }
-    if (outer)
-        kp_exit(fid);
+    kp_exit(fid);
     return rc;
 }
 
@@ -2066,12 +1880,10 @@ int MPI_Scan(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatyp
              MPI_Op op, MPI_Comm comm)
 {
     static uint32_t fid_plus1;
-    if (!kp_on())
+    if (!kp_on() || !kp_outer())
         return PMPI_Scan(sendbuf, recvbuf, count, datatype, op, comm);
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Scan");
-    int outer = kp_outer();
-    if (outer)
-        kp_enter(fid);
+    kp_enter(fid);
     int rc = PMPI_Scan(sendbuf, recvbuf, count, datatype, op, comm);
     if (rc == MPI_SUCCESS) {
         kp_coll c;
@@ -2081,8 +1893,7 @@ int MPI_Scan(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatyp
             kp_coll_emit(&c, sent, got);
         }
     }
-    if (outer)
-        kp_exit(fid);
+    kp_exit(fid);
     return rc;
 }
 
@@ -2093,12 +1904,10 @@ int MPI_Exscan(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datat
                MPI_Op op, MPI_Comm comm)
 {
     static uint32_t fid_plus1;
-    if (!kp_on())
+    if (!kp_on() || !kp_outer())
         return PMPI_Exscan(sendbuf, recvbuf, count, datatype, op, comm);
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Exscan");
-    int outer = kp_outer();
-    if (outer)
-        kp_enter(fid);
+    kp_enter(fid);
     int rc = PMPI_Exscan(sendbuf, recvbuf, count, datatype, op, comm);
     if (rc == MPI_SUCCESS) {
         kp_coll c;
@@ -2108,8 +1917,7 @@ int MPI_Exscan(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datat
             kp_coll_emit(&c, sent, got);
         }
     }
-    if (outer)
-        kp_exit(fid);
+    kp_exit(fid);
     return rc;
 }
 
@@ -2118,15 +1926,12 @@ KP_EXPORT
 int MPI_Ibarrier(MPI_Comm comm, MPI_Request *request)
 {
     static uint32_t fid_plus1;
-    if (!kp_on())
+    if (!kp_on() || !kp_outer())
         return PMPI_Ibarrier(comm, request);
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Ibarrier");
-    int outer = kp_outer();
-    if (outer)
-        kp_enter(fid);
+    kp_enter(fid);
     int rc = PMPI_Ibarrier(comm, request);
-    if (outer)
-        kp_exit(fid);
+    kp_exit(fid);
     return rc;
 }
 
@@ -2137,12 +1942,10 @@ int MPI_Ibcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Com
                MPI_Request *request)
 {
     static uint32_t fid_plus1;
-    if (!kp_on())
+    if (!kp_on() || !kp_outer())
         return PMPI_Ibcast(buffer, count, datatype, root, comm, request);
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Ibcast");
-    int outer = kp_outer();
-    if (outer)
-        kp_enter(fid);
+    kp_enter(fid);
     int rc = PMPI_Ibcast(buffer, count, datatype, root, comm, request);
     if (rc == MPI_SUCCESS) {
         kp_coll c;
@@ -2152,8 +1955,7 @@ int MPI_Ibcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Com
             kp_coll_emit(&c, sent, got);
         }
     }
-    if (outer)
-        kp_exit(fid);
+    kp_exit(fid);
     return rc;
 }
 
@@ -2164,12 +1966,10 @@ int MPI_Ireduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype data
                 MPI_Op op, int root, MPI_Comm comm, MPI_Request *request)
 {
     static uint32_t fid_plus1;
-    if (!kp_on())
+    if (!kp_on() || !kp_outer())
         return PMPI_Ireduce(sendbuf, recvbuf, count, datatype, op, root, comm, request);
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Ireduce");
-    int outer = kp_outer();
-    if (outer)
-        kp_enter(fid);
+    kp_enter(fid);
     int rc = PMPI_Ireduce(sendbuf, recvbuf, count, datatype, op, root, comm, request);
     if (rc == MPI_SUCCESS) {
         kp_coll c;
@@ -2179,8 +1979,7 @@ int MPI_Ireduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype data
             kp_coll_emit(&c, sent, got);
         }
     }
-    if (outer)
-        kp_exit(fid);
+    kp_exit(fid);
     return rc;
 }
 
@@ -2191,12 +1990,10 @@ int MPI_Iallreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype d
                    MPI_Op op, MPI_Comm comm, MPI_Request *request)
 {
     static uint32_t fid_plus1;
-    if (!kp_on())
+    if (!kp_on() || !kp_outer())
         return PMPI_Iallreduce(sendbuf, recvbuf, count, datatype, op, comm, request);
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Iallreduce");
-    int outer = kp_outer();
-    if (outer)
-        kp_enter(fid);
+    kp_enter(fid);
     int rc = PMPI_Iallreduce(sendbuf, recvbuf, count, datatype, op, comm, request);
     if (rc == MPI_SUCCESS) {
         kp_coll c;
@@ -2206,8 +2003,7 @@ int MPI_Iallreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype d
             kp_coll_emit(&c, sent, got);
         }
     }
-    if (outer)
-        kp_exit(fid);
+    kp_exit(fid);
     return rc;
 }
 
@@ -2219,13 +2015,11 @@ int MPI_Iallgather(const void *sendbuf, int sendcount, MPI_Datatype sendtype,
                    MPI_Request *request)
 {
     static uint32_t fid_plus1;
-    if (!kp_on())
+    if (!kp_on() || !kp_outer())
         return PMPI_Iallgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype,
                                comm, request);
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Iallgather");
-    int outer = kp_outer();
-    if (outer)
-        kp_enter(fid);
+    kp_enter(fid);
     int rc = PMPI_Iallgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype,
                              comm, request);
     if (rc == MPI_SUCCESS) {
@@ -2237,8 +2031,7 @@ int MPI_Iallgather(const void *sendbuf, int sendcount, MPI_Datatype sendtype,
             kp_coll_emit(&c, sent, got);
         }
     }
-    if (outer)
-        kp_exit(fid);
+    kp_exit(fid);
     return rc;
 }
 
@@ -2250,13 +2043,11 @@ int MPI_Ialltoall(const void *sendbuf, int sendcount, MPI_Datatype sendtype,
                   MPI_Request *request)
 {
     static uint32_t fid_plus1;
-    if (!kp_on())
+    if (!kp_on() || !kp_outer())
         return PMPI_Ialltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype,
                               comm, request);
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Ialltoall");
-    int outer = kp_outer();
-    if (outer)
-        kp_enter(fid);
+    kp_enter(fid);
     int rc = PMPI_Ialltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype,
                             comm, request);
     if (rc == MPI_SUCCESS) {
@@ -2268,8 +2059,7 @@ int MPI_Ialltoall(const void *sendbuf, int sendcount, MPI_Datatype sendtype,
             kp_coll_emit(&c, sent, got);
         }
     }
-    if (outer)
-        kp_exit(fid);
+    kp_exit(fid);
     return rc;
 }
 
@@ -2283,11 +2073,17 @@ int MPI_Ialltoall(const void *sendbuf, int sendcount, MPI_Datatype sendtype,
  * MPI's call PMPI_Send directly, so the C wrappers never see them: each
  * function of the C wrappers has Fortran wrappers too, which record an
  * execution under the same MPI name and call the MPI's own entry point with
- * the arguments as they came, every one a pointer, so that nothing of
- * Fortran's handles, statuses, optional arguments or descriptors is
- * converted. They record no communication events. Where an MPI's Fortran
- * functions call its C MPI_ functions (MPICH), the C wrappers add the
- * communication events and no second execution (kp_in_fortran).
+ * the arguments as they came, every one a pointer. They record the same
+ * communication events as the C wrappers, by the same rules run on the
+ * arguments converted to C: integers read, handles through MPI_Comm_f2c,
+ * MPI_Type_f2c and MPI_Request_f2c (a "use mpi_f08" handle is a structure of
+ * one integer, read the same way), statuses through MPI_Status_f2c, and the
+ * error code from the ierror argument (absent, in "use mpi_f08": success).
+ * A status argument that is Fortran's MPI_STATUS(ES)_IGNORE is replaced by
+ * one of the wrapper's own when the rule needs what it holds, as the C
+ * wrappers do. Where an MPI's Fortran functions call its C MPI_ functions
+ * (MPICH), the C wrappers record nothing under a Fortran one
+ * (kp_in_fortran): each call and message is recorded once.
  * ------------------------------------------------------------------------ */
 
 typedef void kp_fortran_fn(void);
@@ -2311,6 +2107,225 @@ static kp_fortran_fn *kp_fortran_next(kp_fortran_fn **slot, const char *prof, co
     f = (kp_fortran_fn *)p;
     __atomic_store_n(slot, f, __ATOMIC_RELEASE);
     return f;
+}
+
+/* Both MPIs' Fortran INTEGER, the type of every integer and handle the
+ * conversions read, is a C int; a Fortran status, in mpif.h, "use mpi" and
+ * "use mpi_f08" alike, is as large as a C MPI_Status and begins with the same
+ * members, which MPI_Status_f2c copies. */
+_Static_assert(sizeof(MPI_Fint) == sizeof(int), "MPI_Fint is not a C int");
+
+/* The forms of a Fortran entry point: how it passes a buffer. */
+enum {
+    KP_F77,  /* mpi_x_ and mpi_x_f08_: the buffer's address */
+    KP_F08TS /* mpi_x_f08ts_: a C descriptor (CFI_cdesc_t), whose first member is the address */
+};
+
+static inline int kp_fint(const void *f)
+{
+    return *(const MPI_Fint *)f;
+}
+
+static inline MPI_Comm kp_fcomm(const void *f)
+{
+    return PMPI_Comm_f2c(*(const MPI_Fint *)f);
+}
+
+static inline MPI_Datatype kp_ftype(const void *f)
+{
+    return PMPI_Type_f2c(*(const MPI_Fint *)f);
+}
+
+static inline MPI_Request kp_freq(const void *f)
+{
+    return PMPI_Request_f2c(*(const MPI_Fint *)f);
+}
+
+/* kp_ferr is the error code a Fortran call returned in ierror. */
+static inline int kp_ferr(const void *ierror)
+{
+    return ierror == NULL ? MPI_SUCCESS : *(const MPI_Fint *)ierror;
+}
+
+/* Fortran's sentinels have no C name common to the MPIs: each is a symbol
+ * (its address is the sentinel) or a C pointer to it, found at the first
+ * need. Open MPI: common blocks mpi_fortran_in_place_ and the like, in each
+ * compiler's mangling, and MPI_F_STATUS(ES)_IGNORE; MPICH: the pointers
+ * MPIR_F_MPI_IN_PLACE, MPI_F_STATUS(ES)_IGNORE and MPI_F08_STATUS(ES)_IGNORE,
+ * and MPIR_F08_MPI_IN_PLACE. */
+enum { KP_FIN_PLACE, KP_FSTATUS_IGNORE, KP_FSTATUSES_IGNORE, KP_FSENTINELS };
+
+#define KP_FSYMS 6
+
+typedef struct {
+    const char *name;
+    int pointer; /* the symbol is a pointer to the sentinel */
+} kp_fsym;
+
+static const kp_fsym kp_fsym_names[KP_FSENTINELS][KP_FSYMS] = {
+    [KP_FIN_PLACE] = {{"mpi_fortran_in_place_", 0}, {"mpi_fortran_in_place", 0},
+                      {"mpi_fortran_in_place__", 0}, {"MPI_FORTRAN_IN_PLACE", 0},
+                      {"MPIR_F08_MPI_IN_PLACE", 0}, {"MPIR_F_MPI_IN_PLACE", 1}},
+    [KP_FSTATUS_IGNORE] = {{"mpi_fortran_status_ignore_", 0}, {"mpi_fortran_status_ignore", 0},
+                           {"mpi_fortran_status_ignore__", 0}, {"MPI_FORTRAN_STATUS_IGNORE", 0},
+                           {"MPI_F_STATUS_IGNORE", 1}, {"MPI_F08_STATUS_IGNORE", 1}},
+    [KP_FSTATUSES_IGNORE] = {{"mpi_fortran_statuses_ignore_", 0}, {"mpi_fortran_statuses_ignore", 0},
+                             {"mpi_fortran_statuses_ignore__", 0}, {"MPI_FORTRAN_STATUSES_IGNORE", 0},
+                             {"MPI_F_STATUSES_IGNORE", 1}, {"MPI_F08_STATUSES_IGNORE", 1}},
+};
+
+static void *kp_fsym_addr[KP_FSENTINELS][KP_FSYMS];
+static pthread_once_t kp_fsym_once = PTHREAD_ONCE_INIT;
+
+static void kp_fsym_find(void)
+{
+    for (int s = 0; s < KP_FSENTINELS; s++)
+        for (int i = 0; i < KP_FSYMS; i++)
+            kp_fsym_addr[s][i] = dlsym(RTLD_DEFAULT, kp_fsym_names[s][i].name);
+}
+
+/* kp_fis reports whether p is Fortran's sentinel s. The pointers are read
+ * at each call: MPICH sets them when Fortran initialises MPI. */
+static int kp_fis(const void *p, int s)
+{
+    pthread_once(&kp_fsym_once, kp_fsym_find);
+    for (int i = 0; i < KP_FSYMS; i++) {
+        void *a = kp_fsym_addr[s][i];
+        if (a != NULL && kp_fsym_names[s][i].pointer)
+            a = *(void **)a;
+        if (a != NULL && a == p)
+            return 1;
+    }
+    return 0;
+}
+
+/* kp_fbuf is a Fortran buffer argument as the rules read it: MPI_IN_PLACE
+ * for Fortran's MPI_IN_PLACE, else its address. */
+static const void *kp_fbuf(const void *f, int form)
+{
+    if (form == KP_F08TS && f != NULL)
+        f = *(void *const *)f;
+    return f != NULL && kp_fis(f, KP_FIN_PLACE) ? MPI_IN_PLACE : f;
+}
+
+/* kp_fstatus_arg is the status argument a Fortran wrapper passes on: the
+ * caller's, or own when the caller passed MPI_STATUS_IGNORE. */
+static void *kp_fstatus_arg(void *f, MPI_Status *own)
+{
+    return f == NULL || kp_fis(f, KP_FSTATUS_IGNORE) ? (void *)own : f;
+}
+
+/* kp_fstatus converts the Fortran status f into *st. */
+static void kp_fstatus(const void *f, MPI_Status *st)
+{
+    if (PMPI_Status_f2c((const MPI_Fint *)f, st) != MPI_SUCCESS)
+        st->MPI_SOURCE = MPI_PROC_NULL; /* records nothing */
+}
+
+/* A completion call from Fortran: the requests, statuses and indices of
+ * kp_completion_take and kp_completion_end, converted from Fortran's. Small
+ * calls convert on the stack, others on the heap. */
+typedef struct {
+    kp_completion cp;
+    int count, nst;
+    MPI_Request *req;     /* count C requests */
+    MPI_Status *st;       /* nst C statuses */
+    MPI_Status *fst;      /* nst Fortran statuses of the wrapper's own, or NULL */
+    const void *fcaller;  /* the caller's status argument */
+    int *idx;             /* C (0-based) indices */
+    void *heap;
+    MPI_Request small_req[KP_SMALL];
+    MPI_Status small_st[KP_SMALL];
+    MPI_Status small_fst[KP_SMALL];
+    int small_idx[KP_SMALL];
+} kp_fcompletion;
+
+/* kp_fcompletion_begin takes the tracked requests among the count Fortran
+ * requests freqs, and returns the status argument to pass on: fsts, the
+ * caller's nst statuses (MPI_STATUSES_IGNORE for an array when many), or
+ * statuses of its own when the caller ignores them and a receive needs
+ * them. */
+static void *kp_fcompletion_begin(kp_fcompletion *fc, int count, const MPI_Fint *freqs, void *fsts,
+                                  int nst, int many)
+{
+    fc->cp.n = 0;
+    fc->count = count;
+    fc->nst = nst;
+    fc->req = fc->small_req;
+    fc->st = fc->small_st;
+    fc->fst = NULL;
+    fc->idx = fc->small_idx;
+    fc->heap = NULL;
+    if (count <= 0 || nst <= 0 || freqs == NULL || !kp_req_any())
+        return fsts;
+    if (count > KP_SMALL || nst > KP_SMALL) {
+        size_t n = (size_t)(count > nst ? count : nst);
+        char *h = calloc(n, sizeof(MPI_Request) + 2 * sizeof(MPI_Status) + sizeof(int));
+        if (h == NULL)
+            return fsts; /* out of memory: these receives go unrecorded */
+        fc->heap = h;
+        fc->st = (MPI_Status *)h;
+        fc->fst = NULL;
+        fc->req = (MPI_Request *)(h + n * 2 * sizeof(MPI_Status));
+        fc->idx = (int *)(h + n * (2 * sizeof(MPI_Status) + sizeof(MPI_Request)));
+    }
+    for (int i = 0; i < count; i++)
+        fc->req[i] = PMPI_Request_f2c(freqs[i]);
+    kp_completion_take(&fc->cp, count, fc->req);
+    if (fc->cp.n == 0 || fsts == NULL || !kp_fis(fsts, many ? KP_FSTATUSES_IGNORE : KP_FSTATUS_IGNORE))
+        return fsts;
+    fc->fst = fc->heap != NULL ? fc->st + (count > nst ? count : nst) : fc->small_fst;
+    return fc->fst;
+}
+
+/* kp_findex_base is where the Fortran indices idx[0..nidx) of the requests
+ * a call completed count from: 1, as the standard says, or 0, as MPICH
+ * 4.0's "use mpi_f08" MPI_Waitany, MPI_Testany, MPI_Waitsome and
+ * MPI_Testsome return them. It is 0 only when every index counted from 0,
+ * and not every one counted from 1, names a request that the call
+ * completed (before[i] active, freqs[i] now MPI_REQUEST_NULL). */
+static int kp_findex_base(const MPI_Request *before, const MPI_Fint *freqs, int count,
+                          const MPI_Fint *idx, int nidx)
+{
+    MPI_Fint fnull = PMPI_Request_c2f(MPI_REQUEST_NULL);
+    int from1 = 1, from0 = 1;
+    for (int j = 0; j < nidx; j++) {
+        int i = idx[j];
+        if (i < 1 || i > count || before[i - 1] == MPI_REQUEST_NULL || freqs[i - 1] != fnull)
+            from1 = 0;
+        if (i < 0 || i >= count || before[i] == MPI_REQUEST_NULL || freqs[i] != fnull)
+            from0 = 0;
+    }
+    return from0 && !from1 ? 0 : 1;
+}
+
+/* kp_fcompletion_end records the receives that completed, as
+ * kp_completion_end does, from the Fortran requests, statuses and indices
+ * (nidx of them) as the call left them. */
+static void kp_fcompletion_end(kp_fcompletion *fc, int rc, const MPI_Fint *freqs, const void *fsts,
+                               int how, int nidx, const MPI_Fint *fidx)
+{
+    if (fc->cp.n == 0) {
+        free(fc->heap);
+        return;
+    }
+    if (rc == MPI_SUCCESS) {
+        const char *f = fsts;
+        int nst = how == KP_BY_INDEX ? nidx : fc->nst;
+        for (int j = 0; j < nst && j < fc->nst; j++)
+            kp_fstatus(f + (size_t)j * sizeof(MPI_Status), &fc->st[j]);
+        if (how == KP_BY_INDEX && nidx > 0) {
+            if (nidx > fc->count)
+                nidx = fc->count;
+            int base = kp_findex_base(fc->req, freqs, fc->count, fidx, nidx);
+            for (int j = 0; j < nidx; j++)
+                fc->idx[j] = fidx[j] == MPI_UNDEFINED ? MPI_UNDEFINED : fidx[j] - base;
+        }
+    }
+    for (int i = 0; i < fc->count; i++)
+        fc->req[i] = PMPI_Request_f2c(freqs[i]);
+    kp_completion_end(&fc->cp, rc, fc->req, fc->st, how, nidx, fc->idx);
+    free(fc->heap);
 }
 typedef void kp_fortran1(void *);
 typedef void kp_fortran2(void *, void *);
@@ -2462,20 +2477,20 @@ static void kpf08ts_init_thread(void *a0, void *a1, void *a2)
 KP_EXPORT kp_fortran3 mpi_init_thread_f08ts_ __attribute__((alias("kpf08ts_init_thread")));
 
 /* MPI_Finalize from Fortran (mpi_finalize_, mpi_finalize__, mpi_finalize, MPI_FINALIZE; mpi_finalize_f08_, mpi_finalize_f08ts_). */
-static void kpf_finalize(void *a0)
+static void kpf_finalize(void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran1 *next = (kp_fortran1 *)kp_fortran_next(&next_fn, "pmpi_finalize_", "mpi_finalize_");
     if (!kp_on()) {
-        next(a0);
+        next(f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Finalize");
     kp_enter(fid);
     kp_before_finalize();
     kp_in_fortran++;
-    next(a0);
+    next(f_ierror);
     kp_in_fortran--;
     kp_exit(fid);
     kp_flush();
@@ -2484,39 +2499,39 @@ KP_EXPORT kp_fortran1 mpi_finalize_ __attribute__((alias("kpf_finalize")));
 KP_EXPORT kp_fortran1 mpi_finalize__ __attribute__((alias("kpf_finalize")));
 KP_EXPORT kp_fortran1 mpi_finalize __attribute__((alias("kpf_finalize")));
 KP_EXPORT kp_fortran1 MPI_FINALIZE __attribute__((alias("kpf_finalize")));
-static void kpf08_finalize(void *a0)
+static void kpf08_finalize(void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran1 *next = (kp_fortran1 *)kp_fortran_next(&next_fn, "pmpi_finalize_f08_", "mpi_finalize_f08_");
     if (!kp_on()) {
-        next(a0);
+        next(f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Finalize");
     kp_enter(fid);
     kp_before_finalize();
     kp_in_fortran++;
-    next(a0);
+    next(f_ierror);
     kp_in_fortran--;
     kp_exit(fid);
     kp_flush();
 }
 KP_EXPORT kp_fortran1 mpi_finalize_f08_ __attribute__((alias("kpf08_finalize")));
-static void kpf08ts_finalize(void *a0)
+static void kpf08ts_finalize(void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran1 *next = (kp_fortran1 *)kp_fortran_next(&next_fn, "pmpi_finalize_f08ts_", "mpi_finalize_f08ts_");
     if (!kp_on()) {
-        next(a0);
+        next(f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Finalize");
     kp_enter(fid);
     kp_before_finalize();
     kp_in_fortran++;
-    next(a0);
+    next(f_ierror);
     kp_in_fortran--;
     kp_exit(fid);
     kp_flush();
@@ -2524,20 +2539,20 @@ static void kpf08ts_finalize(void *a0)
 KP_EXPORT kp_fortran1 mpi_finalize_f08ts_ __attribute__((alias("kpf08ts_finalize")));
 
 /* MPI_Abort from Fortran (mpi_abort_, mpi_abort__, mpi_abort, MPI_ABORT; mpi_abort_f08_, mpi_abort_f08ts_). */
-static void kpf_abort(void *a0, void *a1, void *a2)
+static void kpf_abort(void *f_comm, void *f_errorcode, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran3 *next = (kp_fortran3 *)kp_fortran_next(&next_fn, "pmpi_abort_", "mpi_abort_");
     if (!kp_on()) {
-        next(a0, a1, a2);
+        next(f_comm, f_errorcode, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Abort");
     kp_enter(fid);
     kp_flush();
     kp_in_fortran++;
-    next(a0, a1, a2);
+    next(f_comm, f_errorcode, f_ierror);
     kp_in_fortran--;
     kp_exit(fid);
 }
@@ -2545,57 +2560,57 @@ KP_EXPORT kp_fortran3 mpi_abort_ __attribute__((alias("kpf_abort")));
 KP_EXPORT kp_fortran3 mpi_abort__ __attribute__((alias("kpf_abort")));
 KP_EXPORT kp_fortran3 mpi_abort __attribute__((alias("kpf_abort")));
 KP_EXPORT kp_fortran3 MPI_ABORT __attribute__((alias("kpf_abort")));
-static void kpf08_abort(void *a0, void *a1, void *a2)
+static void kpf08_abort(void *f_comm, void *f_errorcode, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran3 *next = (kp_fortran3 *)kp_fortran_next(&next_fn, "pmpi_abort_f08_", "mpi_abort_f08_");
     if (!kp_on()) {
-        next(a0, a1, a2);
+        next(f_comm, f_errorcode, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Abort");
     kp_enter(fid);
     kp_flush();
     kp_in_fortran++;
-    next(a0, a1, a2);
+    next(f_comm, f_errorcode, f_ierror);
     kp_in_fortran--;
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran3 mpi_abort_f08_ __attribute__((alias("kpf08_abort")));
-static void kpf08ts_abort(void *a0, void *a1, void *a2)
+static void kpf08ts_abort(void *f_comm, void *f_errorcode, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran3 *next = (kp_fortran3 *)kp_fortran_next(&next_fn, "pmpi_abort_f08ts_", "mpi_abort_f08ts_");
     if (!kp_on()) {
-        next(a0, a1, a2);
+        next(f_comm, f_errorcode, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Abort");
     kp_enter(fid);
     kp_flush();
     kp_in_fortran++;
-    next(a0, a1, a2);
+    next(f_comm, f_errorcode, f_ierror);
     kp_in_fortran--;
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran3 mpi_abort_f08ts_ __attribute__((alias("kpf08ts_abort")));
 
 /* MPI_Comm_rank from Fortran (mpi_comm_rank_, mpi_comm_rank__, mpi_comm_rank, MPI_COMM_RANK; mpi_comm_rank_f08_, mpi_comm_rank_f08ts_). */
-static void kpf_comm_rank(void *a0, void *a1, void *a2)
+static void kpf_comm_rank(void *f_comm, void *f_rank, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran3 *next = (kp_fortran3 *)kp_fortran_next(&next_fn, "pmpi_comm_rank_", "mpi_comm_rank_");
     if (!kp_on()) {
-        next(a0, a1, a2);
+        next(f_comm, f_rank, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Comm_rank");
     kp_enter(fid);
     kp_in_fortran++;
-    next(a0, a1, a2);
+    next(f_comm, f_rank, f_ierror);
     kp_in_fortran--;
     kp_exit(fid);
 }
@@ -2603,55 +2618,55 @@ KP_EXPORT kp_fortran3 mpi_comm_rank_ __attribute__((alias("kpf_comm_rank")));
 KP_EXPORT kp_fortran3 mpi_comm_rank__ __attribute__((alias("kpf_comm_rank")));
 KP_EXPORT kp_fortran3 mpi_comm_rank __attribute__((alias("kpf_comm_rank")));
 KP_EXPORT kp_fortran3 MPI_COMM_RANK __attribute__((alias("kpf_comm_rank")));
-static void kpf08_comm_rank(void *a0, void *a1, void *a2)
+static void kpf08_comm_rank(void *f_comm, void *f_rank, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran3 *next = (kp_fortran3 *)kp_fortran_next(&next_fn, "pmpi_comm_rank_f08_", "mpi_comm_rank_f08_");
     if (!kp_on()) {
-        next(a0, a1, a2);
+        next(f_comm, f_rank, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Comm_rank");
     kp_enter(fid);
     kp_in_fortran++;
-    next(a0, a1, a2);
+    next(f_comm, f_rank, f_ierror);
     kp_in_fortran--;
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran3 mpi_comm_rank_f08_ __attribute__((alias("kpf08_comm_rank")));
-static void kpf08ts_comm_rank(void *a0, void *a1, void *a2)
+static void kpf08ts_comm_rank(void *f_comm, void *f_rank, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran3 *next = (kp_fortran3 *)kp_fortran_next(&next_fn, "pmpi_comm_rank_f08ts_", "mpi_comm_rank_f08ts_");
     if (!kp_on()) {
-        next(a0, a1, a2);
+        next(f_comm, f_rank, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Comm_rank");
     kp_enter(fid);
     kp_in_fortran++;
-    next(a0, a1, a2);
+    next(f_comm, f_rank, f_ierror);
     kp_in_fortran--;
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran3 mpi_comm_rank_f08ts_ __attribute__((alias("kpf08ts_comm_rank")));
 
 /* MPI_Comm_size from Fortran (mpi_comm_size_, mpi_comm_size__, mpi_comm_size, MPI_COMM_SIZE; mpi_comm_size_f08_, mpi_comm_size_f08ts_). */
-static void kpf_comm_size(void *a0, void *a1, void *a2)
+static void kpf_comm_size(void *f_comm, void *f_size, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran3 *next = (kp_fortran3 *)kp_fortran_next(&next_fn, "pmpi_comm_size_", "mpi_comm_size_");
     if (!kp_on()) {
-        next(a0, a1, a2);
+        next(f_comm, f_size, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Comm_size");
     kp_enter(fid);
     kp_in_fortran++;
-    next(a0, a1, a2);
+    next(f_comm, f_size, f_ierror);
     kp_in_fortran--;
     kp_exit(fid);
 }
@@ -2659,55 +2674,56 @@ KP_EXPORT kp_fortran3 mpi_comm_size_ __attribute__((alias("kpf_comm_size")));
 KP_EXPORT kp_fortran3 mpi_comm_size__ __attribute__((alias("kpf_comm_size")));
 KP_EXPORT kp_fortran3 mpi_comm_size __attribute__((alias("kpf_comm_size")));
 KP_EXPORT kp_fortran3 MPI_COMM_SIZE __attribute__((alias("kpf_comm_size")));
-static void kpf08_comm_size(void *a0, void *a1, void *a2)
+static void kpf08_comm_size(void *f_comm, void *f_size, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran3 *next = (kp_fortran3 *)kp_fortran_next(&next_fn, "pmpi_comm_size_f08_", "mpi_comm_size_f08_");
     if (!kp_on()) {
-        next(a0, a1, a2);
+        next(f_comm, f_size, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Comm_size");
     kp_enter(fid);
     kp_in_fortran++;
-    next(a0, a1, a2);
+    next(f_comm, f_size, f_ierror);
     kp_in_fortran--;
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran3 mpi_comm_size_f08_ __attribute__((alias("kpf08_comm_size")));
-static void kpf08ts_comm_size(void *a0, void *a1, void *a2)
+static void kpf08ts_comm_size(void *f_comm, void *f_size, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran3 *next = (kp_fortran3 *)kp_fortran_next(&next_fn, "pmpi_comm_size_f08ts_", "mpi_comm_size_f08ts_");
     if (!kp_on()) {
-        next(a0, a1, a2);
+        next(f_comm, f_size, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Comm_size");
     kp_enter(fid);
     kp_in_fortran++;
-    next(a0, a1, a2);
+    next(f_comm, f_size, f_ierror);
     kp_in_fortran--;
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran3 mpi_comm_size_f08ts_ __attribute__((alias("kpf08ts_comm_size")));
 
 /* MPI_Comm_split from Fortran (mpi_comm_split_, mpi_comm_split__, mpi_comm_split, MPI_COMM_SPLIT; mpi_comm_split_f08_, mpi_comm_split_f08ts_). */
-static void kpf_comm_split(void *a0, void *a1, void *a2, void *a3, void *a4)
+static void kpf_comm_split(void *f_comm, void *f_color, void *f_key, void *f_newcomm,
+                               void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran5 *next = (kp_fortran5 *)kp_fortran_next(&next_fn, "pmpi_comm_split_", "mpi_comm_split_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4);
+        next(f_comm, f_color, f_key, f_newcomm, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Comm_split");
     kp_enter(fid);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4);
+    next(f_comm, f_color, f_key, f_newcomm, f_ierror);
     kp_in_fortran--;
     kp_exit(fid);
 }
@@ -2715,55 +2731,57 @@ KP_EXPORT kp_fortran5 mpi_comm_split_ __attribute__((alias("kpf_comm_split")));
 KP_EXPORT kp_fortran5 mpi_comm_split__ __attribute__((alias("kpf_comm_split")));
 KP_EXPORT kp_fortran5 mpi_comm_split __attribute__((alias("kpf_comm_split")));
 KP_EXPORT kp_fortran5 MPI_COMM_SPLIT __attribute__((alias("kpf_comm_split")));
-static void kpf08_comm_split(void *a0, void *a1, void *a2, void *a3, void *a4)
+static void kpf08_comm_split(void *f_comm, void *f_color, void *f_key, void *f_newcomm,
+                               void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran5 *next = (kp_fortran5 *)kp_fortran_next(&next_fn, "pmpi_comm_split_f08_", "mpi_comm_split_f08_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4);
+        next(f_comm, f_color, f_key, f_newcomm, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Comm_split");
     kp_enter(fid);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4);
+    next(f_comm, f_color, f_key, f_newcomm, f_ierror);
     kp_in_fortran--;
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran5 mpi_comm_split_f08_ __attribute__((alias("kpf08_comm_split")));
-static void kpf08ts_comm_split(void *a0, void *a1, void *a2, void *a3, void *a4)
+static void kpf08ts_comm_split(void *f_comm, void *f_color, void *f_key, void *f_newcomm,
+                               void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran5 *next = (kp_fortran5 *)kp_fortran_next(&next_fn, "pmpi_comm_split_f08ts_", "mpi_comm_split_f08ts_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4);
+        next(f_comm, f_color, f_key, f_newcomm, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Comm_split");
     kp_enter(fid);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4);
+    next(f_comm, f_color, f_key, f_newcomm, f_ierror);
     kp_in_fortran--;
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran5 mpi_comm_split_f08ts_ __attribute__((alias("kpf08ts_comm_split")));
 
 /* MPI_Comm_dup from Fortran (mpi_comm_dup_, mpi_comm_dup__, mpi_comm_dup, MPI_COMM_DUP; mpi_comm_dup_f08_, mpi_comm_dup_f08ts_). */
-static void kpf_comm_dup(void *a0, void *a1, void *a2)
+static void kpf_comm_dup(void *f_comm, void *f_newcomm, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran3 *next = (kp_fortran3 *)kp_fortran_next(&next_fn, "pmpi_comm_dup_", "mpi_comm_dup_");
     if (!kp_on()) {
-        next(a0, a1, a2);
+        next(f_comm, f_newcomm, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Comm_dup");
     kp_enter(fid);
     kp_in_fortran++;
-    next(a0, a1, a2);
+    next(f_comm, f_newcomm, f_ierror);
     kp_in_fortran--;
     kp_exit(fid);
 }
@@ -2771,55 +2789,55 @@ KP_EXPORT kp_fortran3 mpi_comm_dup_ __attribute__((alias("kpf_comm_dup")));
 KP_EXPORT kp_fortran3 mpi_comm_dup__ __attribute__((alias("kpf_comm_dup")));
 KP_EXPORT kp_fortran3 mpi_comm_dup __attribute__((alias("kpf_comm_dup")));
 KP_EXPORT kp_fortran3 MPI_COMM_DUP __attribute__((alias("kpf_comm_dup")));
-static void kpf08_comm_dup(void *a0, void *a1, void *a2)
+static void kpf08_comm_dup(void *f_comm, void *f_newcomm, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran3 *next = (kp_fortran3 *)kp_fortran_next(&next_fn, "pmpi_comm_dup_f08_", "mpi_comm_dup_f08_");
     if (!kp_on()) {
-        next(a0, a1, a2);
+        next(f_comm, f_newcomm, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Comm_dup");
     kp_enter(fid);
     kp_in_fortran++;
-    next(a0, a1, a2);
+    next(f_comm, f_newcomm, f_ierror);
     kp_in_fortran--;
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran3 mpi_comm_dup_f08_ __attribute__((alias("kpf08_comm_dup")));
-static void kpf08ts_comm_dup(void *a0, void *a1, void *a2)
+static void kpf08ts_comm_dup(void *f_comm, void *f_newcomm, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran3 *next = (kp_fortran3 *)kp_fortran_next(&next_fn, "pmpi_comm_dup_f08ts_", "mpi_comm_dup_f08ts_");
     if (!kp_on()) {
-        next(a0, a1, a2);
+        next(f_comm, f_newcomm, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Comm_dup");
     kp_enter(fid);
     kp_in_fortran++;
-    next(a0, a1, a2);
+    next(f_comm, f_newcomm, f_ierror);
     kp_in_fortran--;
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran3 mpi_comm_dup_f08ts_ __attribute__((alias("kpf08ts_comm_dup")));
 
 /* MPI_Comm_free from Fortran (mpi_comm_free_, mpi_comm_free__, mpi_comm_free, MPI_COMM_FREE; mpi_comm_free_f08_, mpi_comm_free_f08ts_). */
-static void kpf_comm_free(void *a0, void *a1)
+static void kpf_comm_free(void *f_comm, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran2 *next = (kp_fortran2 *)kp_fortran_next(&next_fn, "pmpi_comm_free_", "mpi_comm_free_");
     if (!kp_on()) {
-        next(a0, a1);
+        next(f_comm, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Comm_free");
     kp_enter(fid);
     kp_in_fortran++;
-    next(a0, a1);
+    next(f_comm, f_ierror);
     kp_in_fortran--;
     kp_exit(fid);
 }
@@ -2827,55 +2845,56 @@ KP_EXPORT kp_fortran2 mpi_comm_free_ __attribute__((alias("kpf_comm_free")));
 KP_EXPORT kp_fortran2 mpi_comm_free__ __attribute__((alias("kpf_comm_free")));
 KP_EXPORT kp_fortran2 mpi_comm_free __attribute__((alias("kpf_comm_free")));
 KP_EXPORT kp_fortran2 MPI_COMM_FREE __attribute__((alias("kpf_comm_free")));
-static void kpf08_comm_free(void *a0, void *a1)
+static void kpf08_comm_free(void *f_comm, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran2 *next = (kp_fortran2 *)kp_fortran_next(&next_fn, "pmpi_comm_free_f08_", "mpi_comm_free_f08_");
     if (!kp_on()) {
-        next(a0, a1);
+        next(f_comm, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Comm_free");
     kp_enter(fid);
     kp_in_fortran++;
-    next(a0, a1);
+    next(f_comm, f_ierror);
     kp_in_fortran--;
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran2 mpi_comm_free_f08_ __attribute__((alias("kpf08_comm_free")));
-static void kpf08ts_comm_free(void *a0, void *a1)
+static void kpf08ts_comm_free(void *f_comm, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran2 *next = (kp_fortran2 *)kp_fortran_next(&next_fn, "pmpi_comm_free_f08ts_", "mpi_comm_free_f08ts_");
     if (!kp_on()) {
-        next(a0, a1);
+        next(f_comm, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Comm_free");
     kp_enter(fid);
     kp_in_fortran++;
-    next(a0, a1);
+    next(f_comm, f_ierror);
     kp_in_fortran--;
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran2 mpi_comm_free_f08ts_ __attribute__((alias("kpf08ts_comm_free")));
 
 /* MPI_Comm_create from Fortran (mpi_comm_create_, mpi_comm_create__, mpi_comm_create, MPI_COMM_CREATE; mpi_comm_create_f08_, mpi_comm_create_f08ts_). */
-static void kpf_comm_create(void *a0, void *a1, void *a2, void *a3)
+static void kpf_comm_create(void *f_comm, void *f_group, void *f_newcomm,
+                                void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran4 *next = (kp_fortran4 *)kp_fortran_next(&next_fn, "pmpi_comm_create_", "mpi_comm_create_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3);
+        next(f_comm, f_group, f_newcomm, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Comm_create");
     kp_enter(fid);
     kp_in_fortran++;
-    next(a0, a1, a2, a3);
+    next(f_comm, f_group, f_newcomm, f_ierror);
     kp_in_fortran--;
     kp_exit(fid);
 }
@@ -2883,56 +2902,59 @@ KP_EXPORT kp_fortran4 mpi_comm_create_ __attribute__((alias("kpf_comm_create")))
 KP_EXPORT kp_fortran4 mpi_comm_create__ __attribute__((alias("kpf_comm_create")));
 KP_EXPORT kp_fortran4 mpi_comm_create __attribute__((alias("kpf_comm_create")));
 KP_EXPORT kp_fortran4 MPI_COMM_CREATE __attribute__((alias("kpf_comm_create")));
-static void kpf08_comm_create(void *a0, void *a1, void *a2, void *a3)
+static void kpf08_comm_create(void *f_comm, void *f_group, void *f_newcomm,
+                                void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran4 *next = (kp_fortran4 *)kp_fortran_next(&next_fn, "pmpi_comm_create_f08_", "mpi_comm_create_f08_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3);
+        next(f_comm, f_group, f_newcomm, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Comm_create");
     kp_enter(fid);
     kp_in_fortran++;
-    next(a0, a1, a2, a3);
+    next(f_comm, f_group, f_newcomm, f_ierror);
     kp_in_fortran--;
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran4 mpi_comm_create_f08_ __attribute__((alias("kpf08_comm_create")));
-static void kpf08ts_comm_create(void *a0, void *a1, void *a2, void *a3)
+static void kpf08ts_comm_create(void *f_comm, void *f_group, void *f_newcomm,
+                                void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran4 *next = (kp_fortran4 *)kp_fortran_next(&next_fn, "pmpi_comm_create_f08ts_", "mpi_comm_create_f08ts_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3);
+        next(f_comm, f_group, f_newcomm, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Comm_create");
     kp_enter(fid);
     kp_in_fortran++;
-    next(a0, a1, a2, a3);
+    next(f_comm, f_group, f_newcomm, f_ierror);
     kp_in_fortran--;
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran4 mpi_comm_create_f08ts_ __attribute__((alias("kpf08ts_comm_create")));
 
 /* MPI_Cart_create from Fortran (mpi_cart_create_, mpi_cart_create__, mpi_cart_create, MPI_CART_CREATE; mpi_cart_create_f08_, mpi_cart_create_f08ts_). */
-static void kpf_cart_create(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                              void *a6)
+static void kpf_cart_create(void *f_old_comm, void *f_ndims, void *f_dims,
+                                void *f_periods, void *f_reorder, void *f_comm_cart,
+                                void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran7 *next = (kp_fortran7 *)kp_fortran_next(&next_fn, "pmpi_cart_create_", "mpi_cart_create_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6);
+        next(f_old_comm, f_ndims, f_dims, f_periods, f_reorder, f_comm_cart, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Cart_create");
     kp_enter(fid);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6);
+    next(f_old_comm, f_ndims, f_dims, f_periods, f_reorder, f_comm_cart, f_ierror);
     kp_in_fortran--;
     kp_exit(fid);
 }
@@ -2940,57 +2962,60 @@ KP_EXPORT kp_fortran7 mpi_cart_create_ __attribute__((alias("kpf_cart_create")))
 KP_EXPORT kp_fortran7 mpi_cart_create__ __attribute__((alias("kpf_cart_create")));
 KP_EXPORT kp_fortran7 mpi_cart_create __attribute__((alias("kpf_cart_create")));
 KP_EXPORT kp_fortran7 MPI_CART_CREATE __attribute__((alias("kpf_cart_create")));
-static void kpf08_cart_create(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                              void *a6)
+static void kpf08_cart_create(void *f_old_comm, void *f_ndims, void *f_dims,
+                                void *f_periods, void *f_reorder, void *f_comm_cart,
+                                void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran7 *next = (kp_fortran7 *)kp_fortran_next(&next_fn, "pmpi_cart_create_f08_", "mpi_cart_create_f08_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6);
+        next(f_old_comm, f_ndims, f_dims, f_periods, f_reorder, f_comm_cart, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Cart_create");
     kp_enter(fid);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6);
+    next(f_old_comm, f_ndims, f_dims, f_periods, f_reorder, f_comm_cart, f_ierror);
     kp_in_fortran--;
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran7 mpi_cart_create_f08_ __attribute__((alias("kpf08_cart_create")));
-static void kpf08ts_cart_create(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                              void *a6)
+static void kpf08ts_cart_create(void *f_old_comm, void *f_ndims, void *f_dims,
+                                void *f_periods, void *f_reorder, void *f_comm_cart,
+                                void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran7 *next = (kp_fortran7 *)kp_fortran_next(&next_fn, "pmpi_cart_create_f08ts_", "mpi_cart_create_f08ts_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6);
+        next(f_old_comm, f_ndims, f_dims, f_periods, f_reorder, f_comm_cart, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Cart_create");
     kp_enter(fid);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6);
+    next(f_old_comm, f_ndims, f_dims, f_periods, f_reorder, f_comm_cart, f_ierror);
     kp_in_fortran--;
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran7 mpi_cart_create_f08ts_ __attribute__((alias("kpf08ts_cart_create")));
 
 /* MPI_Cart_shift from Fortran (mpi_cart_shift_, mpi_cart_shift__, mpi_cart_shift, MPI_CART_SHIFT; mpi_cart_shift_f08_, mpi_cart_shift_f08ts_). */
-static void kpf_cart_shift(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5)
+static void kpf_cart_shift(void *f_comm, void *f_direction, void *f_disp,
+                               void *f_rank_source, void *f_rank_dest, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran6 *next = (kp_fortran6 *)kp_fortran_next(&next_fn, "pmpi_cart_shift_", "mpi_cart_shift_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5);
+        next(f_comm, f_direction, f_disp, f_rank_source, f_rank_dest, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Cart_shift");
     kp_enter(fid);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5);
+    next(f_comm, f_direction, f_disp, f_rank_source, f_rank_dest, f_ierror);
     kp_in_fortran--;
     kp_exit(fid);
 }
@@ -2998,55 +3023,58 @@ KP_EXPORT kp_fortran6 mpi_cart_shift_ __attribute__((alias("kpf_cart_shift")));
 KP_EXPORT kp_fortran6 mpi_cart_shift__ __attribute__((alias("kpf_cart_shift")));
 KP_EXPORT kp_fortran6 mpi_cart_shift __attribute__((alias("kpf_cart_shift")));
 KP_EXPORT kp_fortran6 MPI_CART_SHIFT __attribute__((alias("kpf_cart_shift")));
-static void kpf08_cart_shift(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5)
+static void kpf08_cart_shift(void *f_comm, void *f_direction, void *f_disp,
+                               void *f_rank_source, void *f_rank_dest, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran6 *next = (kp_fortran6 *)kp_fortran_next(&next_fn, "pmpi_cart_shift_f08_", "mpi_cart_shift_f08_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5);
+        next(f_comm, f_direction, f_disp, f_rank_source, f_rank_dest, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Cart_shift");
     kp_enter(fid);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5);
+    next(f_comm, f_direction, f_disp, f_rank_source, f_rank_dest, f_ierror);
     kp_in_fortran--;
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran6 mpi_cart_shift_f08_ __attribute__((alias("kpf08_cart_shift")));
-static void kpf08ts_cart_shift(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5)
+static void kpf08ts_cart_shift(void *f_comm, void *f_direction, void *f_disp,
+                               void *f_rank_source, void *f_rank_dest, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran6 *next = (kp_fortran6 *)kp_fortran_next(&next_fn, "pmpi_cart_shift_f08ts_", "mpi_cart_shift_f08ts_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5);
+        next(f_comm, f_direction, f_disp, f_rank_source, f_rank_dest, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Cart_shift");
     kp_enter(fid);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5);
+    next(f_comm, f_direction, f_disp, f_rank_source, f_rank_dest, f_ierror);
     kp_in_fortran--;
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran6 mpi_cart_shift_f08ts_ __attribute__((alias("kpf08ts_cart_shift")));
 
 /* MPI_Cart_sub from Fortran (mpi_cart_sub_, mpi_cart_sub__, mpi_cart_sub, MPI_CART_SUB; mpi_cart_sub_f08_, mpi_cart_sub_f08ts_). */
-static void kpf_cart_sub(void *a0, void *a1, void *a2, void *a3)
+static void kpf_cart_sub(void *f_comm, void *f_remain_dims, void *f_new_comm,
+                             void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran4 *next = (kp_fortran4 *)kp_fortran_next(&next_fn, "pmpi_cart_sub_", "mpi_cart_sub_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3);
+        next(f_comm, f_remain_dims, f_new_comm, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Cart_sub");
     kp_enter(fid);
     kp_in_fortran++;
-    next(a0, a1, a2, a3);
+    next(f_comm, f_remain_dims, f_new_comm, f_ierror);
     kp_in_fortran--;
     kp_exit(fid);
 }
@@ -3054,55 +3082,57 @@ KP_EXPORT kp_fortran4 mpi_cart_sub_ __attribute__((alias("kpf_cart_sub")));
 KP_EXPORT kp_fortran4 mpi_cart_sub__ __attribute__((alias("kpf_cart_sub")));
 KP_EXPORT kp_fortran4 mpi_cart_sub __attribute__((alias("kpf_cart_sub")));
 KP_EXPORT kp_fortran4 MPI_CART_SUB __attribute__((alias("kpf_cart_sub")));
-static void kpf08_cart_sub(void *a0, void *a1, void *a2, void *a3)
+static void kpf08_cart_sub(void *f_comm, void *f_remain_dims, void *f_new_comm,
+                             void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran4 *next = (kp_fortran4 *)kp_fortran_next(&next_fn, "pmpi_cart_sub_f08_", "mpi_cart_sub_f08_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3);
+        next(f_comm, f_remain_dims, f_new_comm, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Cart_sub");
     kp_enter(fid);
     kp_in_fortran++;
-    next(a0, a1, a2, a3);
+    next(f_comm, f_remain_dims, f_new_comm, f_ierror);
     kp_in_fortran--;
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran4 mpi_cart_sub_f08_ __attribute__((alias("kpf08_cart_sub")));
-static void kpf08ts_cart_sub(void *a0, void *a1, void *a2, void *a3)
+static void kpf08ts_cart_sub(void *f_comm, void *f_remain_dims, void *f_new_comm,
+                             void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran4 *next = (kp_fortran4 *)kp_fortran_next(&next_fn, "pmpi_cart_sub_f08ts_", "mpi_cart_sub_f08ts_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3);
+        next(f_comm, f_remain_dims, f_new_comm, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Cart_sub");
     kp_enter(fid);
     kp_in_fortran++;
-    next(a0, a1, a2, a3);
+    next(f_comm, f_remain_dims, f_new_comm, f_ierror);
     kp_in_fortran--;
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran4 mpi_cart_sub_f08ts_ __attribute__((alias("kpf08ts_cart_sub")));
 
 /* MPI_Type_commit from Fortran (mpi_type_commit_, mpi_type_commit__, mpi_type_commit, MPI_TYPE_COMMIT; mpi_type_commit_f08_, mpi_type_commit_f08ts_). */
-static void kpf_type_commit(void *a0, void *a1)
+static void kpf_type_commit(void *f_type, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran2 *next = (kp_fortran2 *)kp_fortran_next(&next_fn, "pmpi_type_commit_", "mpi_type_commit_");
     if (!kp_on()) {
-        next(a0, a1);
+        next(f_type, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Type_commit");
     kp_enter(fid);
     kp_in_fortran++;
-    next(a0, a1);
+    next(f_type, f_ierror);
     kp_in_fortran--;
     kp_exit(fid);
 }
@@ -3110,55 +3140,55 @@ KP_EXPORT kp_fortran2 mpi_type_commit_ __attribute__((alias("kpf_type_commit")))
 KP_EXPORT kp_fortran2 mpi_type_commit__ __attribute__((alias("kpf_type_commit")));
 KP_EXPORT kp_fortran2 mpi_type_commit __attribute__((alias("kpf_type_commit")));
 KP_EXPORT kp_fortran2 MPI_TYPE_COMMIT __attribute__((alias("kpf_type_commit")));
-static void kpf08_type_commit(void *a0, void *a1)
+static void kpf08_type_commit(void *f_type, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran2 *next = (kp_fortran2 *)kp_fortran_next(&next_fn, "pmpi_type_commit_f08_", "mpi_type_commit_f08_");
     if (!kp_on()) {
-        next(a0, a1);
+        next(f_type, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Type_commit");
     kp_enter(fid);
     kp_in_fortran++;
-    next(a0, a1);
+    next(f_type, f_ierror);
     kp_in_fortran--;
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran2 mpi_type_commit_f08_ __attribute__((alias("kpf08_type_commit")));
-static void kpf08ts_type_commit(void *a0, void *a1)
+static void kpf08ts_type_commit(void *f_type, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran2 *next = (kp_fortran2 *)kp_fortran_next(&next_fn, "pmpi_type_commit_f08ts_", "mpi_type_commit_f08ts_");
     if (!kp_on()) {
-        next(a0, a1);
+        next(f_type, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Type_commit");
     kp_enter(fid);
     kp_in_fortran++;
-    next(a0, a1);
+    next(f_type, f_ierror);
     kp_in_fortran--;
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran2 mpi_type_commit_f08ts_ __attribute__((alias("kpf08ts_type_commit")));
 
 /* MPI_Type_free from Fortran (mpi_type_free_, mpi_type_free__, mpi_type_free, MPI_TYPE_FREE; mpi_type_free_f08_, mpi_type_free_f08ts_). */
-static void kpf_type_free(void *a0, void *a1)
+static void kpf_type_free(void *f_type, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran2 *next = (kp_fortran2 *)kp_fortran_next(&next_fn, "pmpi_type_free_", "mpi_type_free_");
     if (!kp_on()) {
-        next(a0, a1);
+        next(f_type, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Type_free");
     kp_enter(fid);
     kp_in_fortran++;
-    next(a0, a1);
+    next(f_type, f_ierror);
     kp_in_fortran--;
     kp_exit(fid);
 }
@@ -3166,55 +3196,56 @@ KP_EXPORT kp_fortran2 mpi_type_free_ __attribute__((alias("kpf_type_free")));
 KP_EXPORT kp_fortran2 mpi_type_free__ __attribute__((alias("kpf_type_free")));
 KP_EXPORT kp_fortran2 mpi_type_free __attribute__((alias("kpf_type_free")));
 KP_EXPORT kp_fortran2 MPI_TYPE_FREE __attribute__((alias("kpf_type_free")));
-static void kpf08_type_free(void *a0, void *a1)
+static void kpf08_type_free(void *f_type, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran2 *next = (kp_fortran2 *)kp_fortran_next(&next_fn, "pmpi_type_free_f08_", "mpi_type_free_f08_");
     if (!kp_on()) {
-        next(a0, a1);
+        next(f_type, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Type_free");
     kp_enter(fid);
     kp_in_fortran++;
-    next(a0, a1);
+    next(f_type, f_ierror);
     kp_in_fortran--;
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran2 mpi_type_free_f08_ __attribute__((alias("kpf08_type_free")));
-static void kpf08ts_type_free(void *a0, void *a1)
+static void kpf08ts_type_free(void *f_type, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran2 *next = (kp_fortran2 *)kp_fortran_next(&next_fn, "pmpi_type_free_f08ts_", "mpi_type_free_f08ts_");
     if (!kp_on()) {
-        next(a0, a1);
+        next(f_type, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Type_free");
     kp_enter(fid);
     kp_in_fortran++;
-    next(a0, a1);
+    next(f_type, f_ierror);
     kp_in_fortran--;
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran2 mpi_type_free_f08ts_ __attribute__((alias("kpf08ts_type_free")));
 
 /* MPI_Type_contiguous from Fortran (mpi_type_contiguous_, mpi_type_contiguous__, mpi_type_contiguous, MPI_TYPE_CONTIGUOUS; mpi_type_contiguous_f08_, mpi_type_contiguous_f08ts_). */
-static void kpf_type_contiguous(void *a0, void *a1, void *a2, void *a3)
+static void kpf_type_contiguous(void *f_count, void *f_oldtype, void *f_newtype,
+                                    void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran4 *next = (kp_fortran4 *)kp_fortran_next(&next_fn, "pmpi_type_contiguous_", "mpi_type_contiguous_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3);
+        next(f_count, f_oldtype, f_newtype, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Type_contiguous");
     kp_enter(fid);
     kp_in_fortran++;
-    next(a0, a1, a2, a3);
+    next(f_count, f_oldtype, f_newtype, f_ierror);
     kp_in_fortran--;
     kp_exit(fid);
 }
@@ -3222,55 +3253,58 @@ KP_EXPORT kp_fortran4 mpi_type_contiguous_ __attribute__((alias("kpf_type_contig
 KP_EXPORT kp_fortran4 mpi_type_contiguous__ __attribute__((alias("kpf_type_contiguous")));
 KP_EXPORT kp_fortran4 mpi_type_contiguous __attribute__((alias("kpf_type_contiguous")));
 KP_EXPORT kp_fortran4 MPI_TYPE_CONTIGUOUS __attribute__((alias("kpf_type_contiguous")));
-static void kpf08_type_contiguous(void *a0, void *a1, void *a2, void *a3)
+static void kpf08_type_contiguous(void *f_count, void *f_oldtype, void *f_newtype,
+                                    void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran4 *next = (kp_fortran4 *)kp_fortran_next(&next_fn, "pmpi_type_contiguous_f08_", "mpi_type_contiguous_f08_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3);
+        next(f_count, f_oldtype, f_newtype, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Type_contiguous");
     kp_enter(fid);
     kp_in_fortran++;
-    next(a0, a1, a2, a3);
+    next(f_count, f_oldtype, f_newtype, f_ierror);
     kp_in_fortran--;
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran4 mpi_type_contiguous_f08_ __attribute__((alias("kpf08_type_contiguous")));
-static void kpf08ts_type_contiguous(void *a0, void *a1, void *a2, void *a3)
+static void kpf08ts_type_contiguous(void *f_count, void *f_oldtype, void *f_newtype,
+                                    void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran4 *next = (kp_fortran4 *)kp_fortran_next(&next_fn, "pmpi_type_contiguous_f08ts_", "mpi_type_contiguous_f08ts_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3);
+        next(f_count, f_oldtype, f_newtype, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Type_contiguous");
     kp_enter(fid);
     kp_in_fortran++;
-    next(a0, a1, a2, a3);
+    next(f_count, f_oldtype, f_newtype, f_ierror);
     kp_in_fortran--;
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran4 mpi_type_contiguous_f08ts_ __attribute__((alias("kpf08ts_type_contiguous")));
 
 /* MPI_Type_vector from Fortran (mpi_type_vector_, mpi_type_vector__, mpi_type_vector, MPI_TYPE_VECTOR; mpi_type_vector_f08_, mpi_type_vector_f08ts_). */
-static void kpf_type_vector(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5)
+static void kpf_type_vector(void *f_count, void *f_blocklength, void *f_stride,
+                                void *f_oldtype, void *f_newtype, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran6 *next = (kp_fortran6 *)kp_fortran_next(&next_fn, "pmpi_type_vector_", "mpi_type_vector_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5);
+        next(f_count, f_blocklength, f_stride, f_oldtype, f_newtype, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Type_vector");
     kp_enter(fid);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5);
+    next(f_count, f_blocklength, f_stride, f_oldtype, f_newtype, f_ierror);
     kp_in_fortran--;
     kp_exit(fid);
 }
@@ -3278,56 +3312,62 @@ KP_EXPORT kp_fortran6 mpi_type_vector_ __attribute__((alias("kpf_type_vector")))
 KP_EXPORT kp_fortran6 mpi_type_vector__ __attribute__((alias("kpf_type_vector")));
 KP_EXPORT kp_fortran6 mpi_type_vector __attribute__((alias("kpf_type_vector")));
 KP_EXPORT kp_fortran6 MPI_TYPE_VECTOR __attribute__((alias("kpf_type_vector")));
-static void kpf08_type_vector(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5)
+static void kpf08_type_vector(void *f_count, void *f_blocklength, void *f_stride,
+                                void *f_oldtype, void *f_newtype, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran6 *next = (kp_fortran6 *)kp_fortran_next(&next_fn, "pmpi_type_vector_f08_", "mpi_type_vector_f08_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5);
+        next(f_count, f_blocklength, f_stride, f_oldtype, f_newtype, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Type_vector");
     kp_enter(fid);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5);
+    next(f_count, f_blocklength, f_stride, f_oldtype, f_newtype, f_ierror);
     kp_in_fortran--;
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran6 mpi_type_vector_f08_ __attribute__((alias("kpf08_type_vector")));
-static void kpf08ts_type_vector(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5)
+static void kpf08ts_type_vector(void *f_count, void *f_blocklength, void *f_stride,
+                                void *f_oldtype, void *f_newtype, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran6 *next = (kp_fortran6 *)kp_fortran_next(&next_fn, "pmpi_type_vector_f08ts_", "mpi_type_vector_f08ts_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5);
+        next(f_count, f_blocklength, f_stride, f_oldtype, f_newtype, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Type_vector");
     kp_enter(fid);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5);
+    next(f_count, f_blocklength, f_stride, f_oldtype, f_newtype, f_ierror);
     kp_in_fortran--;
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran6 mpi_type_vector_f08ts_ __attribute__((alias("kpf08ts_type_vector")));
 
 /* MPI_Type_create_struct from Fortran (mpi_type_create_struct_, mpi_type_create_struct__, mpi_type_create_struct, MPI_TYPE_CREATE_STRUCT; mpi_type_create_struct_f08_, mpi_type_create_struct_f08ts_). */
-static void kpf_type_create_struct(void *a0, void *a1, void *a2, void *a3, void *a4,
-                                     void *a5)
+static void kpf_type_create_struct(void *f_count, void *f_array_of_block_lengths,
+                                       void *f_array_of_displacements,
+                                       void *f_array_of_types, void *f_newtype,
+                                       void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran6 *next = (kp_fortran6 *)kp_fortran_next(&next_fn, "pmpi_type_create_struct_", "mpi_type_create_struct_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5);
+        next(f_count, f_array_of_block_lengths, f_array_of_displacements,
+             f_array_of_types, f_newtype, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Type_create_struct");
     kp_enter(fid);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5);
+    next(f_count, f_array_of_block_lengths, f_array_of_displacements, f_array_of_types,
+         f_newtype, f_ierror);
     kp_in_fortran--;
     kp_exit(fid);
 }
@@ -3335,57 +3375,66 @@ KP_EXPORT kp_fortran6 mpi_type_create_struct_ __attribute__((alias("kpf_type_cre
 KP_EXPORT kp_fortran6 mpi_type_create_struct__ __attribute__((alias("kpf_type_create_struct")));
 KP_EXPORT kp_fortran6 mpi_type_create_struct __attribute__((alias("kpf_type_create_struct")));
 KP_EXPORT kp_fortran6 MPI_TYPE_CREATE_STRUCT __attribute__((alias("kpf_type_create_struct")));
-static void kpf08_type_create_struct(void *a0, void *a1, void *a2, void *a3, void *a4,
-                                     void *a5)
+static void kpf08_type_create_struct(void *f_count, void *f_array_of_block_lengths,
+                                       void *f_array_of_displacements,
+                                       void *f_array_of_types, void *f_newtype,
+                                       void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran6 *next = (kp_fortran6 *)kp_fortran_next(&next_fn, "pmpi_type_create_struct_f08_", "mpi_type_create_struct_f08_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5);
+        next(f_count, f_array_of_block_lengths, f_array_of_displacements,
+             f_array_of_types, f_newtype, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Type_create_struct");
     kp_enter(fid);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5);
+    next(f_count, f_array_of_block_lengths, f_array_of_displacements, f_array_of_types,
+         f_newtype, f_ierror);
     kp_in_fortran--;
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran6 mpi_type_create_struct_f08_ __attribute__((alias("kpf08_type_create_struct")));
-static void kpf08ts_type_create_struct(void *a0, void *a1, void *a2, void *a3, void *a4,
-                                     void *a5)
+static void kpf08ts_type_create_struct(void *f_count, void *f_array_of_block_lengths,
+                                       void *f_array_of_displacements,
+                                       void *f_array_of_types, void *f_newtype,
+                                       void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran6 *next = (kp_fortran6 *)kp_fortran_next(&next_fn, "pmpi_type_create_struct_f08ts_", "mpi_type_create_struct_f08ts_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5);
+        next(f_count, f_array_of_block_lengths, f_array_of_displacements,
+             f_array_of_types, f_newtype, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Type_create_struct");
     kp_enter(fid);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5);
+    next(f_count, f_array_of_block_lengths, f_array_of_displacements, f_array_of_types,
+         f_newtype, f_ierror);
     kp_in_fortran--;
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran6 mpi_type_create_struct_f08ts_ __attribute__((alias("kpf08ts_type_create_struct")));
 
 /* MPI_Op_create from Fortran (mpi_op_create_, mpi_op_create__, mpi_op_create, MPI_OP_CREATE; mpi_op_create_f08_, mpi_op_create_f08ts_). */
-static void kpf_op_create(void *a0, void *a1, void *a2, void *a3)
+static void kpf_op_create(void *f_function, void *f_commute, void *f_op,
+                              void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran4 *next = (kp_fortran4 *)kp_fortran_next(&next_fn, "pmpi_op_create_", "mpi_op_create_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3);
+        next(f_function, f_commute, f_op, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Op_create");
     kp_enter(fid);
     kp_in_fortran++;
-    next(a0, a1, a2, a3);
+    next(f_function, f_commute, f_op, f_ierror);
     kp_in_fortran--;
     kp_exit(fid);
 }
@@ -3393,55 +3442,57 @@ KP_EXPORT kp_fortran4 mpi_op_create_ __attribute__((alias("kpf_op_create")));
 KP_EXPORT kp_fortran4 mpi_op_create__ __attribute__((alias("kpf_op_create")));
 KP_EXPORT kp_fortran4 mpi_op_create __attribute__((alias("kpf_op_create")));
 KP_EXPORT kp_fortran4 MPI_OP_CREATE __attribute__((alias("kpf_op_create")));
-static void kpf08_op_create(void *a0, void *a1, void *a2, void *a3)
+static void kpf08_op_create(void *f_function, void *f_commute, void *f_op,
+                              void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran4 *next = (kp_fortran4 *)kp_fortran_next(&next_fn, "pmpi_op_create_f08_", "mpi_op_create_f08_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3);
+        next(f_function, f_commute, f_op, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Op_create");
     kp_enter(fid);
     kp_in_fortran++;
-    next(a0, a1, a2, a3);
+    next(f_function, f_commute, f_op, f_ierror);
     kp_in_fortran--;
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran4 mpi_op_create_f08_ __attribute__((alias("kpf08_op_create")));
-static void kpf08ts_op_create(void *a0, void *a1, void *a2, void *a3)
+static void kpf08ts_op_create(void *f_function, void *f_commute, void *f_op,
+                              void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran4 *next = (kp_fortran4 *)kp_fortran_next(&next_fn, "pmpi_op_create_f08ts_", "mpi_op_create_f08ts_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3);
+        next(f_function, f_commute, f_op, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Op_create");
     kp_enter(fid);
     kp_in_fortran++;
-    next(a0, a1, a2, a3);
+    next(f_function, f_commute, f_op, f_ierror);
     kp_in_fortran--;
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran4 mpi_op_create_f08ts_ __attribute__((alias("kpf08ts_op_create")));
 
 /* MPI_Op_free from Fortran (mpi_op_free_, mpi_op_free__, mpi_op_free, MPI_OP_FREE; mpi_op_free_f08_, mpi_op_free_f08ts_). */
-static void kpf_op_free(void *a0, void *a1)
+static void kpf_op_free(void *f_op, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran2 *next = (kp_fortran2 *)kp_fortran_next(&next_fn, "pmpi_op_free_", "mpi_op_free_");
     if (!kp_on()) {
-        next(a0, a1);
+        next(f_op, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Op_free");
     kp_enter(fid);
     kp_in_fortran++;
-    next(a0, a1);
+    next(f_op, f_ierror);
     kp_in_fortran--;
     kp_exit(fid);
 }
@@ -3449,55 +3500,56 @@ KP_EXPORT kp_fortran2 mpi_op_free_ __attribute__((alias("kpf_op_free")));
 KP_EXPORT kp_fortran2 mpi_op_free__ __attribute__((alias("kpf_op_free")));
 KP_EXPORT kp_fortran2 mpi_op_free __attribute__((alias("kpf_op_free")));
 KP_EXPORT kp_fortran2 MPI_OP_FREE __attribute__((alias("kpf_op_free")));
-static void kpf08_op_free(void *a0, void *a1)
+static void kpf08_op_free(void *f_op, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran2 *next = (kp_fortran2 *)kp_fortran_next(&next_fn, "pmpi_op_free_f08_", "mpi_op_free_f08_");
     if (!kp_on()) {
-        next(a0, a1);
+        next(f_op, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Op_free");
     kp_enter(fid);
     kp_in_fortran++;
-    next(a0, a1);
+    next(f_op, f_ierror);
     kp_in_fortran--;
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran2 mpi_op_free_f08_ __attribute__((alias("kpf08_op_free")));
-static void kpf08ts_op_free(void *a0, void *a1)
+static void kpf08ts_op_free(void *f_op, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran2 *next = (kp_fortran2 *)kp_fortran_next(&next_fn, "pmpi_op_free_f08ts_", "mpi_op_free_f08ts_");
     if (!kp_on()) {
-        next(a0, a1);
+        next(f_op, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Op_free");
     kp_enter(fid);
     kp_in_fortran++;
-    next(a0, a1);
+    next(f_op, f_ierror);
     kp_in_fortran--;
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran2 mpi_op_free_f08ts_ __attribute__((alias("kpf08ts_op_free")));
 
 /* MPI_Get_count from Fortran (mpi_get_count_, mpi_get_count__, mpi_get_count, MPI_GET_COUNT; mpi_get_count_f08_, mpi_get_count_f08ts_). */
-static void kpf_get_count(void *a0, void *a1, void *a2, void *a3)
+static void kpf_get_count(void *f_status, void *f_datatype, void *f_count,
+                              void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran4 *next = (kp_fortran4 *)kp_fortran_next(&next_fn, "pmpi_get_count_", "mpi_get_count_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3);
+        next(f_status, f_datatype, f_count, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Get_count");
     kp_enter(fid);
     kp_in_fortran++;
-    next(a0, a1, a2, a3);
+    next(f_status, f_datatype, f_count, f_ierror);
     kp_in_fortran--;
     kp_exit(fid);
 }
@@ -3505,56 +3557,60 @@ KP_EXPORT kp_fortran4 mpi_get_count_ __attribute__((alias("kpf_get_count")));
 KP_EXPORT kp_fortran4 mpi_get_count__ __attribute__((alias("kpf_get_count")));
 KP_EXPORT kp_fortran4 mpi_get_count __attribute__((alias("kpf_get_count")));
 KP_EXPORT kp_fortran4 MPI_GET_COUNT __attribute__((alias("kpf_get_count")));
-static void kpf08_get_count(void *a0, void *a1, void *a2, void *a3)
+static void kpf08_get_count(void *f_status, void *f_datatype, void *f_count,
+                              void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran4 *next = (kp_fortran4 *)kp_fortran_next(&next_fn, "pmpi_get_count_f08_", "mpi_get_count_f08_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3);
+        next(f_status, f_datatype, f_count, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Get_count");
     kp_enter(fid);
     kp_in_fortran++;
-    next(a0, a1, a2, a3);
+    next(f_status, f_datatype, f_count, f_ierror);
     kp_in_fortran--;
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran4 mpi_get_count_f08_ __attribute__((alias("kpf08_get_count")));
-static void kpf08ts_get_count(void *a0, void *a1, void *a2, void *a3)
+static void kpf08ts_get_count(void *f_status, void *f_datatype, void *f_count,
+                              void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran4 *next = (kp_fortran4 *)kp_fortran_next(&next_fn, "pmpi_get_count_f08ts_", "mpi_get_count_f08ts_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3);
+        next(f_status, f_datatype, f_count, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Get_count");
     kp_enter(fid);
     kp_in_fortran++;
-    next(a0, a1, a2, a3);
+    next(f_status, f_datatype, f_count, f_ierror);
     kp_in_fortran--;
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran4 mpi_get_count_f08ts_ __attribute__((alias("kpf08ts_get_count")));
 
 /* MPI_Pack from Fortran (mpi_pack_, mpi_pack__, mpi_pack, MPI_PACK; mpi_pack_f08_, mpi_pack_f08ts_). */
-static void kpf_pack(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                       void *a6, void *a7)
+static void kpf_pack(void *f_inbuf, void *f_incount, void *f_datatype, void *f_outbuf,
+                         void *f_outsize, void *f_position, void *f_comm, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran8 *next = (kp_fortran8 *)kp_fortran_next(&next_fn, "pmpi_pack_", "mpi_pack_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6, a7);
+        next(f_inbuf, f_incount, f_datatype, f_outbuf, f_outsize, f_position, f_comm,
+             f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Pack");
     kp_enter(fid);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6, a7);
+    next(f_inbuf, f_incount, f_datatype, f_outbuf, f_outsize, f_position, f_comm,
+         f_ierror);
     kp_in_fortran--;
     kp_exit(fid);
 }
@@ -3562,58 +3618,65 @@ KP_EXPORT kp_fortran8 mpi_pack_ __attribute__((alias("kpf_pack")));
 KP_EXPORT kp_fortran8 mpi_pack__ __attribute__((alias("kpf_pack")));
 KP_EXPORT kp_fortran8 mpi_pack __attribute__((alias("kpf_pack")));
 KP_EXPORT kp_fortran8 MPI_PACK __attribute__((alias("kpf_pack")));
-static void kpf08_pack(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                       void *a6, void *a7)
+static void kpf08_pack(void *f_inbuf, void *f_incount, void *f_datatype, void *f_outbuf,
+                         void *f_outsize, void *f_position, void *f_comm, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran8 *next = (kp_fortran8 *)kp_fortran_next(&next_fn, "pmpi_pack_f08_", "mpi_pack_f08_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6, a7);
+        next(f_inbuf, f_incount, f_datatype, f_outbuf, f_outsize, f_position, f_comm,
+             f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Pack");
     kp_enter(fid);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6, a7);
+    next(f_inbuf, f_incount, f_datatype, f_outbuf, f_outsize, f_position, f_comm,
+         f_ierror);
     kp_in_fortran--;
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran8 mpi_pack_f08_ __attribute__((alias("kpf08_pack")));
-static void kpf08ts_pack(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                       void *a6, void *a7)
+static void kpf08ts_pack(void *f_inbuf, void *f_incount, void *f_datatype, void *f_outbuf,
+                         void *f_outsize, void *f_position, void *f_comm, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran8 *next = (kp_fortran8 *)kp_fortran_next(&next_fn, "pmpi_pack_f08ts_", "mpi_pack_f08ts_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6, a7);
+        next(f_inbuf, f_incount, f_datatype, f_outbuf, f_outsize, f_position, f_comm,
+             f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Pack");
     kp_enter(fid);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6, a7);
+    next(f_inbuf, f_incount, f_datatype, f_outbuf, f_outsize, f_position, f_comm,
+         f_ierror);
     kp_in_fortran--;
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran8 mpi_pack_f08ts_ __attribute__((alias("kpf08ts_pack")));
 
 /* MPI_Unpack from Fortran (mpi_unpack_, mpi_unpack__, mpi_unpack, MPI_UNPACK; mpi_unpack_f08_, mpi_unpack_f08ts_). */
-static void kpf_unpack(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                         void *a6, void *a7)
+static void kpf_unpack(void *f_inbuf, void *f_insize, void *f_position,
+                           void *f_outbuf, void *f_outcount, void *f_datatype,
+                           void *f_comm, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran8 *next = (kp_fortran8 *)kp_fortran_next(&next_fn, "pmpi_unpack_", "mpi_unpack_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6, a7);
+        next(f_inbuf, f_insize, f_position, f_outbuf, f_outcount, f_datatype, f_comm,
+             f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Unpack");
     kp_enter(fid);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6, a7);
+    next(f_inbuf, f_insize, f_position, f_outbuf, f_outcount, f_datatype, f_comm,
+         f_ierror);
     kp_in_fortran--;
     kp_exit(fid);
 }
@@ -3621,473 +3684,708 @@ KP_EXPORT kp_fortran8 mpi_unpack_ __attribute__((alias("kpf_unpack")));
 KP_EXPORT kp_fortran8 mpi_unpack__ __attribute__((alias("kpf_unpack")));
 KP_EXPORT kp_fortran8 mpi_unpack __attribute__((alias("kpf_unpack")));
 KP_EXPORT kp_fortran8 MPI_UNPACK __attribute__((alias("kpf_unpack")));
-static void kpf08_unpack(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                         void *a6, void *a7)
+static void kpf08_unpack(void *f_inbuf, void *f_insize, void *f_position,
+                           void *f_outbuf, void *f_outcount, void *f_datatype,
+                           void *f_comm, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran8 *next = (kp_fortran8 *)kp_fortran_next(&next_fn, "pmpi_unpack_f08_", "mpi_unpack_f08_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6, a7);
+        next(f_inbuf, f_insize, f_position, f_outbuf, f_outcount, f_datatype, f_comm,
+             f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Unpack");
     kp_enter(fid);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6, a7);
+    next(f_inbuf, f_insize, f_position, f_outbuf, f_outcount, f_datatype, f_comm,
+         f_ierror);
     kp_in_fortran--;
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran8 mpi_unpack_f08_ __attribute__((alias("kpf08_unpack")));
-static void kpf08ts_unpack(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                         void *a6, void *a7)
+static void kpf08ts_unpack(void *f_inbuf, void *f_insize, void *f_position,
+                           void *f_outbuf, void *f_outcount, void *f_datatype,
+                           void *f_comm, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran8 *next = (kp_fortran8 *)kp_fortran_next(&next_fn, "pmpi_unpack_f08ts_", "mpi_unpack_f08ts_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6, a7);
+        next(f_inbuf, f_insize, f_position, f_outbuf, f_outcount, f_datatype, f_comm,
+             f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Unpack");
     kp_enter(fid);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6, a7);
+    next(f_inbuf, f_insize, f_position, f_outbuf, f_outcount, f_datatype, f_comm,
+         f_ierror);
     kp_in_fortran--;
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran8 mpi_unpack_f08ts_ __attribute__((alias("kpf08ts_unpack")));
 
 /* MPI_Send from Fortran (mpi_send_, mpi_send__, mpi_send, MPI_SEND; mpi_send_f08_, mpi_send_f08ts_). */
-static void kpf_send(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                       void *a6)
+static void kpf_send(void *f_buf, void *f_count, void *f_datatype, void *f_dest,
+                         void *f_tag, void *f_comm, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran7 *next = (kp_fortran7 *)kp_fortran_next(&next_fn, "pmpi_send_", "mpi_send_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6);
+        next(f_buf, f_count, f_datatype, f_dest, f_tag, f_comm, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Send");
     kp_enter(fid);
+    int count = kp_fint(f_count);
+    MPI_Datatype datatype = kp_ftype(f_datatype);
+    int dest = kp_fint(f_dest);
+    int tag = kp_fint(f_tag);
+    MPI_Comm comm = kp_fcomm(f_comm);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6);
+    next(f_buf, f_count, f_datatype, f_dest, f_tag, f_comm, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS)
+        kp_send_event(comm, dest, tag, count, datatype);
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran7 mpi_send_ __attribute__((alias("kpf_send")));
 KP_EXPORT kp_fortran7 mpi_send__ __attribute__((alias("kpf_send")));
 KP_EXPORT kp_fortran7 mpi_send __attribute__((alias("kpf_send")));
 KP_EXPORT kp_fortran7 MPI_SEND __attribute__((alias("kpf_send")));
-static void kpf08_send(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                       void *a6)
+static void kpf08_send(void *f_buf, void *f_count, void *f_datatype, void *f_dest,
+                         void *f_tag, void *f_comm, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran7 *next = (kp_fortran7 *)kp_fortran_next(&next_fn, "pmpi_send_f08_", "mpi_send_f08_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6);
+        next(f_buf, f_count, f_datatype, f_dest, f_tag, f_comm, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Send");
     kp_enter(fid);
+    int count = kp_fint(f_count);
+    MPI_Datatype datatype = kp_ftype(f_datatype);
+    int dest = kp_fint(f_dest);
+    int tag = kp_fint(f_tag);
+    MPI_Comm comm = kp_fcomm(f_comm);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6);
+    next(f_buf, f_count, f_datatype, f_dest, f_tag, f_comm, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS)
+        kp_send_event(comm, dest, tag, count, datatype);
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran7 mpi_send_f08_ __attribute__((alias("kpf08_send")));
-static void kpf08ts_send(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                       void *a6)
+static void kpf08ts_send(void *f_buf, void *f_count, void *f_datatype, void *f_dest,
+                         void *f_tag, void *f_comm, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran7 *next = (kp_fortran7 *)kp_fortran_next(&next_fn, "pmpi_send_f08ts_", "mpi_send_f08ts_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6);
+        next(f_buf, f_count, f_datatype, f_dest, f_tag, f_comm, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Send");
     kp_enter(fid);
+    int count = kp_fint(f_count);
+    MPI_Datatype datatype = kp_ftype(f_datatype);
+    int dest = kp_fint(f_dest);
+    int tag = kp_fint(f_tag);
+    MPI_Comm comm = kp_fcomm(f_comm);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6);
+    next(f_buf, f_count, f_datatype, f_dest, f_tag, f_comm, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS)
+        kp_send_event(comm, dest, tag, count, datatype);
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran7 mpi_send_f08ts_ __attribute__((alias("kpf08ts_send")));
 
 /* MPI_Ssend from Fortran (mpi_ssend_, mpi_ssend__, mpi_ssend, MPI_SSEND; mpi_ssend_f08_, mpi_ssend_f08ts_). */
-static void kpf_ssend(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                        void *a6)
+static void kpf_ssend(void *f_buf, void *f_count, void *f_datatype, void *f_dest,
+                          void *f_tag, void *f_comm, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran7 *next = (kp_fortran7 *)kp_fortran_next(&next_fn, "pmpi_ssend_", "mpi_ssend_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6);
+        next(f_buf, f_count, f_datatype, f_dest, f_tag, f_comm, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Ssend");
     kp_enter(fid);
+    int count = kp_fint(f_count);
+    MPI_Datatype datatype = kp_ftype(f_datatype);
+    int dest = kp_fint(f_dest);
+    int tag = kp_fint(f_tag);
+    MPI_Comm comm = kp_fcomm(f_comm);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6);
+    next(f_buf, f_count, f_datatype, f_dest, f_tag, f_comm, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS)
+        kp_send_event(comm, dest, tag, count, datatype);
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran7 mpi_ssend_ __attribute__((alias("kpf_ssend")));
 KP_EXPORT kp_fortran7 mpi_ssend__ __attribute__((alias("kpf_ssend")));
 KP_EXPORT kp_fortran7 mpi_ssend __attribute__((alias("kpf_ssend")));
 KP_EXPORT kp_fortran7 MPI_SSEND __attribute__((alias("kpf_ssend")));
-static void kpf08_ssend(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                        void *a6)
+static void kpf08_ssend(void *f_buf, void *f_count, void *f_datatype, void *f_dest,
+                          void *f_tag, void *f_comm, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran7 *next = (kp_fortran7 *)kp_fortran_next(&next_fn, "pmpi_ssend_f08_", "mpi_ssend_f08_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6);
+        next(f_buf, f_count, f_datatype, f_dest, f_tag, f_comm, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Ssend");
     kp_enter(fid);
+    int count = kp_fint(f_count);
+    MPI_Datatype datatype = kp_ftype(f_datatype);
+    int dest = kp_fint(f_dest);
+    int tag = kp_fint(f_tag);
+    MPI_Comm comm = kp_fcomm(f_comm);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6);
+    next(f_buf, f_count, f_datatype, f_dest, f_tag, f_comm, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS)
+        kp_send_event(comm, dest, tag, count, datatype);
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran7 mpi_ssend_f08_ __attribute__((alias("kpf08_ssend")));
-static void kpf08ts_ssend(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                        void *a6)
+static void kpf08ts_ssend(void *f_buf, void *f_count, void *f_datatype, void *f_dest,
+                          void *f_tag, void *f_comm, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran7 *next = (kp_fortran7 *)kp_fortran_next(&next_fn, "pmpi_ssend_f08ts_", "mpi_ssend_f08ts_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6);
+        next(f_buf, f_count, f_datatype, f_dest, f_tag, f_comm, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Ssend");
     kp_enter(fid);
+    int count = kp_fint(f_count);
+    MPI_Datatype datatype = kp_ftype(f_datatype);
+    int dest = kp_fint(f_dest);
+    int tag = kp_fint(f_tag);
+    MPI_Comm comm = kp_fcomm(f_comm);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6);
+    next(f_buf, f_count, f_datatype, f_dest, f_tag, f_comm, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS)
+        kp_send_event(comm, dest, tag, count, datatype);
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran7 mpi_ssend_f08ts_ __attribute__((alias("kpf08ts_ssend")));
 
 /* MPI_Bsend from Fortran (mpi_bsend_, mpi_bsend__, mpi_bsend, MPI_BSEND; mpi_bsend_f08_, mpi_bsend_f08ts_). */
-static void kpf_bsend(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                        void *a6)
+static void kpf_bsend(void *f_buf, void *f_count, void *f_datatype, void *f_dest,
+                          void *f_tag, void *f_comm, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran7 *next = (kp_fortran7 *)kp_fortran_next(&next_fn, "pmpi_bsend_", "mpi_bsend_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6);
+        next(f_buf, f_count, f_datatype, f_dest, f_tag, f_comm, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Bsend");
     kp_enter(fid);
+    int count = kp_fint(f_count);
+    MPI_Datatype datatype = kp_ftype(f_datatype);
+    int dest = kp_fint(f_dest);
+    int tag = kp_fint(f_tag);
+    MPI_Comm comm = kp_fcomm(f_comm);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6);
+    next(f_buf, f_count, f_datatype, f_dest, f_tag, f_comm, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS)
+        kp_send_event(comm, dest, tag, count, datatype);
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran7 mpi_bsend_ __attribute__((alias("kpf_bsend")));
 KP_EXPORT kp_fortran7 mpi_bsend__ __attribute__((alias("kpf_bsend")));
 KP_EXPORT kp_fortran7 mpi_bsend __attribute__((alias("kpf_bsend")));
 KP_EXPORT kp_fortran7 MPI_BSEND __attribute__((alias("kpf_bsend")));
-static void kpf08_bsend(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                        void *a6)
+static void kpf08_bsend(void *f_buf, void *f_count, void *f_datatype, void *f_dest,
+                          void *f_tag, void *f_comm, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran7 *next = (kp_fortran7 *)kp_fortran_next(&next_fn, "pmpi_bsend_f08_", "mpi_bsend_f08_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6);
+        next(f_buf, f_count, f_datatype, f_dest, f_tag, f_comm, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Bsend");
     kp_enter(fid);
+    int count = kp_fint(f_count);
+    MPI_Datatype datatype = kp_ftype(f_datatype);
+    int dest = kp_fint(f_dest);
+    int tag = kp_fint(f_tag);
+    MPI_Comm comm = kp_fcomm(f_comm);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6);
+    next(f_buf, f_count, f_datatype, f_dest, f_tag, f_comm, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS)
+        kp_send_event(comm, dest, tag, count, datatype);
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran7 mpi_bsend_f08_ __attribute__((alias("kpf08_bsend")));
-static void kpf08ts_bsend(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                        void *a6)
+static void kpf08ts_bsend(void *f_buf, void *f_count, void *f_datatype, void *f_dest,
+                          void *f_tag, void *f_comm, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran7 *next = (kp_fortran7 *)kp_fortran_next(&next_fn, "pmpi_bsend_f08ts_", "mpi_bsend_f08ts_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6);
+        next(f_buf, f_count, f_datatype, f_dest, f_tag, f_comm, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Bsend");
     kp_enter(fid);
+    int count = kp_fint(f_count);
+    MPI_Datatype datatype = kp_ftype(f_datatype);
+    int dest = kp_fint(f_dest);
+    int tag = kp_fint(f_tag);
+    MPI_Comm comm = kp_fcomm(f_comm);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6);
+    next(f_buf, f_count, f_datatype, f_dest, f_tag, f_comm, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS)
+        kp_send_event(comm, dest, tag, count, datatype);
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran7 mpi_bsend_f08ts_ __attribute__((alias("kpf08ts_bsend")));
 
 /* MPI_Rsend from Fortran (mpi_rsend_, mpi_rsend__, mpi_rsend, MPI_RSEND; mpi_rsend_f08_, mpi_rsend_f08ts_). */
-static void kpf_rsend(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                        void *a6)
+static void kpf_rsend(void *f_ibuf, void *f_count, void *f_datatype, void *f_dest,
+                          void *f_tag, void *f_comm, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran7 *next = (kp_fortran7 *)kp_fortran_next(&next_fn, "pmpi_rsend_", "mpi_rsend_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6);
+        next(f_ibuf, f_count, f_datatype, f_dest, f_tag, f_comm, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Rsend");
     kp_enter(fid);
+    int count = kp_fint(f_count);
+    MPI_Datatype datatype = kp_ftype(f_datatype);
+    int dest = kp_fint(f_dest);
+    int tag = kp_fint(f_tag);
+    MPI_Comm comm = kp_fcomm(f_comm);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6);
+    next(f_ibuf, f_count, f_datatype, f_dest, f_tag, f_comm, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS)
+        kp_send_event(comm, dest, tag, count, datatype);
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran7 mpi_rsend_ __attribute__((alias("kpf_rsend")));
 KP_EXPORT kp_fortran7 mpi_rsend__ __attribute__((alias("kpf_rsend")));
 KP_EXPORT kp_fortran7 mpi_rsend __attribute__((alias("kpf_rsend")));
 KP_EXPORT kp_fortran7 MPI_RSEND __attribute__((alias("kpf_rsend")));
-static void kpf08_rsend(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                        void *a6)
+static void kpf08_rsend(void *f_ibuf, void *f_count, void *f_datatype, void *f_dest,
+                          void *f_tag, void *f_comm, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran7 *next = (kp_fortran7 *)kp_fortran_next(&next_fn, "pmpi_rsend_f08_", "mpi_rsend_f08_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6);
+        next(f_ibuf, f_count, f_datatype, f_dest, f_tag, f_comm, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Rsend");
     kp_enter(fid);
+    int count = kp_fint(f_count);
+    MPI_Datatype datatype = kp_ftype(f_datatype);
+    int dest = kp_fint(f_dest);
+    int tag = kp_fint(f_tag);
+    MPI_Comm comm = kp_fcomm(f_comm);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6);
+    next(f_ibuf, f_count, f_datatype, f_dest, f_tag, f_comm, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS)
+        kp_send_event(comm, dest, tag, count, datatype);
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran7 mpi_rsend_f08_ __attribute__((alias("kpf08_rsend")));
-static void kpf08ts_rsend(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                        void *a6)
+static void kpf08ts_rsend(void *f_ibuf, void *f_count, void *f_datatype, void *f_dest,
+                          void *f_tag, void *f_comm, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran7 *next = (kp_fortran7 *)kp_fortran_next(&next_fn, "pmpi_rsend_f08ts_", "mpi_rsend_f08ts_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6);
+        next(f_ibuf, f_count, f_datatype, f_dest, f_tag, f_comm, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Rsend");
     kp_enter(fid);
+    int count = kp_fint(f_count);
+    MPI_Datatype datatype = kp_ftype(f_datatype);
+    int dest = kp_fint(f_dest);
+    int tag = kp_fint(f_tag);
+    MPI_Comm comm = kp_fcomm(f_comm);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6);
+    next(f_ibuf, f_count, f_datatype, f_dest, f_tag, f_comm, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS)
+        kp_send_event(comm, dest, tag, count, datatype);
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran7 mpi_rsend_f08ts_ __attribute__((alias("kpf08ts_rsend")));
 
 /* MPI_Recv from Fortran (mpi_recv_, mpi_recv__, mpi_recv, MPI_RECV; mpi_recv_f08_, mpi_recv_f08ts_). */
-static void kpf_recv(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                       void *a6, void *a7)
+static void kpf_recv(void *f_buf, void *f_count, void *f_datatype, void *f_source,
+                         void *f_tag, void *f_comm, void *f_status, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran8 *next = (kp_fortran8 *)kp_fortran_next(&next_fn, "pmpi_recv_", "mpi_recv_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6, a7);
+        next(f_buf, f_count, f_datatype, f_source, f_tag, f_comm, f_status, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Recv");
     kp_enter(fid);
+    MPI_Comm comm = kp_fcomm(f_comm);
+    MPI_Status kp_fst, kp_st, *st = &kp_st;
+    void *f_st = kp_fstatus_arg(f_status, &kp_fst);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6, a7);
+    next(f_buf, f_count, f_datatype, f_source, f_tag, f_comm, f_st, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS)
+        kp_fstatus(f_st, st);
+    if (rc == MPI_SUCCESS)
+        kp_recv_done(comm, st);
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran8 mpi_recv_ __attribute__((alias("kpf_recv")));
 KP_EXPORT kp_fortran8 mpi_recv__ __attribute__((alias("kpf_recv")));
 KP_EXPORT kp_fortran8 mpi_recv __attribute__((alias("kpf_recv")));
 KP_EXPORT kp_fortran8 MPI_RECV __attribute__((alias("kpf_recv")));
-static void kpf08_recv(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                       void *a6, void *a7)
+static void kpf08_recv(void *f_buf, void *f_count, void *f_datatype, void *f_source,
+                         void *f_tag, void *f_comm, void *f_status, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran8 *next = (kp_fortran8 *)kp_fortran_next(&next_fn, "pmpi_recv_f08_", "mpi_recv_f08_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6, a7);
+        next(f_buf, f_count, f_datatype, f_source, f_tag, f_comm, f_status, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Recv");
     kp_enter(fid);
+    MPI_Comm comm = kp_fcomm(f_comm);
+    MPI_Status kp_fst, kp_st, *st = &kp_st;
+    void *f_st = kp_fstatus_arg(f_status, &kp_fst);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6, a7);
+    next(f_buf, f_count, f_datatype, f_source, f_tag, f_comm, f_st, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS)
+        kp_fstatus(f_st, st);
+    if (rc == MPI_SUCCESS)
+        kp_recv_done(comm, st);
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran8 mpi_recv_f08_ __attribute__((alias("kpf08_recv")));
-static void kpf08ts_recv(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                       void *a6, void *a7)
+static void kpf08ts_recv(void *f_buf, void *f_count, void *f_datatype, void *f_source,
+                         void *f_tag, void *f_comm, void *f_status, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran8 *next = (kp_fortran8 *)kp_fortran_next(&next_fn, "pmpi_recv_f08ts_", "mpi_recv_f08ts_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6, a7);
+        next(f_buf, f_count, f_datatype, f_source, f_tag, f_comm, f_status, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Recv");
     kp_enter(fid);
+    MPI_Comm comm = kp_fcomm(f_comm);
+    MPI_Status kp_fst, kp_st, *st = &kp_st;
+    void *f_st = kp_fstatus_arg(f_status, &kp_fst);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6, a7);
+    next(f_buf, f_count, f_datatype, f_source, f_tag, f_comm, f_st, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS)
+        kp_fstatus(f_st, st);
+    if (rc == MPI_SUCCESS)
+        kp_recv_done(comm, st);
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran8 mpi_recv_f08ts_ __attribute__((alias("kpf08ts_recv")));
 
 /* MPI_Sendrecv from Fortran (mpi_sendrecv_, mpi_sendrecv__, mpi_sendrecv, MPI_SENDRECV; mpi_sendrecv_f08_, mpi_sendrecv_f08ts_). */
-static void kpf_sendrecv(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                           void *a6, void *a7, void *a8, void *a9, void *a10, void *a11,
-                           void *a12)
+static void kpf_sendrecv(void *f_sendbuf, void *f_sendcount, void *f_sendtype,
+                             void *f_dest, void *f_sendtag, void *f_recvbuf,
+                             void *f_recvcount, void *f_recvtype, void *f_source,
+                             void *f_recvtag, void *f_comm, void *f_status,
+                             void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran13 *next = (kp_fortran13 *)kp_fortran_next(&next_fn, "pmpi_sendrecv_", "mpi_sendrecv_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12);
+        next(f_sendbuf, f_sendcount, f_sendtype, f_dest, f_sendtag, f_recvbuf,
+             f_recvcount, f_recvtype, f_source, f_recvtag, f_comm, f_status, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Sendrecv");
     kp_enter(fid);
+    int sendcount = kp_fint(f_sendcount);
+    MPI_Datatype sendtype = kp_ftype(f_sendtype);
+    int dest = kp_fint(f_dest);
+    int sendtag = kp_fint(f_sendtag);
+    MPI_Comm comm = kp_fcomm(f_comm);
+    MPI_Status kp_fst, kp_st, *st = &kp_st;
+    void *f_st = kp_fstatus_arg(f_status, &kp_fst);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12);
+    next(f_sendbuf, f_sendcount, f_sendtype, f_dest, f_sendtag, f_recvbuf, f_recvcount,
+         f_recvtype, f_source, f_recvtag, f_comm, f_st, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS)
+        kp_fstatus(f_st, st);
+    if (rc == MPI_SUCCESS) {
+        kp_send_event(comm, dest, sendtag, sendcount, sendtype);
+        kp_recv_done(comm, st);
+    }
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran13 mpi_sendrecv_ __attribute__((alias("kpf_sendrecv")));
 KP_EXPORT kp_fortran13 mpi_sendrecv__ __attribute__((alias("kpf_sendrecv")));
 KP_EXPORT kp_fortran13 mpi_sendrecv __attribute__((alias("kpf_sendrecv")));
 KP_EXPORT kp_fortran13 MPI_SENDRECV __attribute__((alias("kpf_sendrecv")));
-static void kpf08_sendrecv(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                           void *a6, void *a7, void *a8, void *a9, void *a10, void *a11,
-                           void *a12)
+static void kpf08_sendrecv(void *f_sendbuf, void *f_sendcount, void *f_sendtype,
+                             void *f_dest, void *f_sendtag, void *f_recvbuf,
+                             void *f_recvcount, void *f_recvtype, void *f_source,
+                             void *f_recvtag, void *f_comm, void *f_status,
+                             void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran13 *next = (kp_fortran13 *)kp_fortran_next(&next_fn, "pmpi_sendrecv_f08_", "mpi_sendrecv_f08_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12);
+        next(f_sendbuf, f_sendcount, f_sendtype, f_dest, f_sendtag, f_recvbuf,
+             f_recvcount, f_recvtype, f_source, f_recvtag, f_comm, f_status, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Sendrecv");
     kp_enter(fid);
+    int sendcount = kp_fint(f_sendcount);
+    MPI_Datatype sendtype = kp_ftype(f_sendtype);
+    int dest = kp_fint(f_dest);
+    int sendtag = kp_fint(f_sendtag);
+    MPI_Comm comm = kp_fcomm(f_comm);
+    MPI_Status kp_fst, kp_st, *st = &kp_st;
+    void *f_st = kp_fstatus_arg(f_status, &kp_fst);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12);
+    next(f_sendbuf, f_sendcount, f_sendtype, f_dest, f_sendtag, f_recvbuf, f_recvcount,
+         f_recvtype, f_source, f_recvtag, f_comm, f_st, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS)
+        kp_fstatus(f_st, st);
+    if (rc == MPI_SUCCESS) {
+        kp_send_event(comm, dest, sendtag, sendcount, sendtype);
+        kp_recv_done(comm, st);
+    }
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran13 mpi_sendrecv_f08_ __attribute__((alias("kpf08_sendrecv")));
-static void kpf08ts_sendrecv(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                           void *a6, void *a7, void *a8, void *a9, void *a10, void *a11,
-                           void *a12)
+static void kpf08ts_sendrecv(void *f_sendbuf, void *f_sendcount, void *f_sendtype,
+                             void *f_dest, void *f_sendtag, void *f_recvbuf,
+                             void *f_recvcount, void *f_recvtype, void *f_source,
+                             void *f_recvtag, void *f_comm, void *f_status,
+                             void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran13 *next = (kp_fortran13 *)kp_fortran_next(&next_fn, "pmpi_sendrecv_f08ts_", "mpi_sendrecv_f08ts_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12);
+        next(f_sendbuf, f_sendcount, f_sendtype, f_dest, f_sendtag, f_recvbuf,
+             f_recvcount, f_recvtype, f_source, f_recvtag, f_comm, f_status, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Sendrecv");
     kp_enter(fid);
+    int sendcount = kp_fint(f_sendcount);
+    MPI_Datatype sendtype = kp_ftype(f_sendtype);
+    int dest = kp_fint(f_dest);
+    int sendtag = kp_fint(f_sendtag);
+    MPI_Comm comm = kp_fcomm(f_comm);
+    MPI_Status kp_fst, kp_st, *st = &kp_st;
+    void *f_st = kp_fstatus_arg(f_status, &kp_fst);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12);
+    next(f_sendbuf, f_sendcount, f_sendtype, f_dest, f_sendtag, f_recvbuf, f_recvcount,
+         f_recvtype, f_source, f_recvtag, f_comm, f_st, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS)
+        kp_fstatus(f_st, st);
+    if (rc == MPI_SUCCESS) {
+        kp_send_event(comm, dest, sendtag, sendcount, sendtype);
+        kp_recv_done(comm, st);
+    }
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran13 mpi_sendrecv_f08ts_ __attribute__((alias("kpf08ts_sendrecv")));
 
 /* MPI_Sendrecv_replace from Fortran (mpi_sendrecv_replace_, mpi_sendrecv_replace__, mpi_sendrecv_replace, MPI_SENDRECV_REPLACE; mpi_sendrecv_replace_f08_, mpi_sendrecv_replace_f08ts_). */
-static void kpf_sendrecv_replace(void *a0, void *a1, void *a2, void *a3, void *a4,
-                                   void *a5, void *a6, void *a7, void *a8, void *a9)
+static void kpf_sendrecv_replace(void *f_buf, void *f_count, void *f_datatype,
+                                     void *f_dest, void *f_sendtag, void *f_source,
+                                     void *f_recvtag, void *f_comm, void *f_status,
+                                     void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran10 *next = (kp_fortran10 *)kp_fortran_next(&next_fn, "pmpi_sendrecv_replace_", "mpi_sendrecv_replace_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9);
+        next(f_buf, f_count, f_datatype, f_dest, f_sendtag, f_source, f_recvtag, f_comm,
+             f_status, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Sendrecv_replace");
     kp_enter(fid);
+    int count = kp_fint(f_count);
+    MPI_Datatype datatype = kp_ftype(f_datatype);
+    int dest = kp_fint(f_dest);
+    int sendtag = kp_fint(f_sendtag);
+    MPI_Comm comm = kp_fcomm(f_comm);
+    MPI_Status kp_fst, kp_st, *st = &kp_st;
+    void *f_st = kp_fstatus_arg(f_status, &kp_fst);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9);
+    next(f_buf, f_count, f_datatype, f_dest, f_sendtag, f_source, f_recvtag, f_comm, f_st,
+         f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS)
+        kp_fstatus(f_st, st);
+    if (rc == MPI_SUCCESS) {
+        kp_send_event(comm, dest, sendtag, count, datatype);
+        kp_recv_done(comm, st);
+    }
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran10 mpi_sendrecv_replace_ __attribute__((alias("kpf_sendrecv_replace")));
 KP_EXPORT kp_fortran10 mpi_sendrecv_replace__ __attribute__((alias("kpf_sendrecv_replace")));
 KP_EXPORT kp_fortran10 mpi_sendrecv_replace __attribute__((alias("kpf_sendrecv_replace")));
 KP_EXPORT kp_fortran10 MPI_SENDRECV_REPLACE __attribute__((alias("kpf_sendrecv_replace")));
-static void kpf08_sendrecv_replace(void *a0, void *a1, void *a2, void *a3, void *a4,
-                                   void *a5, void *a6, void *a7, void *a8, void *a9)
+static void kpf08_sendrecv_replace(void *f_buf, void *f_count, void *f_datatype,
+                                     void *f_dest, void *f_sendtag, void *f_source,
+                                     void *f_recvtag, void *f_comm, void *f_status,
+                                     void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran10 *next = (kp_fortran10 *)kp_fortran_next(&next_fn, "pmpi_sendrecv_replace_f08_", "mpi_sendrecv_replace_f08_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9);
+        next(f_buf, f_count, f_datatype, f_dest, f_sendtag, f_source, f_recvtag, f_comm,
+             f_status, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Sendrecv_replace");
     kp_enter(fid);
+    int count = kp_fint(f_count);
+    MPI_Datatype datatype = kp_ftype(f_datatype);
+    int dest = kp_fint(f_dest);
+    int sendtag = kp_fint(f_sendtag);
+    MPI_Comm comm = kp_fcomm(f_comm);
+    MPI_Status kp_fst, kp_st, *st = &kp_st;
+    void *f_st = kp_fstatus_arg(f_status, &kp_fst);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9);
+    next(f_buf, f_count, f_datatype, f_dest, f_sendtag, f_source, f_recvtag, f_comm, f_st,
+         f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS)
+        kp_fstatus(f_st, st);
+    if (rc == MPI_SUCCESS) {
+        kp_send_event(comm, dest, sendtag, count, datatype);
+        kp_recv_done(comm, st);
+    }
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran10 mpi_sendrecv_replace_f08_ __attribute__((alias("kpf08_sendrecv_replace")));
-static void kpf08ts_sendrecv_replace(void *a0, void *a1, void *a2, void *a3, void *a4,
-                                   void *a5, void *a6, void *a7, void *a8, void *a9)
+static void kpf08ts_sendrecv_replace(void *f_buf, void *f_count, void *f_datatype,
+                                     void *f_dest, void *f_sendtag, void *f_source,
+                                     void *f_recvtag, void *f_comm, void *f_status,
+                                     void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran10 *next = (kp_fortran10 *)kp_fortran_next(&next_fn, "pmpi_sendrecv_replace_f08ts_", "mpi_sendrecv_replace_f08ts_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9);
+        next(f_buf, f_count, f_datatype, f_dest, f_sendtag, f_source, f_recvtag, f_comm,
+             f_status, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Sendrecv_replace");
     kp_enter(fid);
+    int count = kp_fint(f_count);
+    MPI_Datatype datatype = kp_ftype(f_datatype);
+    int dest = kp_fint(f_dest);
+    int sendtag = kp_fint(f_sendtag);
+    MPI_Comm comm = kp_fcomm(f_comm);
+    MPI_Status kp_fst, kp_st, *st = &kp_st;
+    void *f_st = kp_fstatus_arg(f_status, &kp_fst);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9);
+    next(f_buf, f_count, f_datatype, f_dest, f_sendtag, f_source, f_recvtag, f_comm, f_st,
+         f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS)
+        kp_fstatus(f_st, st);
+    if (rc == MPI_SUCCESS) {
+        kp_send_event(comm, dest, sendtag, count, datatype);
+        kp_recv_done(comm, st);
+    }
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran10 mpi_sendrecv_replace_f08ts_ __attribute__((alias("kpf08ts_sendrecv_replace")));
 
 /* MPI_Probe from Fortran (mpi_probe_, mpi_probe__, mpi_probe, MPI_PROBE; mpi_probe_f08_, mpi_probe_f08ts_). */
-static void kpf_probe(void *a0, void *a1, void *a2, void *a3, void *a4)
+static void kpf_probe(void *f_source, void *f_tag, void *f_comm, void *f_status,
+                          void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran5 *next = (kp_fortran5 *)kp_fortran_next(&next_fn, "pmpi_probe_", "mpi_probe_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4);
+        next(f_source, f_tag, f_comm, f_status, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Probe");
     kp_enter(fid);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4);
+    next(f_source, f_tag, f_comm, f_status, f_ierror);
     kp_in_fortran--;
     kp_exit(fid);
 }
@@ -4095,55 +4393,58 @@ KP_EXPORT kp_fortran5 mpi_probe_ __attribute__((alias("kpf_probe")));
 KP_EXPORT kp_fortran5 mpi_probe__ __attribute__((alias("kpf_probe")));
 KP_EXPORT kp_fortran5 mpi_probe __attribute__((alias("kpf_probe")));
 KP_EXPORT kp_fortran5 MPI_PROBE __attribute__((alias("kpf_probe")));
-static void kpf08_probe(void *a0, void *a1, void *a2, void *a3, void *a4)
+static void kpf08_probe(void *f_source, void *f_tag, void *f_comm, void *f_status,
+                          void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran5 *next = (kp_fortran5 *)kp_fortran_next(&next_fn, "pmpi_probe_f08_", "mpi_probe_f08_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4);
+        next(f_source, f_tag, f_comm, f_status, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Probe");
     kp_enter(fid);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4);
+    next(f_source, f_tag, f_comm, f_status, f_ierror);
     kp_in_fortran--;
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran5 mpi_probe_f08_ __attribute__((alias("kpf08_probe")));
-static void kpf08ts_probe(void *a0, void *a1, void *a2, void *a3, void *a4)
+static void kpf08ts_probe(void *f_source, void *f_tag, void *f_comm, void *f_status,
+                          void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran5 *next = (kp_fortran5 *)kp_fortran_next(&next_fn, "pmpi_probe_f08ts_", "mpi_probe_f08ts_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4);
+        next(f_source, f_tag, f_comm, f_status, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Probe");
     kp_enter(fid);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4);
+    next(f_source, f_tag, f_comm, f_status, f_ierror);
     kp_in_fortran--;
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran5 mpi_probe_f08ts_ __attribute__((alias("kpf08ts_probe")));
 
 /* MPI_Iprobe from Fortran (mpi_iprobe_, mpi_iprobe__, mpi_iprobe, MPI_IPROBE; mpi_iprobe_f08_, mpi_iprobe_f08ts_). */
-static void kpf_iprobe(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5)
+static void kpf_iprobe(void *f_source, void *f_tag, void *f_comm, void *f_flag,
+                           void *f_status, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran6 *next = (kp_fortran6 *)kp_fortran_next(&next_fn, "pmpi_iprobe_", "mpi_iprobe_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5);
+        next(f_source, f_tag, f_comm, f_flag, f_status, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Iprobe");
     kp_enter(fid);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5);
+    next(f_source, f_tag, f_comm, f_flag, f_status, f_ierror);
     kp_in_fortran--;
     kp_exit(fid);
 }
@@ -4151,351 +4452,470 @@ KP_EXPORT kp_fortran6 mpi_iprobe_ __attribute__((alias("kpf_iprobe")));
 KP_EXPORT kp_fortran6 mpi_iprobe__ __attribute__((alias("kpf_iprobe")));
 KP_EXPORT kp_fortran6 mpi_iprobe __attribute__((alias("kpf_iprobe")));
 KP_EXPORT kp_fortran6 MPI_IPROBE __attribute__((alias("kpf_iprobe")));
-static void kpf08_iprobe(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5)
+static void kpf08_iprobe(void *f_source, void *f_tag, void *f_comm, void *f_flag,
+                           void *f_status, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran6 *next = (kp_fortran6 *)kp_fortran_next(&next_fn, "pmpi_iprobe_f08_", "mpi_iprobe_f08_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5);
+        next(f_source, f_tag, f_comm, f_flag, f_status, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Iprobe");
     kp_enter(fid);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5);
+    next(f_source, f_tag, f_comm, f_flag, f_status, f_ierror);
     kp_in_fortran--;
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran6 mpi_iprobe_f08_ __attribute__((alias("kpf08_iprobe")));
-static void kpf08ts_iprobe(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5)
+static void kpf08ts_iprobe(void *f_source, void *f_tag, void *f_comm, void *f_flag,
+                           void *f_status, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran6 *next = (kp_fortran6 *)kp_fortran_next(&next_fn, "pmpi_iprobe_f08ts_", "mpi_iprobe_f08ts_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5);
+        next(f_source, f_tag, f_comm, f_flag, f_status, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Iprobe");
     kp_enter(fid);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5);
+    next(f_source, f_tag, f_comm, f_flag, f_status, f_ierror);
     kp_in_fortran--;
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran6 mpi_iprobe_f08ts_ __attribute__((alias("kpf08ts_iprobe")));
 
 /* MPI_Isend from Fortran (mpi_isend_, mpi_isend__, mpi_isend, MPI_ISEND; mpi_isend_f08_, mpi_isend_f08ts_). */
-static void kpf_isend(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                        void *a6, void *a7)
+static void kpf_isend(void *f_buf, void *f_count, void *f_datatype, void *f_dest,
+                          void *f_tag, void *f_comm, void *f_request, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran8 *next = (kp_fortran8 *)kp_fortran_next(&next_fn, "pmpi_isend_", "mpi_isend_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6, a7);
+        next(f_buf, f_count, f_datatype, f_dest, f_tag, f_comm, f_request, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Isend");
     kp_enter(fid);
+    int count = kp_fint(f_count);
+    MPI_Datatype datatype = kp_ftype(f_datatype);
+    int dest = kp_fint(f_dest);
+    int tag = kp_fint(f_tag);
+    MPI_Comm comm = kp_fcomm(f_comm);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6, a7);
+    next(f_buf, f_count, f_datatype, f_dest, f_tag, f_comm, f_request, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS)
+        kp_send_event(comm, dest, tag, count, datatype);
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran8 mpi_isend_ __attribute__((alias("kpf_isend")));
 KP_EXPORT kp_fortran8 mpi_isend__ __attribute__((alias("kpf_isend")));
 KP_EXPORT kp_fortran8 mpi_isend __attribute__((alias("kpf_isend")));
 KP_EXPORT kp_fortran8 MPI_ISEND __attribute__((alias("kpf_isend")));
-static void kpf08_isend(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                        void *a6, void *a7)
+static void kpf08_isend(void *f_buf, void *f_count, void *f_datatype, void *f_dest,
+                          void *f_tag, void *f_comm, void *f_request, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran8 *next = (kp_fortran8 *)kp_fortran_next(&next_fn, "pmpi_isend_f08_", "mpi_isend_f08_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6, a7);
+        next(f_buf, f_count, f_datatype, f_dest, f_tag, f_comm, f_request, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Isend");
     kp_enter(fid);
+    int count = kp_fint(f_count);
+    MPI_Datatype datatype = kp_ftype(f_datatype);
+    int dest = kp_fint(f_dest);
+    int tag = kp_fint(f_tag);
+    MPI_Comm comm = kp_fcomm(f_comm);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6, a7);
+    next(f_buf, f_count, f_datatype, f_dest, f_tag, f_comm, f_request, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS)
+        kp_send_event(comm, dest, tag, count, datatype);
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran8 mpi_isend_f08_ __attribute__((alias("kpf08_isend")));
-static void kpf08ts_isend(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                        void *a6, void *a7)
+static void kpf08ts_isend(void *f_buf, void *f_count, void *f_datatype, void *f_dest,
+                          void *f_tag, void *f_comm, void *f_request, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran8 *next = (kp_fortran8 *)kp_fortran_next(&next_fn, "pmpi_isend_f08ts_", "mpi_isend_f08ts_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6, a7);
+        next(f_buf, f_count, f_datatype, f_dest, f_tag, f_comm, f_request, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Isend");
     kp_enter(fid);
+    int count = kp_fint(f_count);
+    MPI_Datatype datatype = kp_ftype(f_datatype);
+    int dest = kp_fint(f_dest);
+    int tag = kp_fint(f_tag);
+    MPI_Comm comm = kp_fcomm(f_comm);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6, a7);
+    next(f_buf, f_count, f_datatype, f_dest, f_tag, f_comm, f_request, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS)
+        kp_send_event(comm, dest, tag, count, datatype);
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran8 mpi_isend_f08ts_ __attribute__((alias("kpf08ts_isend")));
 
 /* MPI_Issend from Fortran (mpi_issend_, mpi_issend__, mpi_issend, MPI_ISSEND; mpi_issend_f08_, mpi_issend_f08ts_). */
-static void kpf_issend(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                         void *a6, void *a7)
+static void kpf_issend(void *f_buf, void *f_count, void *f_datatype, void *f_dest,
+                           void *f_tag, void *f_comm, void *f_request, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran8 *next = (kp_fortran8 *)kp_fortran_next(&next_fn, "pmpi_issend_", "mpi_issend_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6, a7);
+        next(f_buf, f_count, f_datatype, f_dest, f_tag, f_comm, f_request, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Issend");
     kp_enter(fid);
+    int count = kp_fint(f_count);
+    MPI_Datatype datatype = kp_ftype(f_datatype);
+    int dest = kp_fint(f_dest);
+    int tag = kp_fint(f_tag);
+    MPI_Comm comm = kp_fcomm(f_comm);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6, a7);
+    next(f_buf, f_count, f_datatype, f_dest, f_tag, f_comm, f_request, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS)
+        kp_send_event(comm, dest, tag, count, datatype);
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran8 mpi_issend_ __attribute__((alias("kpf_issend")));
 KP_EXPORT kp_fortran8 mpi_issend__ __attribute__((alias("kpf_issend")));
 KP_EXPORT kp_fortran8 mpi_issend __attribute__((alias("kpf_issend")));
 KP_EXPORT kp_fortran8 MPI_ISSEND __attribute__((alias("kpf_issend")));
-static void kpf08_issend(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                         void *a6, void *a7)
+static void kpf08_issend(void *f_buf, void *f_count, void *f_datatype, void *f_dest,
+                           void *f_tag, void *f_comm, void *f_request, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran8 *next = (kp_fortran8 *)kp_fortran_next(&next_fn, "pmpi_issend_f08_", "mpi_issend_f08_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6, a7);
+        next(f_buf, f_count, f_datatype, f_dest, f_tag, f_comm, f_request, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Issend");
     kp_enter(fid);
+    int count = kp_fint(f_count);
+    MPI_Datatype datatype = kp_ftype(f_datatype);
+    int dest = kp_fint(f_dest);
+    int tag = kp_fint(f_tag);
+    MPI_Comm comm = kp_fcomm(f_comm);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6, a7);
+    next(f_buf, f_count, f_datatype, f_dest, f_tag, f_comm, f_request, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS)
+        kp_send_event(comm, dest, tag, count, datatype);
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran8 mpi_issend_f08_ __attribute__((alias("kpf08_issend")));
-static void kpf08ts_issend(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                         void *a6, void *a7)
+static void kpf08ts_issend(void *f_buf, void *f_count, void *f_datatype, void *f_dest,
+                           void *f_tag, void *f_comm, void *f_request, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran8 *next = (kp_fortran8 *)kp_fortran_next(&next_fn, "pmpi_issend_f08ts_", "mpi_issend_f08ts_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6, a7);
+        next(f_buf, f_count, f_datatype, f_dest, f_tag, f_comm, f_request, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Issend");
     kp_enter(fid);
+    int count = kp_fint(f_count);
+    MPI_Datatype datatype = kp_ftype(f_datatype);
+    int dest = kp_fint(f_dest);
+    int tag = kp_fint(f_tag);
+    MPI_Comm comm = kp_fcomm(f_comm);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6, a7);
+    next(f_buf, f_count, f_datatype, f_dest, f_tag, f_comm, f_request, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS)
+        kp_send_event(comm, dest, tag, count, datatype);
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran8 mpi_issend_f08ts_ __attribute__((alias("kpf08ts_issend")));
 
 /* MPI_Ibsend from Fortran (mpi_ibsend_, mpi_ibsend__, mpi_ibsend, MPI_IBSEND; mpi_ibsend_f08_, mpi_ibsend_f08ts_). */
-static void kpf_ibsend(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                         void *a6, void *a7)
+static void kpf_ibsend(void *f_buf, void *f_count, void *f_datatype, void *f_dest,
+                           void *f_tag, void *f_comm, void *f_request, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran8 *next = (kp_fortran8 *)kp_fortran_next(&next_fn, "pmpi_ibsend_", "mpi_ibsend_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6, a7);
+        next(f_buf, f_count, f_datatype, f_dest, f_tag, f_comm, f_request, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Ibsend");
     kp_enter(fid);
+    int count = kp_fint(f_count);
+    MPI_Datatype datatype = kp_ftype(f_datatype);
+    int dest = kp_fint(f_dest);
+    int tag = kp_fint(f_tag);
+    MPI_Comm comm = kp_fcomm(f_comm);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6, a7);
+    next(f_buf, f_count, f_datatype, f_dest, f_tag, f_comm, f_request, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS)
+        kp_send_event(comm, dest, tag, count, datatype);
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran8 mpi_ibsend_ __attribute__((alias("kpf_ibsend")));
 KP_EXPORT kp_fortran8 mpi_ibsend__ __attribute__((alias("kpf_ibsend")));
 KP_EXPORT kp_fortran8 mpi_ibsend __attribute__((alias("kpf_ibsend")));
 KP_EXPORT kp_fortran8 MPI_IBSEND __attribute__((alias("kpf_ibsend")));
-static void kpf08_ibsend(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                         void *a6, void *a7)
+static void kpf08_ibsend(void *f_buf, void *f_count, void *f_datatype, void *f_dest,
+                           void *f_tag, void *f_comm, void *f_request, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran8 *next = (kp_fortran8 *)kp_fortran_next(&next_fn, "pmpi_ibsend_f08_", "mpi_ibsend_f08_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6, a7);
+        next(f_buf, f_count, f_datatype, f_dest, f_tag, f_comm, f_request, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Ibsend");
     kp_enter(fid);
+    int count = kp_fint(f_count);
+    MPI_Datatype datatype = kp_ftype(f_datatype);
+    int dest = kp_fint(f_dest);
+    int tag = kp_fint(f_tag);
+    MPI_Comm comm = kp_fcomm(f_comm);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6, a7);
+    next(f_buf, f_count, f_datatype, f_dest, f_tag, f_comm, f_request, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS)
+        kp_send_event(comm, dest, tag, count, datatype);
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran8 mpi_ibsend_f08_ __attribute__((alias("kpf08_ibsend")));
-static void kpf08ts_ibsend(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                         void *a6, void *a7)
+static void kpf08ts_ibsend(void *f_buf, void *f_count, void *f_datatype, void *f_dest,
+                           void *f_tag, void *f_comm, void *f_request, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran8 *next = (kp_fortran8 *)kp_fortran_next(&next_fn, "pmpi_ibsend_f08ts_", "mpi_ibsend_f08ts_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6, a7);
+        next(f_buf, f_count, f_datatype, f_dest, f_tag, f_comm, f_request, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Ibsend");
     kp_enter(fid);
+    int count = kp_fint(f_count);
+    MPI_Datatype datatype = kp_ftype(f_datatype);
+    int dest = kp_fint(f_dest);
+    int tag = kp_fint(f_tag);
+    MPI_Comm comm = kp_fcomm(f_comm);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6, a7);
+    next(f_buf, f_count, f_datatype, f_dest, f_tag, f_comm, f_request, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS)
+        kp_send_event(comm, dest, tag, count, datatype);
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran8 mpi_ibsend_f08ts_ __attribute__((alias("kpf08ts_ibsend")));
 
 /* MPI_Irsend from Fortran (mpi_irsend_, mpi_irsend__, mpi_irsend, MPI_IRSEND; mpi_irsend_f08_, mpi_irsend_f08ts_). */
-static void kpf_irsend(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                         void *a6, void *a7)
+static void kpf_irsend(void *f_buf, void *f_count, void *f_datatype, void *f_dest,
+                           void *f_tag, void *f_comm, void *f_request, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran8 *next = (kp_fortran8 *)kp_fortran_next(&next_fn, "pmpi_irsend_", "mpi_irsend_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6, a7);
+        next(f_buf, f_count, f_datatype, f_dest, f_tag, f_comm, f_request, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Irsend");
     kp_enter(fid);
+    int count = kp_fint(f_count);
+    MPI_Datatype datatype = kp_ftype(f_datatype);
+    int dest = kp_fint(f_dest);
+    int tag = kp_fint(f_tag);
+    MPI_Comm comm = kp_fcomm(f_comm);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6, a7);
+    next(f_buf, f_count, f_datatype, f_dest, f_tag, f_comm, f_request, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS)
+        kp_send_event(comm, dest, tag, count, datatype);
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran8 mpi_irsend_ __attribute__((alias("kpf_irsend")));
 KP_EXPORT kp_fortran8 mpi_irsend__ __attribute__((alias("kpf_irsend")));
 KP_EXPORT kp_fortran8 mpi_irsend __attribute__((alias("kpf_irsend")));
 KP_EXPORT kp_fortran8 MPI_IRSEND __attribute__((alias("kpf_irsend")));
-static void kpf08_irsend(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                         void *a6, void *a7)
+static void kpf08_irsend(void *f_buf, void *f_count, void *f_datatype, void *f_dest,
+                           void *f_tag, void *f_comm, void *f_request, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran8 *next = (kp_fortran8 *)kp_fortran_next(&next_fn, "pmpi_irsend_f08_", "mpi_irsend_f08_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6, a7);
+        next(f_buf, f_count, f_datatype, f_dest, f_tag, f_comm, f_request, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Irsend");
     kp_enter(fid);
+    int count = kp_fint(f_count);
+    MPI_Datatype datatype = kp_ftype(f_datatype);
+    int dest = kp_fint(f_dest);
+    int tag = kp_fint(f_tag);
+    MPI_Comm comm = kp_fcomm(f_comm);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6, a7);
+    next(f_buf, f_count, f_datatype, f_dest, f_tag, f_comm, f_request, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS)
+        kp_send_event(comm, dest, tag, count, datatype);
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran8 mpi_irsend_f08_ __attribute__((alias("kpf08_irsend")));
-static void kpf08ts_irsend(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                         void *a6, void *a7)
+static void kpf08ts_irsend(void *f_buf, void *f_count, void *f_datatype, void *f_dest,
+                           void *f_tag, void *f_comm, void *f_request, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran8 *next = (kp_fortran8 *)kp_fortran_next(&next_fn, "pmpi_irsend_f08ts_", "mpi_irsend_f08ts_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6, a7);
+        next(f_buf, f_count, f_datatype, f_dest, f_tag, f_comm, f_request, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Irsend");
     kp_enter(fid);
+    int count = kp_fint(f_count);
+    MPI_Datatype datatype = kp_ftype(f_datatype);
+    int dest = kp_fint(f_dest);
+    int tag = kp_fint(f_tag);
+    MPI_Comm comm = kp_fcomm(f_comm);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6, a7);
+    next(f_buf, f_count, f_datatype, f_dest, f_tag, f_comm, f_request, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS)
+        kp_send_event(comm, dest, tag, count, datatype);
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran8 mpi_irsend_f08ts_ __attribute__((alias("kpf08ts_irsend")));
 
 /* MPI_Irecv from Fortran (mpi_irecv_, mpi_irecv__, mpi_irecv, MPI_IRECV; mpi_irecv_f08_, mpi_irecv_f08ts_). */
-static void kpf_irecv(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                        void *a6, void *a7)
+static void kpf_irecv(void *f_buf, void *f_count, void *f_datatype, void *f_source,
+                          void *f_tag, void *f_comm, void *f_request, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran8 *next = (kp_fortran8 *)kp_fortran_next(&next_fn, "pmpi_irecv_", "mpi_irecv_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6, a7);
+        next(f_buf, f_count, f_datatype, f_source, f_tag, f_comm, f_request, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Irecv");
     kp_enter(fid);
+    int source = kp_fint(f_source);
+    MPI_Comm comm = kp_fcomm(f_comm);
+    MPI_Request kp_request = MPI_REQUEST_NULL, *request = &kp_request;
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6, a7);
+    next(f_buf, f_count, f_datatype, f_source, f_tag, f_comm, f_request, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    kp_request = kp_freq(f_request);
+    if (rc == MPI_SUCCESS && source != MPI_PROC_NULL)
+        kp_req_track(*request, comm);
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran8 mpi_irecv_ __attribute__((alias("kpf_irecv")));
 KP_EXPORT kp_fortran8 mpi_irecv__ __attribute__((alias("kpf_irecv")));
 KP_EXPORT kp_fortran8 mpi_irecv __attribute__((alias("kpf_irecv")));
 KP_EXPORT kp_fortran8 MPI_IRECV __attribute__((alias("kpf_irecv")));
-static void kpf08_irecv(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                        void *a6, void *a7)
+static void kpf08_irecv(void *f_buf, void *f_count, void *f_datatype, void *f_source,
+                          void *f_tag, void *f_comm, void *f_request, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran8 *next = (kp_fortran8 *)kp_fortran_next(&next_fn, "pmpi_irecv_f08_", "mpi_irecv_f08_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6, a7);
+        next(f_buf, f_count, f_datatype, f_source, f_tag, f_comm, f_request, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Irecv");
     kp_enter(fid);
+    int source = kp_fint(f_source);
+    MPI_Comm comm = kp_fcomm(f_comm);
+    MPI_Request kp_request = MPI_REQUEST_NULL, *request = &kp_request;
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6, a7);
+    next(f_buf, f_count, f_datatype, f_source, f_tag, f_comm, f_request, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    kp_request = kp_freq(f_request);
+    if (rc == MPI_SUCCESS && source != MPI_PROC_NULL)
+        kp_req_track(*request, comm);
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran8 mpi_irecv_f08_ __attribute__((alias("kpf08_irecv")));
-static void kpf08ts_irecv(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                        void *a6, void *a7)
+static void kpf08ts_irecv(void *f_buf, void *f_count, void *f_datatype, void *f_source,
+                          void *f_tag, void *f_comm, void *f_request, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran8 *next = (kp_fortran8 *)kp_fortran_next(&next_fn, "pmpi_irecv_f08ts_", "mpi_irecv_f08ts_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6, a7);
+        next(f_buf, f_count, f_datatype, f_source, f_tag, f_comm, f_request, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Irecv");
     kp_enter(fid);
+    int source = kp_fint(f_source);
+    MPI_Comm comm = kp_fcomm(f_comm);
+    MPI_Request kp_request = MPI_REQUEST_NULL, *request = &kp_request;
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6, a7);
+    next(f_buf, f_count, f_datatype, f_source, f_tag, f_comm, f_request, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    kp_request = kp_freq(f_request);
+    if (rc == MPI_SUCCESS && source != MPI_PROC_NULL)
+        kp_req_track(*request, comm);
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran8 mpi_irecv_f08ts_ __attribute__((alias("kpf08ts_irecv")));
 
 /* MPI_Send_init from Fortran (mpi_send_init_, mpi_send_init__, mpi_send_init, MPI_SEND_INIT; mpi_send_init_f08_, mpi_send_init_f08ts_). */
-static void kpf_send_init(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                            void *a6, void *a7)
+static void kpf_send_init(void *f_buf, void *f_count, void *f_datatype, void *f_dest,
+                              void *f_tag, void *f_comm, void *f_request, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran8 *next = (kp_fortran8 *)kp_fortran_next(&next_fn, "pmpi_send_init_", "mpi_send_init_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6, a7);
+        next(f_buf, f_count, f_datatype, f_dest, f_tag, f_comm, f_request, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Send_init");
     kp_enter(fid);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6, a7);
+    next(f_buf, f_count, f_datatype, f_dest, f_tag, f_comm, f_request, f_ierror);
     kp_in_fortran--;
     kp_exit(fid);
 }
@@ -4503,58 +4923,59 @@ KP_EXPORT kp_fortran8 mpi_send_init_ __attribute__((alias("kpf_send_init")));
 KP_EXPORT kp_fortran8 mpi_send_init__ __attribute__((alias("kpf_send_init")));
 KP_EXPORT kp_fortran8 mpi_send_init __attribute__((alias("kpf_send_init")));
 KP_EXPORT kp_fortran8 MPI_SEND_INIT __attribute__((alias("kpf_send_init")));
-static void kpf08_send_init(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                            void *a6, void *a7)
+static void kpf08_send_init(void *f_buf, void *f_count, void *f_datatype, void *f_dest,
+                              void *f_tag, void *f_comm, void *f_request, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran8 *next = (kp_fortran8 *)kp_fortran_next(&next_fn, "pmpi_send_init_f08_", "mpi_send_init_f08_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6, a7);
+        next(f_buf, f_count, f_datatype, f_dest, f_tag, f_comm, f_request, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Send_init");
     kp_enter(fid);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6, a7);
+    next(f_buf, f_count, f_datatype, f_dest, f_tag, f_comm, f_request, f_ierror);
     kp_in_fortran--;
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran8 mpi_send_init_f08_ __attribute__((alias("kpf08_send_init")));
-static void kpf08ts_send_init(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                            void *a6, void *a7)
+static void kpf08ts_send_init(void *f_buf, void *f_count, void *f_datatype, void *f_dest,
+                              void *f_tag, void *f_comm, void *f_request, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran8 *next = (kp_fortran8 *)kp_fortran_next(&next_fn, "pmpi_send_init_f08ts_", "mpi_send_init_f08ts_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6, a7);
+        next(f_buf, f_count, f_datatype, f_dest, f_tag, f_comm, f_request, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Send_init");
     kp_enter(fid);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6, a7);
+    next(f_buf, f_count, f_datatype, f_dest, f_tag, f_comm, f_request, f_ierror);
     kp_in_fortran--;
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran8 mpi_send_init_f08ts_ __attribute__((alias("kpf08ts_send_init")));
 
 /* MPI_Recv_init from Fortran (mpi_recv_init_, mpi_recv_init__, mpi_recv_init, MPI_RECV_INIT; mpi_recv_init_f08_, mpi_recv_init_f08ts_). */
-static void kpf_recv_init(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                            void *a6, void *a7)
+static void kpf_recv_init(void *f_buf, void *f_count, void *f_datatype,
+                              void *f_source, void *f_tag, void *f_comm, void *f_request,
+                              void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran8 *next = (kp_fortran8 *)kp_fortran_next(&next_fn, "pmpi_recv_init_", "mpi_recv_init_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6, a7);
+        next(f_buf, f_count, f_datatype, f_source, f_tag, f_comm, f_request, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Recv_init");
     kp_enter(fid);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6, a7);
+    next(f_buf, f_count, f_datatype, f_source, f_tag, f_comm, f_request, f_ierror);
     kp_in_fortran--;
     kp_exit(fid);
 }
@@ -4562,57 +4983,59 @@ KP_EXPORT kp_fortran8 mpi_recv_init_ __attribute__((alias("kpf_recv_init")));
 KP_EXPORT kp_fortran8 mpi_recv_init__ __attribute__((alias("kpf_recv_init")));
 KP_EXPORT kp_fortran8 mpi_recv_init __attribute__((alias("kpf_recv_init")));
 KP_EXPORT kp_fortran8 MPI_RECV_INIT __attribute__((alias("kpf_recv_init")));
-static void kpf08_recv_init(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                            void *a6, void *a7)
+static void kpf08_recv_init(void *f_buf, void *f_count, void *f_datatype,
+                              void *f_source, void *f_tag, void *f_comm, void *f_request,
+                              void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran8 *next = (kp_fortran8 *)kp_fortran_next(&next_fn, "pmpi_recv_init_f08_", "mpi_recv_init_f08_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6, a7);
+        next(f_buf, f_count, f_datatype, f_source, f_tag, f_comm, f_request, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Recv_init");
     kp_enter(fid);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6, a7);
+    next(f_buf, f_count, f_datatype, f_source, f_tag, f_comm, f_request, f_ierror);
     kp_in_fortran--;
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran8 mpi_recv_init_f08_ __attribute__((alias("kpf08_recv_init")));
-static void kpf08ts_recv_init(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                            void *a6, void *a7)
+static void kpf08ts_recv_init(void *f_buf, void *f_count, void *f_datatype,
+                              void *f_source, void *f_tag, void *f_comm, void *f_request,
+                              void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran8 *next = (kp_fortran8 *)kp_fortran_next(&next_fn, "pmpi_recv_init_f08ts_", "mpi_recv_init_f08ts_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6, a7);
+        next(f_buf, f_count, f_datatype, f_source, f_tag, f_comm, f_request, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Recv_init");
     kp_enter(fid);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6, a7);
+    next(f_buf, f_count, f_datatype, f_source, f_tag, f_comm, f_request, f_ierror);
     kp_in_fortran--;
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran8 mpi_recv_init_f08ts_ __attribute__((alias("kpf08ts_recv_init")));
 
 /* MPI_Start from Fortran (mpi_start_, mpi_start__, mpi_start, MPI_START; mpi_start_f08_, mpi_start_f08ts_). */
-static void kpf_start(void *a0, void *a1)
+static void kpf_start(void *f_request, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran2 *next = (kp_fortran2 *)kp_fortran_next(&next_fn, "pmpi_start_", "mpi_start_");
     if (!kp_on()) {
-        next(a0, a1);
+        next(f_request, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Start");
     kp_enter(fid);
     kp_in_fortran++;
-    next(a0, a1);
+    next(f_request, f_ierror);
     kp_in_fortran--;
     kp_exit(fid);
 }
@@ -4620,55 +5043,55 @@ KP_EXPORT kp_fortran2 mpi_start_ __attribute__((alias("kpf_start")));
 KP_EXPORT kp_fortran2 mpi_start__ __attribute__((alias("kpf_start")));
 KP_EXPORT kp_fortran2 mpi_start __attribute__((alias("kpf_start")));
 KP_EXPORT kp_fortran2 MPI_START __attribute__((alias("kpf_start")));
-static void kpf08_start(void *a0, void *a1)
+static void kpf08_start(void *f_request, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran2 *next = (kp_fortran2 *)kp_fortran_next(&next_fn, "pmpi_start_f08_", "mpi_start_f08_");
     if (!kp_on()) {
-        next(a0, a1);
+        next(f_request, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Start");
     kp_enter(fid);
     kp_in_fortran++;
-    next(a0, a1);
+    next(f_request, f_ierror);
     kp_in_fortran--;
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran2 mpi_start_f08_ __attribute__((alias("kpf08_start")));
-static void kpf08ts_start(void *a0, void *a1)
+static void kpf08ts_start(void *f_request, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran2 *next = (kp_fortran2 *)kp_fortran_next(&next_fn, "pmpi_start_f08ts_", "mpi_start_f08ts_");
     if (!kp_on()) {
-        next(a0, a1);
+        next(f_request, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Start");
     kp_enter(fid);
     kp_in_fortran++;
-    next(a0, a1);
+    next(f_request, f_ierror);
     kp_in_fortran--;
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran2 mpi_start_f08ts_ __attribute__((alias("kpf08ts_start")));
 
 /* MPI_Startall from Fortran (mpi_startall_, mpi_startall__, mpi_startall, MPI_STARTALL; mpi_startall_f08_, mpi_startall_f08ts_). */
-static void kpf_startall(void *a0, void *a1, void *a2)
+static void kpf_startall(void *f_count, void *f_array_of_requests, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran3 *next = (kp_fortran3 *)kp_fortran_next(&next_fn, "pmpi_startall_", "mpi_startall_");
     if (!kp_on()) {
-        next(a0, a1, a2);
+        next(f_count, f_array_of_requests, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Startall");
     kp_enter(fid);
     kp_in_fortran++;
-    next(a0, a1, a2);
+    next(f_count, f_array_of_requests, f_ierror);
     kp_in_fortran--;
     kp_exit(fid);
 }
@@ -4676,503 +5099,650 @@ KP_EXPORT kp_fortran3 mpi_startall_ __attribute__((alias("kpf_startall")));
 KP_EXPORT kp_fortran3 mpi_startall__ __attribute__((alias("kpf_startall")));
 KP_EXPORT kp_fortran3 mpi_startall __attribute__((alias("kpf_startall")));
 KP_EXPORT kp_fortran3 MPI_STARTALL __attribute__((alias("kpf_startall")));
-static void kpf08_startall(void *a0, void *a1, void *a2)
+static void kpf08_startall(void *f_count, void *f_array_of_requests, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran3 *next = (kp_fortran3 *)kp_fortran_next(&next_fn, "pmpi_startall_f08_", "mpi_startall_f08_");
     if (!kp_on()) {
-        next(a0, a1, a2);
+        next(f_count, f_array_of_requests, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Startall");
     kp_enter(fid);
     kp_in_fortran++;
-    next(a0, a1, a2);
+    next(f_count, f_array_of_requests, f_ierror);
     kp_in_fortran--;
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran3 mpi_startall_f08_ __attribute__((alias("kpf08_startall")));
-static void kpf08ts_startall(void *a0, void *a1, void *a2)
+static void kpf08ts_startall(void *f_count, void *f_array_of_requests, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran3 *next = (kp_fortran3 *)kp_fortran_next(&next_fn, "pmpi_startall_f08ts_", "mpi_startall_f08ts_");
     if (!kp_on()) {
-        next(a0, a1, a2);
+        next(f_count, f_array_of_requests, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Startall");
     kp_enter(fid);
     kp_in_fortran++;
-    next(a0, a1, a2);
+    next(f_count, f_array_of_requests, f_ierror);
     kp_in_fortran--;
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran3 mpi_startall_f08ts_ __attribute__((alias("kpf08ts_startall")));
 
 /* MPI_Wait from Fortran (mpi_wait_, mpi_wait__, mpi_wait, MPI_WAIT; mpi_wait_f08_, mpi_wait_f08ts_). */
-static void kpf_wait(void *a0, void *a1, void *a2)
+static void kpf_wait(void *f_request, void *f_status, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran3 *next = (kp_fortran3 *)kp_fortran_next(&next_fn, "pmpi_wait_", "mpi_wait_");
     if (!kp_on()) {
-        next(a0, a1, a2);
+        next(f_request, f_status, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Wait");
     kp_enter(fid);
+    kp_fcompletion fc;
+    void *f_st = kp_fcompletion_begin(&fc, 1, f_request, f_status, 1, 0);
     kp_in_fortran++;
-    next(a0, a1, a2);
+    next(f_request, f_st, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    kp_fcompletion_end(&fc, rc, f_request, f_st, KP_BY_POSITION, 0, NULL);
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran3 mpi_wait_ __attribute__((alias("kpf_wait")));
 KP_EXPORT kp_fortran3 mpi_wait__ __attribute__((alias("kpf_wait")));
 KP_EXPORT kp_fortran3 mpi_wait __attribute__((alias("kpf_wait")));
 KP_EXPORT kp_fortran3 MPI_WAIT __attribute__((alias("kpf_wait")));
-static void kpf08_wait(void *a0, void *a1, void *a2)
+static void kpf08_wait(void *f_request, void *f_status, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran3 *next = (kp_fortran3 *)kp_fortran_next(&next_fn, "pmpi_wait_f08_", "mpi_wait_f08_");
     if (!kp_on()) {
-        next(a0, a1, a2);
+        next(f_request, f_status, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Wait");
     kp_enter(fid);
+    kp_fcompletion fc;
+    void *f_st = kp_fcompletion_begin(&fc, 1, f_request, f_status, 1, 0);
     kp_in_fortran++;
-    next(a0, a1, a2);
+    next(f_request, f_st, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    kp_fcompletion_end(&fc, rc, f_request, f_st, KP_BY_POSITION, 0, NULL);
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran3 mpi_wait_f08_ __attribute__((alias("kpf08_wait")));
-static void kpf08ts_wait(void *a0, void *a1, void *a2)
+static void kpf08ts_wait(void *f_request, void *f_status, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran3 *next = (kp_fortran3 *)kp_fortran_next(&next_fn, "pmpi_wait_f08ts_", "mpi_wait_f08ts_");
     if (!kp_on()) {
-        next(a0, a1, a2);
+        next(f_request, f_status, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Wait");
     kp_enter(fid);
+    kp_fcompletion fc;
+    void *f_st = kp_fcompletion_begin(&fc, 1, f_request, f_status, 1, 0);
     kp_in_fortran++;
-    next(a0, a1, a2);
+    next(f_request, f_st, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    kp_fcompletion_end(&fc, rc, f_request, f_st, KP_BY_POSITION, 0, NULL);
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran3 mpi_wait_f08ts_ __attribute__((alias("kpf08ts_wait")));
 
 /* MPI_Waitall from Fortran (mpi_waitall_, mpi_waitall__, mpi_waitall, MPI_WAITALL; mpi_waitall_f08_, mpi_waitall_f08ts_). */
-static void kpf_waitall(void *a0, void *a1, void *a2, void *a3)
+static void kpf_waitall(void *f_count, void *f_array_of_requests,
+                            void *f_array_of_statuses, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran4 *next = (kp_fortran4 *)kp_fortran_next(&next_fn, "pmpi_waitall_", "mpi_waitall_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3);
+        next(f_count, f_array_of_requests, f_array_of_statuses, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Waitall");
     kp_enter(fid);
+    int count = kp_fint(f_count);
+    kp_fcompletion fc;
+    void *f_st = kp_fcompletion_begin(&fc, count, f_array_of_requests, f_array_of_statuses, count, 1);
     kp_in_fortran++;
-    next(a0, a1, a2, a3);
+    next(f_count, f_array_of_requests, f_st, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    kp_fcompletion_end(&fc, rc, f_array_of_requests, f_st, KP_BY_POSITION, 0, NULL);
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran4 mpi_waitall_ __attribute__((alias("kpf_waitall")));
 KP_EXPORT kp_fortran4 mpi_waitall__ __attribute__((alias("kpf_waitall")));
 KP_EXPORT kp_fortran4 mpi_waitall __attribute__((alias("kpf_waitall")));
 KP_EXPORT kp_fortran4 MPI_WAITALL __attribute__((alias("kpf_waitall")));
-static void kpf08_waitall(void *a0, void *a1, void *a2, void *a3)
+static void kpf08_waitall(void *f_count, void *f_array_of_requests,
+                            void *f_array_of_statuses, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran4 *next = (kp_fortran4 *)kp_fortran_next(&next_fn, "pmpi_waitall_f08_", "mpi_waitall_f08_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3);
+        next(f_count, f_array_of_requests, f_array_of_statuses, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Waitall");
     kp_enter(fid);
+    int count = kp_fint(f_count);
+    kp_fcompletion fc;
+    void *f_st = kp_fcompletion_begin(&fc, count, f_array_of_requests, f_array_of_statuses, count, 1);
     kp_in_fortran++;
-    next(a0, a1, a2, a3);
+    next(f_count, f_array_of_requests, f_st, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    kp_fcompletion_end(&fc, rc, f_array_of_requests, f_st, KP_BY_POSITION, 0, NULL);
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran4 mpi_waitall_f08_ __attribute__((alias("kpf08_waitall")));
-static void kpf08ts_waitall(void *a0, void *a1, void *a2, void *a3)
+static void kpf08ts_waitall(void *f_count, void *f_array_of_requests,
+                            void *f_array_of_statuses, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran4 *next = (kp_fortran4 *)kp_fortran_next(&next_fn, "pmpi_waitall_f08ts_", "mpi_waitall_f08ts_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3);
+        next(f_count, f_array_of_requests, f_array_of_statuses, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Waitall");
     kp_enter(fid);
+    int count = kp_fint(f_count);
+    kp_fcompletion fc;
+    void *f_st = kp_fcompletion_begin(&fc, count, f_array_of_requests, f_array_of_statuses, count, 1);
     kp_in_fortran++;
-    next(a0, a1, a2, a3);
+    next(f_count, f_array_of_requests, f_st, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    kp_fcompletion_end(&fc, rc, f_array_of_requests, f_st, KP_BY_POSITION, 0, NULL);
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran4 mpi_waitall_f08ts_ __attribute__((alias("kpf08ts_waitall")));
 
 /* MPI_Waitany from Fortran (mpi_waitany_, mpi_waitany__, mpi_waitany, MPI_WAITANY; mpi_waitany_f08_, mpi_waitany_f08ts_). */
-static void kpf_waitany(void *a0, void *a1, void *a2, void *a3, void *a4)
+static void kpf_waitany(void *f_count, void *f_array_of_requests, void *f_index,
+                            void *f_status, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran5 *next = (kp_fortran5 *)kp_fortran_next(&next_fn, "pmpi_waitany_", "mpi_waitany_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4);
+        next(f_count, f_array_of_requests, f_index, f_status, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Waitany");
     kp_enter(fid);
+    int count = kp_fint(f_count);
+    kp_fcompletion fc;
+    void *f_st = kp_fcompletion_begin(&fc, count, f_array_of_requests, f_status, 1, 0);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4);
+    next(f_count, f_array_of_requests, f_index, f_st, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    kp_fcompletion_end(&fc, rc, f_array_of_requests, f_st, KP_BY_INDEX, 1, f_index);
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran5 mpi_waitany_ __attribute__((alias("kpf_waitany")));
 KP_EXPORT kp_fortran5 mpi_waitany__ __attribute__((alias("kpf_waitany")));
 KP_EXPORT kp_fortran5 mpi_waitany __attribute__((alias("kpf_waitany")));
 KP_EXPORT kp_fortran5 MPI_WAITANY __attribute__((alias("kpf_waitany")));
-static void kpf08_waitany(void *a0, void *a1, void *a2, void *a3, void *a4)
+static void kpf08_waitany(void *f_count, void *f_array_of_requests, void *f_index,
+                            void *f_status, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran5 *next = (kp_fortran5 *)kp_fortran_next(&next_fn, "pmpi_waitany_f08_", "mpi_waitany_f08_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4);
+        next(f_count, f_array_of_requests, f_index, f_status, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Waitany");
     kp_enter(fid);
+    int count = kp_fint(f_count);
+    kp_fcompletion fc;
+    void *f_st = kp_fcompletion_begin(&fc, count, f_array_of_requests, f_status, 1, 0);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4);
+    next(f_count, f_array_of_requests, f_index, f_st, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    kp_fcompletion_end(&fc, rc, f_array_of_requests, f_st, KP_BY_INDEX, 1, f_index);
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran5 mpi_waitany_f08_ __attribute__((alias("kpf08_waitany")));
-static void kpf08ts_waitany(void *a0, void *a1, void *a2, void *a3, void *a4)
+static void kpf08ts_waitany(void *f_count, void *f_array_of_requests, void *f_index,
+                            void *f_status, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran5 *next = (kp_fortran5 *)kp_fortran_next(&next_fn, "pmpi_waitany_f08ts_", "mpi_waitany_f08ts_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4);
+        next(f_count, f_array_of_requests, f_index, f_status, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Waitany");
     kp_enter(fid);
+    int count = kp_fint(f_count);
+    kp_fcompletion fc;
+    void *f_st = kp_fcompletion_begin(&fc, count, f_array_of_requests, f_status, 1, 0);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4);
+    next(f_count, f_array_of_requests, f_index, f_st, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    kp_fcompletion_end(&fc, rc, f_array_of_requests, f_st, KP_BY_INDEX, 1, f_index);
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran5 mpi_waitany_f08ts_ __attribute__((alias("kpf08ts_waitany")));
 
 /* MPI_Waitsome from Fortran (mpi_waitsome_, mpi_waitsome__, mpi_waitsome, MPI_WAITSOME; mpi_waitsome_f08_, mpi_waitsome_f08ts_). */
-static void kpf_waitsome(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5)
+static void kpf_waitsome(void *f_incount, void *f_array_of_requests, void *f_outcount,
+                             void *f_array_of_indices, void *f_array_of_statuses,
+                             void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran6 *next = (kp_fortran6 *)kp_fortran_next(&next_fn, "pmpi_waitsome_", "mpi_waitsome_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5);
+        next(f_incount, f_array_of_requests, f_outcount, f_array_of_indices,
+             f_array_of_statuses, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Waitsome");
     kp_enter(fid);
+    int incount = kp_fint(f_incount);
+    kp_fcompletion fc;
+    void *f_st = kp_fcompletion_begin(&fc, incount, f_array_of_requests, f_array_of_statuses, incount, 1);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5);
+    next(f_incount, f_array_of_requests, f_outcount, f_array_of_indices, f_st, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    kp_fcompletion_end(&fc, rc, f_array_of_requests, f_st, KP_BY_INDEX, kp_fint(f_outcount), f_array_of_indices);
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran6 mpi_waitsome_ __attribute__((alias("kpf_waitsome")));
 KP_EXPORT kp_fortran6 mpi_waitsome__ __attribute__((alias("kpf_waitsome")));
 KP_EXPORT kp_fortran6 mpi_waitsome __attribute__((alias("kpf_waitsome")));
 KP_EXPORT kp_fortran6 MPI_WAITSOME __attribute__((alias("kpf_waitsome")));
-static void kpf08_waitsome(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5)
+static void kpf08_waitsome(void *f_incount, void *f_array_of_requests, void *f_outcount,
+                             void *f_array_of_indices, void *f_array_of_statuses,
+                             void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran6 *next = (kp_fortran6 *)kp_fortran_next(&next_fn, "pmpi_waitsome_f08_", "mpi_waitsome_f08_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5);
+        next(f_incount, f_array_of_requests, f_outcount, f_array_of_indices,
+             f_array_of_statuses, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Waitsome");
     kp_enter(fid);
+    int incount = kp_fint(f_incount);
+    kp_fcompletion fc;
+    void *f_st = kp_fcompletion_begin(&fc, incount, f_array_of_requests, f_array_of_statuses, incount, 1);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5);
+    next(f_incount, f_array_of_requests, f_outcount, f_array_of_indices, f_st, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    kp_fcompletion_end(&fc, rc, f_array_of_requests, f_st, KP_BY_INDEX, kp_fint(f_outcount), f_array_of_indices);
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran6 mpi_waitsome_f08_ __attribute__((alias("kpf08_waitsome")));
-static void kpf08ts_waitsome(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5)
+static void kpf08ts_waitsome(void *f_incount, void *f_array_of_requests, void *f_outcount,
+                             void *f_array_of_indices, void *f_array_of_statuses,
+                             void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran6 *next = (kp_fortran6 *)kp_fortran_next(&next_fn, "pmpi_waitsome_f08ts_", "mpi_waitsome_f08ts_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5);
+        next(f_incount, f_array_of_requests, f_outcount, f_array_of_indices,
+             f_array_of_statuses, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Waitsome");
     kp_enter(fid);
+    int incount = kp_fint(f_incount);
+    kp_fcompletion fc;
+    void *f_st = kp_fcompletion_begin(&fc, incount, f_array_of_requests, f_array_of_statuses, incount, 1);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5);
+    next(f_incount, f_array_of_requests, f_outcount, f_array_of_indices, f_st, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    kp_fcompletion_end(&fc, rc, f_array_of_requests, f_st, KP_BY_INDEX, kp_fint(f_outcount), f_array_of_indices);
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran6 mpi_waitsome_f08ts_ __attribute__((alias("kpf08ts_waitsome")));
 
 /* MPI_Test from Fortran (mpi_test_, mpi_test__, mpi_test, MPI_TEST; mpi_test_f08_, mpi_test_f08ts_). */
-static void kpf_test(void *a0, void *a1, void *a2, void *a3)
+static void kpf_test(void *f_request, void *f_flag, void *f_status, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran4 *next = (kp_fortran4 *)kp_fortran_next(&next_fn, "pmpi_test_", "mpi_test_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3);
+        next(f_request, f_flag, f_status, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Test");
     kp_enter(fid);
+    kp_fcompletion fc;
+    void *f_st = kp_fcompletion_begin(&fc, 1, f_request, f_status, 1, 0);
     kp_in_fortran++;
-    next(a0, a1, a2, a3);
+    next(f_request, f_flag, f_st, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    kp_fcompletion_end(&fc, rc, f_request, f_st, KP_BY_POSITION, 0, NULL);
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran4 mpi_test_ __attribute__((alias("kpf_test")));
 KP_EXPORT kp_fortran4 mpi_test__ __attribute__((alias("kpf_test")));
 KP_EXPORT kp_fortran4 mpi_test __attribute__((alias("kpf_test")));
 KP_EXPORT kp_fortran4 MPI_TEST __attribute__((alias("kpf_test")));
-static void kpf08_test(void *a0, void *a1, void *a2, void *a3)
+static void kpf08_test(void *f_request, void *f_flag, void *f_status, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran4 *next = (kp_fortran4 *)kp_fortran_next(&next_fn, "pmpi_test_f08_", "mpi_test_f08_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3);
+        next(f_request, f_flag, f_status, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Test");
     kp_enter(fid);
+    kp_fcompletion fc;
+    void *f_st = kp_fcompletion_begin(&fc, 1, f_request, f_status, 1, 0);
     kp_in_fortran++;
-    next(a0, a1, a2, a3);
+    next(f_request, f_flag, f_st, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    kp_fcompletion_end(&fc, rc, f_request, f_st, KP_BY_POSITION, 0, NULL);
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran4 mpi_test_f08_ __attribute__((alias("kpf08_test")));
-static void kpf08ts_test(void *a0, void *a1, void *a2, void *a3)
+static void kpf08ts_test(void *f_request, void *f_flag, void *f_status, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran4 *next = (kp_fortran4 *)kp_fortran_next(&next_fn, "pmpi_test_f08ts_", "mpi_test_f08ts_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3);
+        next(f_request, f_flag, f_status, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Test");
     kp_enter(fid);
+    kp_fcompletion fc;
+    void *f_st = kp_fcompletion_begin(&fc, 1, f_request, f_status, 1, 0);
     kp_in_fortran++;
-    next(a0, a1, a2, a3);
+    next(f_request, f_flag, f_st, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    kp_fcompletion_end(&fc, rc, f_request, f_st, KP_BY_POSITION, 0, NULL);
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran4 mpi_test_f08ts_ __attribute__((alias("kpf08ts_test")));
 
 /* MPI_Testall from Fortran (mpi_testall_, mpi_testall__, mpi_testall, MPI_TESTALL; mpi_testall_f08_, mpi_testall_f08ts_). */
-static void kpf_testall(void *a0, void *a1, void *a2, void *a3, void *a4)
+static void kpf_testall(void *f_count, void *f_array_of_requests, void *f_flag,
+                            void *f_array_of_statuses, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran5 *next = (kp_fortran5 *)kp_fortran_next(&next_fn, "pmpi_testall_", "mpi_testall_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4);
+        next(f_count, f_array_of_requests, f_flag, f_array_of_statuses, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Testall");
     kp_enter(fid);
+    int count = kp_fint(f_count);
+    kp_fcompletion fc;
+    void *f_st = kp_fcompletion_begin(&fc, count, f_array_of_requests, f_array_of_statuses, count, 1);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4);
+    next(f_count, f_array_of_requests, f_flag, f_st, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    kp_fcompletion_end(&fc, rc, f_array_of_requests, f_st, KP_BY_POSITION, 0, NULL);
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran5 mpi_testall_ __attribute__((alias("kpf_testall")));
 KP_EXPORT kp_fortran5 mpi_testall__ __attribute__((alias("kpf_testall")));
 KP_EXPORT kp_fortran5 mpi_testall __attribute__((alias("kpf_testall")));
 KP_EXPORT kp_fortran5 MPI_TESTALL __attribute__((alias("kpf_testall")));
-static void kpf08_testall(void *a0, void *a1, void *a2, void *a3, void *a4)
+static void kpf08_testall(void *f_count, void *f_array_of_requests, void *f_flag,
+                            void *f_array_of_statuses, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran5 *next = (kp_fortran5 *)kp_fortran_next(&next_fn, "pmpi_testall_f08_", "mpi_testall_f08_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4);
+        next(f_count, f_array_of_requests, f_flag, f_array_of_statuses, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Testall");
     kp_enter(fid);
+    int count = kp_fint(f_count);
+    kp_fcompletion fc;
+    void *f_st = kp_fcompletion_begin(&fc, count, f_array_of_requests, f_array_of_statuses, count, 1);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4);
+    next(f_count, f_array_of_requests, f_flag, f_st, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    kp_fcompletion_end(&fc, rc, f_array_of_requests, f_st, KP_BY_POSITION, 0, NULL);
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran5 mpi_testall_f08_ __attribute__((alias("kpf08_testall")));
-static void kpf08ts_testall(void *a0, void *a1, void *a2, void *a3, void *a4)
+static void kpf08ts_testall(void *f_count, void *f_array_of_requests, void *f_flag,
+                            void *f_array_of_statuses, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran5 *next = (kp_fortran5 *)kp_fortran_next(&next_fn, "pmpi_testall_f08ts_", "mpi_testall_f08ts_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4);
+        next(f_count, f_array_of_requests, f_flag, f_array_of_statuses, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Testall");
     kp_enter(fid);
+    int count = kp_fint(f_count);
+    kp_fcompletion fc;
+    void *f_st = kp_fcompletion_begin(&fc, count, f_array_of_requests, f_array_of_statuses, count, 1);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4);
+    next(f_count, f_array_of_requests, f_flag, f_st, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    kp_fcompletion_end(&fc, rc, f_array_of_requests, f_st, KP_BY_POSITION, 0, NULL);
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran5 mpi_testall_f08ts_ __attribute__((alias("kpf08ts_testall")));
 
 /* MPI_Testany from Fortran (mpi_testany_, mpi_testany__, mpi_testany, MPI_TESTANY; mpi_testany_f08_, mpi_testany_f08ts_). */
-static void kpf_testany(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5)
+static void kpf_testany(void *f_count, void *f_array_of_requests, void *f_index,
+                            void *f_flag, void *f_status, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran6 *next = (kp_fortran6 *)kp_fortran_next(&next_fn, "pmpi_testany_", "mpi_testany_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5);
+        next(f_count, f_array_of_requests, f_index, f_flag, f_status, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Testany");
     kp_enter(fid);
+    int count = kp_fint(f_count);
+    kp_fcompletion fc;
+    void *f_st = kp_fcompletion_begin(&fc, count, f_array_of_requests, f_status, 1, 0);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5);
+    next(f_count, f_array_of_requests, f_index, f_flag, f_st, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    kp_fcompletion_end(&fc, rc, f_array_of_requests, f_st, KP_BY_INDEX, 1, f_index);
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran6 mpi_testany_ __attribute__((alias("kpf_testany")));
 KP_EXPORT kp_fortran6 mpi_testany__ __attribute__((alias("kpf_testany")));
 KP_EXPORT kp_fortran6 mpi_testany __attribute__((alias("kpf_testany")));
 KP_EXPORT kp_fortran6 MPI_TESTANY __attribute__((alias("kpf_testany")));
-static void kpf08_testany(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5)
+static void kpf08_testany(void *f_count, void *f_array_of_requests, void *f_index,
+                            void *f_flag, void *f_status, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran6 *next = (kp_fortran6 *)kp_fortran_next(&next_fn, "pmpi_testany_f08_", "mpi_testany_f08_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5);
+        next(f_count, f_array_of_requests, f_index, f_flag, f_status, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Testany");
     kp_enter(fid);
+    int count = kp_fint(f_count);
+    kp_fcompletion fc;
+    void *f_st = kp_fcompletion_begin(&fc, count, f_array_of_requests, f_status, 1, 0);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5);
+    next(f_count, f_array_of_requests, f_index, f_flag, f_st, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    kp_fcompletion_end(&fc, rc, f_array_of_requests, f_st, KP_BY_INDEX, 1, f_index);
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran6 mpi_testany_f08_ __attribute__((alias("kpf08_testany")));
-static void kpf08ts_testany(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5)
+static void kpf08ts_testany(void *f_count, void *f_array_of_requests, void *f_index,
+                            void *f_flag, void *f_status, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran6 *next = (kp_fortran6 *)kp_fortran_next(&next_fn, "pmpi_testany_f08ts_", "mpi_testany_f08ts_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5);
+        next(f_count, f_array_of_requests, f_index, f_flag, f_status, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Testany");
     kp_enter(fid);
+    int count = kp_fint(f_count);
+    kp_fcompletion fc;
+    void *f_st = kp_fcompletion_begin(&fc, count, f_array_of_requests, f_status, 1, 0);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5);
+    next(f_count, f_array_of_requests, f_index, f_flag, f_st, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    kp_fcompletion_end(&fc, rc, f_array_of_requests, f_st, KP_BY_INDEX, 1, f_index);
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran6 mpi_testany_f08ts_ __attribute__((alias("kpf08ts_testany")));
 
 /* MPI_Testsome from Fortran (mpi_testsome_, mpi_testsome__, mpi_testsome, MPI_TESTSOME; mpi_testsome_f08_, mpi_testsome_f08ts_). */
-static void kpf_testsome(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5)
+static void kpf_testsome(void *f_incount, void *f_array_of_requests, void *f_outcount,
+                             void *f_array_of_indices, void *f_array_of_statuses,
+                             void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran6 *next = (kp_fortran6 *)kp_fortran_next(&next_fn, "pmpi_testsome_", "mpi_testsome_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5);
+        next(f_incount, f_array_of_requests, f_outcount, f_array_of_indices,
+             f_array_of_statuses, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Testsome");
     kp_enter(fid);
+    int incount = kp_fint(f_incount);
+    kp_fcompletion fc;
+    void *f_st = kp_fcompletion_begin(&fc, incount, f_array_of_requests, f_array_of_statuses, incount, 1);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5);
+    next(f_incount, f_array_of_requests, f_outcount, f_array_of_indices, f_st, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    kp_fcompletion_end(&fc, rc, f_array_of_requests, f_st, KP_BY_INDEX, kp_fint(f_outcount), f_array_of_indices);
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran6 mpi_testsome_ __attribute__((alias("kpf_testsome")));
 KP_EXPORT kp_fortran6 mpi_testsome__ __attribute__((alias("kpf_testsome")));
 KP_EXPORT kp_fortran6 mpi_testsome __attribute__((alias("kpf_testsome")));
 KP_EXPORT kp_fortran6 MPI_TESTSOME __attribute__((alias("kpf_testsome")));
-static void kpf08_testsome(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5)
+static void kpf08_testsome(void *f_incount, void *f_array_of_requests, void *f_outcount,
+                             void *f_array_of_indices, void *f_array_of_statuses,
+                             void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran6 *next = (kp_fortran6 *)kp_fortran_next(&next_fn, "pmpi_testsome_f08_", "mpi_testsome_f08_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5);
+        next(f_incount, f_array_of_requests, f_outcount, f_array_of_indices,
+             f_array_of_statuses, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Testsome");
     kp_enter(fid);
+    int incount = kp_fint(f_incount);
+    kp_fcompletion fc;
+    void *f_st = kp_fcompletion_begin(&fc, incount, f_array_of_requests, f_array_of_statuses, incount, 1);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5);
+    next(f_incount, f_array_of_requests, f_outcount, f_array_of_indices, f_st, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    kp_fcompletion_end(&fc, rc, f_array_of_requests, f_st, KP_BY_INDEX, kp_fint(f_outcount), f_array_of_indices);
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran6 mpi_testsome_f08_ __attribute__((alias("kpf08_testsome")));
-static void kpf08ts_testsome(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5)
+static void kpf08ts_testsome(void *f_incount, void *f_array_of_requests, void *f_outcount,
+                             void *f_array_of_indices, void *f_array_of_statuses,
+                             void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran6 *next = (kp_fortran6 *)kp_fortran_next(&next_fn, "pmpi_testsome_f08ts_", "mpi_testsome_f08ts_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5);
+        next(f_incount, f_array_of_requests, f_outcount, f_array_of_indices,
+             f_array_of_statuses, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Testsome");
     kp_enter(fid);
+    int incount = kp_fint(f_incount);
+    kp_fcompletion fc;
+    void *f_st = kp_fcompletion_begin(&fc, incount, f_array_of_requests, f_array_of_statuses, incount, 1);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5);
+    next(f_incount, f_array_of_requests, f_outcount, f_array_of_indices, f_st, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    kp_fcompletion_end(&fc, rc, f_array_of_requests, f_st, KP_BY_INDEX, kp_fint(f_outcount), f_array_of_indices);
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran6 mpi_testsome_f08ts_ __attribute__((alias("kpf08ts_testsome")));
 
 /* MPI_Request_free from Fortran (mpi_request_free_, mpi_request_free__, mpi_request_free, MPI_REQUEST_FREE; mpi_request_free_f08_, mpi_request_free_f08ts_). */
-static void kpf_request_free(void *a0, void *a1)
+static void kpf_request_free(void *f_request, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran2 *next = (kp_fortran2 *)kp_fortran_next(&next_fn, "pmpi_request_free_", "mpi_request_free_");
     if (!kp_on()) {
-        next(a0, a1);
+        next(f_request, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Request_free");
     kp_enter(fid);
+    MPI_Request kp_request = kp_freq(f_request), *request = &kp_request;
+    if (request != NULL)
+        kp_req_drop(*request);
     kp_in_fortran++;
-    next(a0, a1);
+    next(f_request, f_ierror);
     kp_in_fortran--;
     kp_exit(fid);
 }
@@ -5180,55 +5750,61 @@ KP_EXPORT kp_fortran2 mpi_request_free_ __attribute__((alias("kpf_request_free")
 KP_EXPORT kp_fortran2 mpi_request_free__ __attribute__((alias("kpf_request_free")));
 KP_EXPORT kp_fortran2 mpi_request_free __attribute__((alias("kpf_request_free")));
 KP_EXPORT kp_fortran2 MPI_REQUEST_FREE __attribute__((alias("kpf_request_free")));
-static void kpf08_request_free(void *a0, void *a1)
+static void kpf08_request_free(void *f_request, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran2 *next = (kp_fortran2 *)kp_fortran_next(&next_fn, "pmpi_request_free_f08_", "mpi_request_free_f08_");
     if (!kp_on()) {
-        next(a0, a1);
+        next(f_request, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Request_free");
     kp_enter(fid);
+    MPI_Request kp_request = kp_freq(f_request), *request = &kp_request;
+    if (request != NULL)
+        kp_req_drop(*request);
     kp_in_fortran++;
-    next(a0, a1);
+    next(f_request, f_ierror);
     kp_in_fortran--;
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran2 mpi_request_free_f08_ __attribute__((alias("kpf08_request_free")));
-static void kpf08ts_request_free(void *a0, void *a1)
+static void kpf08ts_request_free(void *f_request, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran2 *next = (kp_fortran2 *)kp_fortran_next(&next_fn, "pmpi_request_free_f08ts_", "mpi_request_free_f08ts_");
     if (!kp_on()) {
-        next(a0, a1);
+        next(f_request, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Request_free");
     kp_enter(fid);
+    MPI_Request kp_request = kp_freq(f_request), *request = &kp_request;
+    if (request != NULL)
+        kp_req_drop(*request);
     kp_in_fortran++;
-    next(a0, a1);
+    next(f_request, f_ierror);
     kp_in_fortran--;
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran2 mpi_request_free_f08ts_ __attribute__((alias("kpf08ts_request_free")));
 
 /* MPI_Barrier from Fortran (mpi_barrier_, mpi_barrier__, mpi_barrier, MPI_BARRIER; mpi_barrier_f08_, mpi_barrier_f08ts_). */
-static void kpf_barrier(void *a0, void *a1)
+static void kpf_barrier(void *f_comm, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran2 *next = (kp_fortran2 *)kp_fortran_next(&next_fn, "pmpi_barrier_", "mpi_barrier_");
     if (!kp_on()) {
-        next(a0, a1);
+        next(f_comm, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Barrier");
     kp_enter(fid);
     kp_in_fortran++;
-    next(a0, a1);
+    next(f_comm, f_ierror);
     kp_in_fortran--;
     kp_exit(fid);
 }
@@ -5236,937 +5812,1690 @@ KP_EXPORT kp_fortran2 mpi_barrier_ __attribute__((alias("kpf_barrier")));
 KP_EXPORT kp_fortran2 mpi_barrier__ __attribute__((alias("kpf_barrier")));
 KP_EXPORT kp_fortran2 mpi_barrier __attribute__((alias("kpf_barrier")));
 KP_EXPORT kp_fortran2 MPI_BARRIER __attribute__((alias("kpf_barrier")));
-static void kpf08_barrier(void *a0, void *a1)
+static void kpf08_barrier(void *f_comm, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran2 *next = (kp_fortran2 *)kp_fortran_next(&next_fn, "pmpi_barrier_f08_", "mpi_barrier_f08_");
     if (!kp_on()) {
-        next(a0, a1);
+        next(f_comm, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Barrier");
     kp_enter(fid);
     kp_in_fortran++;
-    next(a0, a1);
+    next(f_comm, f_ierror);
     kp_in_fortran--;
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran2 mpi_barrier_f08_ __attribute__((alias("kpf08_barrier")));
-static void kpf08ts_barrier(void *a0, void *a1)
+static void kpf08ts_barrier(void *f_comm, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran2 *next = (kp_fortran2 *)kp_fortran_next(&next_fn, "pmpi_barrier_f08ts_", "mpi_barrier_f08ts_");
     if (!kp_on()) {
-        next(a0, a1);
+        next(f_comm, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Barrier");
     kp_enter(fid);
     kp_in_fortran++;
-    next(a0, a1);
+    next(f_comm, f_ierror);
     kp_in_fortran--;
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran2 mpi_barrier_f08ts_ __attribute__((alias("kpf08ts_barrier")));
 
 /* MPI_Bcast from Fortran (mpi_bcast_, mpi_bcast__, mpi_bcast, MPI_BCAST; mpi_bcast_f08_, mpi_bcast_f08ts_). */
-static void kpf_bcast(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5)
+static void kpf_bcast(void *f_buffer, void *f_count, void *f_datatype, void *f_root,
+                          void *f_comm, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran6 *next = (kp_fortran6 *)kp_fortran_next(&next_fn, "pmpi_bcast_", "mpi_bcast_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5);
+        next(f_buffer, f_count, f_datatype, f_root, f_comm, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Bcast");
     kp_enter(fid);
+    int count = kp_fint(f_count);
+    MPI_Datatype datatype = kp_ftype(f_datatype);
+    int root = kp_fint(f_root);
+    MPI_Comm comm = kp_fcomm(f_comm);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5);
+    next(f_buffer, f_count, f_datatype, f_root, f_comm, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, root)) {
+            uint64_t sent = c.root ? kp_bytes(count, datatype) : 0;
+            uint64_t got = c.root ? 0 : kp_bytes(count, datatype);
+            kp_coll_emit(&c, sent, got);
+        }
+    }
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran6 mpi_bcast_ __attribute__((alias("kpf_bcast")));
 KP_EXPORT kp_fortran6 mpi_bcast__ __attribute__((alias("kpf_bcast")));
 KP_EXPORT kp_fortran6 mpi_bcast __attribute__((alias("kpf_bcast")));
 KP_EXPORT kp_fortran6 MPI_BCAST __attribute__((alias("kpf_bcast")));
-static void kpf08_bcast(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5)
+static void kpf08_bcast(void *f_buffer, void *f_count, void *f_datatype, void *f_root,
+                          void *f_comm, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran6 *next = (kp_fortran6 *)kp_fortran_next(&next_fn, "pmpi_bcast_f08_", "mpi_bcast_f08_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5);
+        next(f_buffer, f_count, f_datatype, f_root, f_comm, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Bcast");
     kp_enter(fid);
+    int count = kp_fint(f_count);
+    MPI_Datatype datatype = kp_ftype(f_datatype);
+    int root = kp_fint(f_root);
+    MPI_Comm comm = kp_fcomm(f_comm);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5);
+    next(f_buffer, f_count, f_datatype, f_root, f_comm, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, root)) {
+            uint64_t sent = c.root ? kp_bytes(count, datatype) : 0;
+            uint64_t got = c.root ? 0 : kp_bytes(count, datatype);
+            kp_coll_emit(&c, sent, got);
+        }
+    }
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran6 mpi_bcast_f08_ __attribute__((alias("kpf08_bcast")));
-static void kpf08ts_bcast(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5)
+static void kpf08ts_bcast(void *f_buffer, void *f_count, void *f_datatype, void *f_root,
+                          void *f_comm, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran6 *next = (kp_fortran6 *)kp_fortran_next(&next_fn, "pmpi_bcast_f08ts_", "mpi_bcast_f08ts_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5);
+        next(f_buffer, f_count, f_datatype, f_root, f_comm, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Bcast");
     kp_enter(fid);
+    int count = kp_fint(f_count);
+    MPI_Datatype datatype = kp_ftype(f_datatype);
+    int root = kp_fint(f_root);
+    MPI_Comm comm = kp_fcomm(f_comm);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5);
+    next(f_buffer, f_count, f_datatype, f_root, f_comm, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, root)) {
+            uint64_t sent = c.root ? kp_bytes(count, datatype) : 0;
+            uint64_t got = c.root ? 0 : kp_bytes(count, datatype);
+            kp_coll_emit(&c, sent, got);
+        }
+    }
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran6 mpi_bcast_f08ts_ __attribute__((alias("kpf08ts_bcast")));
 
 /* MPI_Reduce from Fortran (mpi_reduce_, mpi_reduce__, mpi_reduce, MPI_REDUCE; mpi_reduce_f08_, mpi_reduce_f08ts_). */
-static void kpf_reduce(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                         void *a6, void *a7)
+static void kpf_reduce(void *f_sendbuf, void *f_recvbuf, void *f_count,
+                           void *f_datatype, void *f_op, void *f_root, void *f_comm,
+                           void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran8 *next = (kp_fortran8 *)kp_fortran_next(&next_fn, "pmpi_reduce_", "mpi_reduce_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6, a7);
+        next(f_sendbuf, f_recvbuf, f_count, f_datatype, f_op, f_root, f_comm, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Reduce");
     kp_enter(fid);
+    int count = kp_fint(f_count);
+    MPI_Datatype datatype = kp_ftype(f_datatype);
+    int root = kp_fint(f_root);
+    MPI_Comm comm = kp_fcomm(f_comm);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6, a7);
+    next(f_sendbuf, f_recvbuf, f_count, f_datatype, f_op, f_root, f_comm, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, root)) {
+            uint64_t sent = c.peer ? kp_bytes(count, datatype) : 0;
+            uint64_t got = c.root ? kp_bytes(count, datatype) : 0;
+            kp_coll_emit(&c, sent, got);
+        }
+    }
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran8 mpi_reduce_ __attribute__((alias("kpf_reduce")));
 KP_EXPORT kp_fortran8 mpi_reduce__ __attribute__((alias("kpf_reduce")));
 KP_EXPORT kp_fortran8 mpi_reduce __attribute__((alias("kpf_reduce")));
 KP_EXPORT kp_fortran8 MPI_REDUCE __attribute__((alias("kpf_reduce")));
-static void kpf08_reduce(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                         void *a6, void *a7)
+static void kpf08_reduce(void *f_sendbuf, void *f_recvbuf, void *f_count,
+                           void *f_datatype, void *f_op, void *f_root, void *f_comm,
+                           void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran8 *next = (kp_fortran8 *)kp_fortran_next(&next_fn, "pmpi_reduce_f08_", "mpi_reduce_f08_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6, a7);
+        next(f_sendbuf, f_recvbuf, f_count, f_datatype, f_op, f_root, f_comm, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Reduce");
     kp_enter(fid);
+    int count = kp_fint(f_count);
+    MPI_Datatype datatype = kp_ftype(f_datatype);
+    int root = kp_fint(f_root);
+    MPI_Comm comm = kp_fcomm(f_comm);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6, a7);
+    next(f_sendbuf, f_recvbuf, f_count, f_datatype, f_op, f_root, f_comm, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, root)) {
+            uint64_t sent = c.peer ? kp_bytes(count, datatype) : 0;
+            uint64_t got = c.root ? kp_bytes(count, datatype) : 0;
+            kp_coll_emit(&c, sent, got);
+        }
+    }
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran8 mpi_reduce_f08_ __attribute__((alias("kpf08_reduce")));
-static void kpf08ts_reduce(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                         void *a6, void *a7)
+static void kpf08ts_reduce(void *f_sendbuf, void *f_recvbuf, void *f_count,
+                           void *f_datatype, void *f_op, void *f_root, void *f_comm,
+                           void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran8 *next = (kp_fortran8 *)kp_fortran_next(&next_fn, "pmpi_reduce_f08ts_", "mpi_reduce_f08ts_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6, a7);
+        next(f_sendbuf, f_recvbuf, f_count, f_datatype, f_op, f_root, f_comm, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Reduce");
     kp_enter(fid);
+    int count = kp_fint(f_count);
+    MPI_Datatype datatype = kp_ftype(f_datatype);
+    int root = kp_fint(f_root);
+    MPI_Comm comm = kp_fcomm(f_comm);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6, a7);
+    next(f_sendbuf, f_recvbuf, f_count, f_datatype, f_op, f_root, f_comm, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, root)) {
+            uint64_t sent = c.peer ? kp_bytes(count, datatype) : 0;
+            uint64_t got = c.root ? kp_bytes(count, datatype) : 0;
+            kp_coll_emit(&c, sent, got);
+        }
+    }
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran8 mpi_reduce_f08ts_ __attribute__((alias("kpf08ts_reduce")));
 
 /* MPI_Gather from Fortran (mpi_gather_, mpi_gather__, mpi_gather, MPI_GATHER; mpi_gather_f08_, mpi_gather_f08ts_). */
-static void kpf_gather(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                         void *a6, void *a7, void *a8)
+static void kpf_gather(void *f_sendbuf, void *f_sendcount, void *f_sendtype,
+                           void *f_recvbuf, void *f_recvcount, void *f_recvtype,
+                           void *f_root, void *f_comm, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran9 *next = (kp_fortran9 *)kp_fortran_next(&next_fn, "pmpi_gather_", "mpi_gather_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6, a7, a8);
+        next(f_sendbuf, f_sendcount, f_sendtype, f_recvbuf, f_recvcount, f_recvtype,
+             f_root, f_comm, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Gather");
     kp_enter(fid);
+    const void *sendbuf = kp_fbuf(f_sendbuf, KP_F77);
+    int sendcount = kp_fint(f_sendcount);
+    MPI_Datatype sendtype = kp_ftype(f_sendtype);
+    int recvcount = kp_fint(f_recvcount);
+    MPI_Datatype recvtype = kp_ftype(f_recvtype);
+    int root = kp_fint(f_root);
+    MPI_Comm comm = kp_fcomm(f_comm);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6, a7, a8);
+    next(f_sendbuf, f_sendcount, f_sendtype, f_recvbuf, f_recvcount, f_recvtype, f_root,
+         f_comm, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, root)) {
+            uint64_t sent = !c.peer ? 0
+                            : sendbuf == MPI_IN_PLACE ? kp_bytes(recvcount, recvtype)
+                            : kp_bytes(sendcount, sendtype);
+            uint64_t got = c.root ? kp_bytes(recvcount, recvtype) * (uint64_t)c.n : 0;
+            kp_coll_emit(&c, sent, got);
+        }
+    }
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran9 mpi_gather_ __attribute__((alias("kpf_gather")));
 KP_EXPORT kp_fortran9 mpi_gather__ __attribute__((alias("kpf_gather")));
 KP_EXPORT kp_fortran9 mpi_gather __attribute__((alias("kpf_gather")));
 KP_EXPORT kp_fortran9 MPI_GATHER __attribute__((alias("kpf_gather")));
-static void kpf08_gather(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                         void *a6, void *a7, void *a8)
+static void kpf08_gather(void *f_sendbuf, void *f_sendcount, void *f_sendtype,
+                           void *f_recvbuf, void *f_recvcount, void *f_recvtype,
+                           void *f_root, void *f_comm, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran9 *next = (kp_fortran9 *)kp_fortran_next(&next_fn, "pmpi_gather_f08_", "mpi_gather_f08_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6, a7, a8);
+        next(f_sendbuf, f_sendcount, f_sendtype, f_recvbuf, f_recvcount, f_recvtype,
+             f_root, f_comm, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Gather");
     kp_enter(fid);
+    const void *sendbuf = kp_fbuf(f_sendbuf, KP_F77);
+    int sendcount = kp_fint(f_sendcount);
+    MPI_Datatype sendtype = kp_ftype(f_sendtype);
+    int recvcount = kp_fint(f_recvcount);
+    MPI_Datatype recvtype = kp_ftype(f_recvtype);
+    int root = kp_fint(f_root);
+    MPI_Comm comm = kp_fcomm(f_comm);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6, a7, a8);
+    next(f_sendbuf, f_sendcount, f_sendtype, f_recvbuf, f_recvcount, f_recvtype, f_root,
+         f_comm, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, root)) {
+            uint64_t sent = !c.peer ? 0
+                            : sendbuf == MPI_IN_PLACE ? kp_bytes(recvcount, recvtype)
+                            : kp_bytes(sendcount, sendtype);
+            uint64_t got = c.root ? kp_bytes(recvcount, recvtype) * (uint64_t)c.n : 0;
+            kp_coll_emit(&c, sent, got);
+        }
+    }
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran9 mpi_gather_f08_ __attribute__((alias("kpf08_gather")));
-static void kpf08ts_gather(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                         void *a6, void *a7, void *a8)
+static void kpf08ts_gather(void *f_sendbuf, void *f_sendcount, void *f_sendtype,
+                           void *f_recvbuf, void *f_recvcount, void *f_recvtype,
+                           void *f_root, void *f_comm, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran9 *next = (kp_fortran9 *)kp_fortran_next(&next_fn, "pmpi_gather_f08ts_", "mpi_gather_f08ts_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6, a7, a8);
+        next(f_sendbuf, f_sendcount, f_sendtype, f_recvbuf, f_recvcount, f_recvtype,
+             f_root, f_comm, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Gather");
     kp_enter(fid);
+    const void *sendbuf = kp_fbuf(f_sendbuf, KP_F08TS);
+    int sendcount = kp_fint(f_sendcount);
+    MPI_Datatype sendtype = kp_ftype(f_sendtype);
+    int recvcount = kp_fint(f_recvcount);
+    MPI_Datatype recvtype = kp_ftype(f_recvtype);
+    int root = kp_fint(f_root);
+    MPI_Comm comm = kp_fcomm(f_comm);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6, a7, a8);
+    next(f_sendbuf, f_sendcount, f_sendtype, f_recvbuf, f_recvcount, f_recvtype, f_root,
+         f_comm, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, root)) {
+            uint64_t sent = !c.peer ? 0
+                            : sendbuf == MPI_IN_PLACE ? kp_bytes(recvcount, recvtype)
+                            : kp_bytes(sendcount, sendtype);
+            uint64_t got = c.root ? kp_bytes(recvcount, recvtype) * (uint64_t)c.n : 0;
+            kp_coll_emit(&c, sent, got);
+        }
+    }
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran9 mpi_gather_f08ts_ __attribute__((alias("kpf08ts_gather")));
 
 /* MPI_Gatherv from Fortran (mpi_gatherv_, mpi_gatherv__, mpi_gatherv, MPI_GATHERV; mpi_gatherv_f08_, mpi_gatherv_f08ts_). */
-static void kpf_gatherv(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                          void *a6, void *a7, void *a8, void *a9)
+static void kpf_gatherv(void *f_sendbuf, void *f_sendcount, void *f_sendtype,
+                            void *f_recvbuf, void *f_recvcounts, void *f_displs,
+                            void *f_recvtype, void *f_root, void *f_comm, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran10 *next = (kp_fortran10 *)kp_fortran_next(&next_fn, "pmpi_gatherv_", "mpi_gatherv_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9);
+        next(f_sendbuf, f_sendcount, f_sendtype, f_recvbuf, f_recvcounts, f_displs,
+             f_recvtype, f_root, f_comm, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Gatherv");
     kp_enter(fid);
+    const void *sendbuf = kp_fbuf(f_sendbuf, KP_F77);
+    int sendcount = kp_fint(f_sendcount);
+    MPI_Datatype sendtype = kp_ftype(f_sendtype);
+    const int *recvcounts = (const int *)f_recvcounts;
+    MPI_Datatype recvtype = kp_ftype(f_recvtype);
+    int root = kp_fint(f_root);
+    MPI_Comm comm = kp_fcomm(f_comm);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9);
+    next(f_sendbuf, f_sendcount, f_sendtype, f_recvbuf, f_recvcounts, f_displs,
+         f_recvtype, f_root, f_comm, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, root)) {
+            uint64_t sent = !c.peer ? 0
+                            : sendbuf == MPI_IN_PLACE ? kp_bytes(recvcounts[c.me], recvtype)
+                            : kp_bytes(sendcount, sendtype);
+            uint64_t got = c.root ? kp_bytes_sum(recvcounts, c.n, recvtype) : 0;
+            kp_coll_emit(&c, sent, got);
+        }
+    }
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran10 mpi_gatherv_ __attribute__((alias("kpf_gatherv")));
 KP_EXPORT kp_fortran10 mpi_gatherv__ __attribute__((alias("kpf_gatherv")));
 KP_EXPORT kp_fortran10 mpi_gatherv __attribute__((alias("kpf_gatherv")));
 KP_EXPORT kp_fortran10 MPI_GATHERV __attribute__((alias("kpf_gatherv")));
-static void kpf08_gatherv(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                          void *a6, void *a7, void *a8, void *a9)
+static void kpf08_gatherv(void *f_sendbuf, void *f_sendcount, void *f_sendtype,
+                            void *f_recvbuf, void *f_recvcounts, void *f_displs,
+                            void *f_recvtype, void *f_root, void *f_comm, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran10 *next = (kp_fortran10 *)kp_fortran_next(&next_fn, "pmpi_gatherv_f08_", "mpi_gatherv_f08_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9);
+        next(f_sendbuf, f_sendcount, f_sendtype, f_recvbuf, f_recvcounts, f_displs,
+             f_recvtype, f_root, f_comm, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Gatherv");
     kp_enter(fid);
+    const void *sendbuf = kp_fbuf(f_sendbuf, KP_F77);
+    int sendcount = kp_fint(f_sendcount);
+    MPI_Datatype sendtype = kp_ftype(f_sendtype);
+    const int *recvcounts = (const int *)f_recvcounts;
+    MPI_Datatype recvtype = kp_ftype(f_recvtype);
+    int root = kp_fint(f_root);
+    MPI_Comm comm = kp_fcomm(f_comm);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9);
+    next(f_sendbuf, f_sendcount, f_sendtype, f_recvbuf, f_recvcounts, f_displs,
+         f_recvtype, f_root, f_comm, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, root)) {
+            uint64_t sent = !c.peer ? 0
+                            : sendbuf == MPI_IN_PLACE ? kp_bytes(recvcounts[c.me], recvtype)
+                            : kp_bytes(sendcount, sendtype);
+            uint64_t got = c.root ? kp_bytes_sum(recvcounts, c.n, recvtype) : 0;
+            kp_coll_emit(&c, sent, got);
+        }
+    }
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran10 mpi_gatherv_f08_ __attribute__((alias("kpf08_gatherv")));
-static void kpf08ts_gatherv(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                          void *a6, void *a7, void *a8, void *a9)
+static void kpf08ts_gatherv(void *f_sendbuf, void *f_sendcount, void *f_sendtype,
+                            void *f_recvbuf, void *f_recvcounts, void *f_displs,
+                            void *f_recvtype, void *f_root, void *f_comm, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran10 *next = (kp_fortran10 *)kp_fortran_next(&next_fn, "pmpi_gatherv_f08ts_", "mpi_gatherv_f08ts_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9);
+        next(f_sendbuf, f_sendcount, f_sendtype, f_recvbuf, f_recvcounts, f_displs,
+             f_recvtype, f_root, f_comm, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Gatherv");
     kp_enter(fid);
+    const void *sendbuf = kp_fbuf(f_sendbuf, KP_F08TS);
+    int sendcount = kp_fint(f_sendcount);
+    MPI_Datatype sendtype = kp_ftype(f_sendtype);
+    const int *recvcounts = (const int *)f_recvcounts;
+    MPI_Datatype recvtype = kp_ftype(f_recvtype);
+    int root = kp_fint(f_root);
+    MPI_Comm comm = kp_fcomm(f_comm);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9);
+    next(f_sendbuf, f_sendcount, f_sendtype, f_recvbuf, f_recvcounts, f_displs,
+         f_recvtype, f_root, f_comm, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, root)) {
+            uint64_t sent = !c.peer ? 0
+                            : sendbuf == MPI_IN_PLACE ? kp_bytes(recvcounts[c.me], recvtype)
+                            : kp_bytes(sendcount, sendtype);
+            uint64_t got = c.root ? kp_bytes_sum(recvcounts, c.n, recvtype) : 0;
+            kp_coll_emit(&c, sent, got);
+        }
+    }
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran10 mpi_gatherv_f08ts_ __attribute__((alias("kpf08ts_gatherv")));
 
 /* MPI_Scatter from Fortran (mpi_scatter_, mpi_scatter__, mpi_scatter, MPI_SCATTER; mpi_scatter_f08_, mpi_scatter_f08ts_). */
-static void kpf_scatter(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                          void *a6, void *a7, void *a8)
+static void kpf_scatter(void *f_sendbuf, void *f_sendcount, void *f_sendtype,
+                            void *f_recvbuf, void *f_recvcount, void *f_recvtype,
+                            void *f_root, void *f_comm, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran9 *next = (kp_fortran9 *)kp_fortran_next(&next_fn, "pmpi_scatter_", "mpi_scatter_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6, a7, a8);
+        next(f_sendbuf, f_sendcount, f_sendtype, f_recvbuf, f_recvcount, f_recvtype,
+             f_root, f_comm, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Scatter");
     kp_enter(fid);
+    int sendcount = kp_fint(f_sendcount);
+    MPI_Datatype sendtype = kp_ftype(f_sendtype);
+    const void *recvbuf = kp_fbuf(f_recvbuf, KP_F77);
+    int recvcount = kp_fint(f_recvcount);
+    MPI_Datatype recvtype = kp_ftype(f_recvtype);
+    int root = kp_fint(f_root);
+    MPI_Comm comm = kp_fcomm(f_comm);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6, a7, a8);
+    next(f_sendbuf, f_sendcount, f_sendtype, f_recvbuf, f_recvcount, f_recvtype, f_root,
+         f_comm, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, root)) {
+            uint64_t sent = c.root ? kp_bytes(sendcount, sendtype) * (uint64_t)c.n : 0;
+            uint64_t got = !c.peer ? 0
+                           : recvbuf == MPI_IN_PLACE ? kp_bytes(sendcount, sendtype)
+                           : kp_bytes(recvcount, recvtype);
+            kp_coll_emit(&c, sent, got);
+        }
+    }
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran9 mpi_scatter_ __attribute__((alias("kpf_scatter")));
 KP_EXPORT kp_fortran9 mpi_scatter__ __attribute__((alias("kpf_scatter")));
 KP_EXPORT kp_fortran9 mpi_scatter __attribute__((alias("kpf_scatter")));
 KP_EXPORT kp_fortran9 MPI_SCATTER __attribute__((alias("kpf_scatter")));
-static void kpf08_scatter(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                          void *a6, void *a7, void *a8)
+static void kpf08_scatter(void *f_sendbuf, void *f_sendcount, void *f_sendtype,
+                            void *f_recvbuf, void *f_recvcount, void *f_recvtype,
+                            void *f_root, void *f_comm, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran9 *next = (kp_fortran9 *)kp_fortran_next(&next_fn, "pmpi_scatter_f08_", "mpi_scatter_f08_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6, a7, a8);
+        next(f_sendbuf, f_sendcount, f_sendtype, f_recvbuf, f_recvcount, f_recvtype,
+             f_root, f_comm, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Scatter");
     kp_enter(fid);
+    int sendcount = kp_fint(f_sendcount);
+    MPI_Datatype sendtype = kp_ftype(f_sendtype);
+    const void *recvbuf = kp_fbuf(f_recvbuf, KP_F77);
+    int recvcount = kp_fint(f_recvcount);
+    MPI_Datatype recvtype = kp_ftype(f_recvtype);
+    int root = kp_fint(f_root);
+    MPI_Comm comm = kp_fcomm(f_comm);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6, a7, a8);
+    next(f_sendbuf, f_sendcount, f_sendtype, f_recvbuf, f_recvcount, f_recvtype, f_root,
+         f_comm, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, root)) {
+            uint64_t sent = c.root ? kp_bytes(sendcount, sendtype) * (uint64_t)c.n : 0;
+            uint64_t got = !c.peer ? 0
+                           : recvbuf == MPI_IN_PLACE ? kp_bytes(sendcount, sendtype)
+                           : kp_bytes(recvcount, recvtype);
+            kp_coll_emit(&c, sent, got);
+        }
+    }
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran9 mpi_scatter_f08_ __attribute__((alias("kpf08_scatter")));
-static void kpf08ts_scatter(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                          void *a6, void *a7, void *a8)
+static void kpf08ts_scatter(void *f_sendbuf, void *f_sendcount, void *f_sendtype,
+                            void *f_recvbuf, void *f_recvcount, void *f_recvtype,
+                            void *f_root, void *f_comm, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran9 *next = (kp_fortran9 *)kp_fortran_next(&next_fn, "pmpi_scatter_f08ts_", "mpi_scatter_f08ts_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6, a7, a8);
+        next(f_sendbuf, f_sendcount, f_sendtype, f_recvbuf, f_recvcount, f_recvtype,
+             f_root, f_comm, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Scatter");
     kp_enter(fid);
+    int sendcount = kp_fint(f_sendcount);
+    MPI_Datatype sendtype = kp_ftype(f_sendtype);
+    const void *recvbuf = kp_fbuf(f_recvbuf, KP_F08TS);
+    int recvcount = kp_fint(f_recvcount);
+    MPI_Datatype recvtype = kp_ftype(f_recvtype);
+    int root = kp_fint(f_root);
+    MPI_Comm comm = kp_fcomm(f_comm);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6, a7, a8);
+    next(f_sendbuf, f_sendcount, f_sendtype, f_recvbuf, f_recvcount, f_recvtype, f_root,
+         f_comm, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, root)) {
+            uint64_t sent = c.root ? kp_bytes(sendcount, sendtype) * (uint64_t)c.n : 0;
+            uint64_t got = !c.peer ? 0
+                           : recvbuf == MPI_IN_PLACE ? kp_bytes(sendcount, sendtype)
+                           : kp_bytes(recvcount, recvtype);
+            kp_coll_emit(&c, sent, got);
+        }
+    }
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran9 mpi_scatter_f08ts_ __attribute__((alias("kpf08ts_scatter")));
 
 /* MPI_Scatterv from Fortran (mpi_scatterv_, mpi_scatterv__, mpi_scatterv, MPI_SCATTERV; mpi_scatterv_f08_, mpi_scatterv_f08ts_). */
-static void kpf_scatterv(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                           void *a6, void *a7, void *a8, void *a9)
+static void kpf_scatterv(void *f_sendbuf, void *f_sendcounts, void *f_displs,
+                             void *f_sendtype, void *f_recvbuf, void *f_recvcount,
+                             void *f_recvtype, void *f_root, void *f_comm, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran10 *next = (kp_fortran10 *)kp_fortran_next(&next_fn, "pmpi_scatterv_", "mpi_scatterv_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9);
+        next(f_sendbuf, f_sendcounts, f_displs, f_sendtype, f_recvbuf, f_recvcount,
+             f_recvtype, f_root, f_comm, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Scatterv");
     kp_enter(fid);
+    const int *sendcounts = (const int *)f_sendcounts;
+    MPI_Datatype sendtype = kp_ftype(f_sendtype);
+    const void *recvbuf = kp_fbuf(f_recvbuf, KP_F77);
+    int recvcount = kp_fint(f_recvcount);
+    MPI_Datatype recvtype = kp_ftype(f_recvtype);
+    int root = kp_fint(f_root);
+    MPI_Comm comm = kp_fcomm(f_comm);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9);
+    next(f_sendbuf, f_sendcounts, f_displs, f_sendtype, f_recvbuf, f_recvcount,
+         f_recvtype, f_root, f_comm, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, root)) {
+            uint64_t sent = c.root ? kp_bytes_sum(sendcounts, c.n, sendtype) : 0;
+            uint64_t got = !c.peer ? 0
+                           : recvbuf == MPI_IN_PLACE ? kp_bytes(sendcounts[c.me], sendtype)
+                           : kp_bytes(recvcount, recvtype);
+            kp_coll_emit(&c, sent, got);
+        }
+    }
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran10 mpi_scatterv_ __attribute__((alias("kpf_scatterv")));
 KP_EXPORT kp_fortran10 mpi_scatterv__ __attribute__((alias("kpf_scatterv")));
 KP_EXPORT kp_fortran10 mpi_scatterv __attribute__((alias("kpf_scatterv")));
 KP_EXPORT kp_fortran10 MPI_SCATTERV __attribute__((alias("kpf_scatterv")));
-static void kpf08_scatterv(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                           void *a6, void *a7, void *a8, void *a9)
+static void kpf08_scatterv(void *f_sendbuf, void *f_sendcounts, void *f_displs,
+                             void *f_sendtype, void *f_recvbuf, void *f_recvcount,
+                             void *f_recvtype, void *f_root, void *f_comm, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran10 *next = (kp_fortran10 *)kp_fortran_next(&next_fn, "pmpi_scatterv_f08_", "mpi_scatterv_f08_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9);
+        next(f_sendbuf, f_sendcounts, f_displs, f_sendtype, f_recvbuf, f_recvcount,
+             f_recvtype, f_root, f_comm, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Scatterv");
     kp_enter(fid);
+    const int *sendcounts = (const int *)f_sendcounts;
+    MPI_Datatype sendtype = kp_ftype(f_sendtype);
+    const void *recvbuf = kp_fbuf(f_recvbuf, KP_F77);
+    int recvcount = kp_fint(f_recvcount);
+    MPI_Datatype recvtype = kp_ftype(f_recvtype);
+    int root = kp_fint(f_root);
+    MPI_Comm comm = kp_fcomm(f_comm);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9);
+    next(f_sendbuf, f_sendcounts, f_displs, f_sendtype, f_recvbuf, f_recvcount,
+         f_recvtype, f_root, f_comm, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, root)) {
+            uint64_t sent = c.root ? kp_bytes_sum(sendcounts, c.n, sendtype) : 0;
+            uint64_t got = !c.peer ? 0
+                           : recvbuf == MPI_IN_PLACE ? kp_bytes(sendcounts[c.me], sendtype)
+                           : kp_bytes(recvcount, recvtype);
+            kp_coll_emit(&c, sent, got);
+        }
+    }
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran10 mpi_scatterv_f08_ __attribute__((alias("kpf08_scatterv")));
-static void kpf08ts_scatterv(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                           void *a6, void *a7, void *a8, void *a9)
+static void kpf08ts_scatterv(void *f_sendbuf, void *f_sendcounts, void *f_displs,
+                             void *f_sendtype, void *f_recvbuf, void *f_recvcount,
+                             void *f_recvtype, void *f_root, void *f_comm, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran10 *next = (kp_fortran10 *)kp_fortran_next(&next_fn, "pmpi_scatterv_f08ts_", "mpi_scatterv_f08ts_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9);
+        next(f_sendbuf, f_sendcounts, f_displs, f_sendtype, f_recvbuf, f_recvcount,
+             f_recvtype, f_root, f_comm, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Scatterv");
     kp_enter(fid);
+    const int *sendcounts = (const int *)f_sendcounts;
+    MPI_Datatype sendtype = kp_ftype(f_sendtype);
+    const void *recvbuf = kp_fbuf(f_recvbuf, KP_F08TS);
+    int recvcount = kp_fint(f_recvcount);
+    MPI_Datatype recvtype = kp_ftype(f_recvtype);
+    int root = kp_fint(f_root);
+    MPI_Comm comm = kp_fcomm(f_comm);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9);
+    next(f_sendbuf, f_sendcounts, f_displs, f_sendtype, f_recvbuf, f_recvcount,
+         f_recvtype, f_root, f_comm, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, root)) {
+            uint64_t sent = c.root ? kp_bytes_sum(sendcounts, c.n, sendtype) : 0;
+            uint64_t got = !c.peer ? 0
+                           : recvbuf == MPI_IN_PLACE ? kp_bytes(sendcounts[c.me], sendtype)
+                           : kp_bytes(recvcount, recvtype);
+            kp_coll_emit(&c, sent, got);
+        }
+    }
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran10 mpi_scatterv_f08ts_ __attribute__((alias("kpf08ts_scatterv")));
 
 /* MPI_Allreduce from Fortran (mpi_allreduce_, mpi_allreduce__, mpi_allreduce, MPI_ALLREDUCE; mpi_allreduce_f08_, mpi_allreduce_f08ts_). */
-static void kpf_allreduce(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                            void *a6)
+static void kpf_allreduce(void *f_sendbuf, void *f_recvbuf, void *f_count,
+                              void *f_datatype, void *f_op, void *f_comm, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran7 *next = (kp_fortran7 *)kp_fortran_next(&next_fn, "pmpi_allreduce_", "mpi_allreduce_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6);
+        next(f_sendbuf, f_recvbuf, f_count, f_datatype, f_op, f_comm, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Allreduce");
     kp_enter(fid);
+    int count = kp_fint(f_count);
+    MPI_Datatype datatype = kp_ftype(f_datatype);
+    MPI_Comm comm = kp_fcomm(f_comm);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6);
+    next(f_sendbuf, f_recvbuf, f_count, f_datatype, f_op, f_comm, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, KP_NO_ROOT)) {
+            uint64_t sent = kp_bytes(count, datatype);
+            uint64_t got = kp_bytes(count, datatype);
+            kp_coll_emit(&c, sent, got);
+        }
+    }
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran7 mpi_allreduce_ __attribute__((alias("kpf_allreduce")));
 KP_EXPORT kp_fortran7 mpi_allreduce__ __attribute__((alias("kpf_allreduce")));
 KP_EXPORT kp_fortran7 mpi_allreduce __attribute__((alias("kpf_allreduce")));
 KP_EXPORT kp_fortran7 MPI_ALLREDUCE __attribute__((alias("kpf_allreduce")));
-static void kpf08_allreduce(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                            void *a6)
+static void kpf08_allreduce(void *f_sendbuf, void *f_recvbuf, void *f_count,
+                              void *f_datatype, void *f_op, void *f_comm, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran7 *next = (kp_fortran7 *)kp_fortran_next(&next_fn, "pmpi_allreduce_f08_", "mpi_allreduce_f08_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6);
+        next(f_sendbuf, f_recvbuf, f_count, f_datatype, f_op, f_comm, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Allreduce");
     kp_enter(fid);
+    int count = kp_fint(f_count);
+    MPI_Datatype datatype = kp_ftype(f_datatype);
+    MPI_Comm comm = kp_fcomm(f_comm);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6);
+    next(f_sendbuf, f_recvbuf, f_count, f_datatype, f_op, f_comm, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, KP_NO_ROOT)) {
+            uint64_t sent = kp_bytes(count, datatype);
+            uint64_t got = kp_bytes(count, datatype);
+            kp_coll_emit(&c, sent, got);
+        }
+    }
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran7 mpi_allreduce_f08_ __attribute__((alias("kpf08_allreduce")));
-static void kpf08ts_allreduce(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                            void *a6)
+static void kpf08ts_allreduce(void *f_sendbuf, void *f_recvbuf, void *f_count,
+                              void *f_datatype, void *f_op, void *f_comm, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran7 *next = (kp_fortran7 *)kp_fortran_next(&next_fn, "pmpi_allreduce_f08ts_", "mpi_allreduce_f08ts_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6);
+        next(f_sendbuf, f_recvbuf, f_count, f_datatype, f_op, f_comm, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Allreduce");
     kp_enter(fid);
+    int count = kp_fint(f_count);
+    MPI_Datatype datatype = kp_ftype(f_datatype);
+    MPI_Comm comm = kp_fcomm(f_comm);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6);
+    next(f_sendbuf, f_recvbuf, f_count, f_datatype, f_op, f_comm, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, KP_NO_ROOT)) {
+            uint64_t sent = kp_bytes(count, datatype);
+            uint64_t got = kp_bytes(count, datatype);
+            kp_coll_emit(&c, sent, got);
+        }
+    }
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran7 mpi_allreduce_f08ts_ __attribute__((alias("kpf08ts_allreduce")));
 
 /* MPI_Allgather from Fortran (mpi_allgather_, mpi_allgather__, mpi_allgather, MPI_ALLGATHER; mpi_allgather_f08_, mpi_allgather_f08ts_). */
-static void kpf_allgather(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                            void *a6, void *a7)
+static void kpf_allgather(void *f_sendbuf, void *f_sendcount, void *f_sendtype,
+                              void *f_recvbuf, void *f_recvcount, void *f_recvtype,
+                              void *f_comm, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran8 *next = (kp_fortran8 *)kp_fortran_next(&next_fn, "pmpi_allgather_", "mpi_allgather_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6, a7);
+        next(f_sendbuf, f_sendcount, f_sendtype, f_recvbuf, f_recvcount, f_recvtype,
+             f_comm, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Allgather");
     kp_enter(fid);
+    const void *sendbuf = kp_fbuf(f_sendbuf, KP_F77);
+    int sendcount = kp_fint(f_sendcount);
+    MPI_Datatype sendtype = kp_ftype(f_sendtype);
+    int recvcount = kp_fint(f_recvcount);
+    MPI_Datatype recvtype = kp_ftype(f_recvtype);
+    MPI_Comm comm = kp_fcomm(f_comm);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6, a7);
+    next(f_sendbuf, f_sendcount, f_sendtype, f_recvbuf, f_recvcount, f_recvtype, f_comm,
+         f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, KP_NO_ROOT)) {
+            uint64_t sent = sendbuf == MPI_IN_PLACE ? kp_bytes(recvcount, recvtype)
+                            : kp_bytes(sendcount, sendtype);
+            uint64_t got = kp_bytes(recvcount, recvtype) * (uint64_t)c.n;
+            kp_coll_emit(&c, sent, got);
+        }
+    }
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran8 mpi_allgather_ __attribute__((alias("kpf_allgather")));
 KP_EXPORT kp_fortran8 mpi_allgather__ __attribute__((alias("kpf_allgather")));
 KP_EXPORT kp_fortran8 mpi_allgather __attribute__((alias("kpf_allgather")));
 KP_EXPORT kp_fortran8 MPI_ALLGATHER __attribute__((alias("kpf_allgather")));
-static void kpf08_allgather(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                            void *a6, void *a7)
+static void kpf08_allgather(void *f_sendbuf, void *f_sendcount, void *f_sendtype,
+                              void *f_recvbuf, void *f_recvcount, void *f_recvtype,
+                              void *f_comm, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran8 *next = (kp_fortran8 *)kp_fortran_next(&next_fn, "pmpi_allgather_f08_", "mpi_allgather_f08_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6, a7);
+        next(f_sendbuf, f_sendcount, f_sendtype, f_recvbuf, f_recvcount, f_recvtype,
+             f_comm, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Allgather");
     kp_enter(fid);
+    const void *sendbuf = kp_fbuf(f_sendbuf, KP_F77);
+    int sendcount = kp_fint(f_sendcount);
+    MPI_Datatype sendtype = kp_ftype(f_sendtype);
+    int recvcount = kp_fint(f_recvcount);
+    MPI_Datatype recvtype = kp_ftype(f_recvtype);
+    MPI_Comm comm = kp_fcomm(f_comm);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6, a7);
+    next(f_sendbuf, f_sendcount, f_sendtype, f_recvbuf, f_recvcount, f_recvtype, f_comm,
+         f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, KP_NO_ROOT)) {
+            uint64_t sent = sendbuf == MPI_IN_PLACE ? kp_bytes(recvcount, recvtype)
+                            : kp_bytes(sendcount, sendtype);
+            uint64_t got = kp_bytes(recvcount, recvtype) * (uint64_t)c.n;
+            kp_coll_emit(&c, sent, got);
+        }
+    }
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran8 mpi_allgather_f08_ __attribute__((alias("kpf08_allgather")));
-static void kpf08ts_allgather(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                            void *a6, void *a7)
+static void kpf08ts_allgather(void *f_sendbuf, void *f_sendcount, void *f_sendtype,
+                              void *f_recvbuf, void *f_recvcount, void *f_recvtype,
+                              void *f_comm, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran8 *next = (kp_fortran8 *)kp_fortran_next(&next_fn, "pmpi_allgather_f08ts_", "mpi_allgather_f08ts_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6, a7);
+        next(f_sendbuf, f_sendcount, f_sendtype, f_recvbuf, f_recvcount, f_recvtype,
+             f_comm, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Allgather");
     kp_enter(fid);
+    const void *sendbuf = kp_fbuf(f_sendbuf, KP_F08TS);
+    int sendcount = kp_fint(f_sendcount);
+    MPI_Datatype sendtype = kp_ftype(f_sendtype);
+    int recvcount = kp_fint(f_recvcount);
+    MPI_Datatype recvtype = kp_ftype(f_recvtype);
+    MPI_Comm comm = kp_fcomm(f_comm);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6, a7);
+    next(f_sendbuf, f_sendcount, f_sendtype, f_recvbuf, f_recvcount, f_recvtype, f_comm,
+         f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, KP_NO_ROOT)) {
+            uint64_t sent = sendbuf == MPI_IN_PLACE ? kp_bytes(recvcount, recvtype)
+                            : kp_bytes(sendcount, sendtype);
+            uint64_t got = kp_bytes(recvcount, recvtype) * (uint64_t)c.n;
+            kp_coll_emit(&c, sent, got);
+        }
+    }
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran8 mpi_allgather_f08ts_ __attribute__((alias("kpf08ts_allgather")));
 
 /* MPI_Allgatherv from Fortran (mpi_allgatherv_, mpi_allgatherv__, mpi_allgatherv, MPI_ALLGATHERV; mpi_allgatherv_f08_, mpi_allgatherv_f08ts_). */
-static void kpf_allgatherv(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                             void *a6, void *a7, void *a8)
+static void kpf_allgatherv(void *f_sendbuf, void *f_sendcount, void *f_sendtype,
+                               void *f_recvbuf, void *f_recvcounts, void *f_displs,
+                               void *f_recvtype, void *f_comm, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran9 *next = (kp_fortran9 *)kp_fortran_next(&next_fn, "pmpi_allgatherv_", "mpi_allgatherv_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6, a7, a8);
+        next(f_sendbuf, f_sendcount, f_sendtype, f_recvbuf, f_recvcounts, f_displs,
+             f_recvtype, f_comm, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Allgatherv");
     kp_enter(fid);
+    const void *sendbuf = kp_fbuf(f_sendbuf, KP_F77);
+    int sendcount = kp_fint(f_sendcount);
+    MPI_Datatype sendtype = kp_ftype(f_sendtype);
+    const int *recvcounts = (const int *)f_recvcounts;
+    MPI_Datatype recvtype = kp_ftype(f_recvtype);
+    MPI_Comm comm = kp_fcomm(f_comm);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6, a7, a8);
+    next(f_sendbuf, f_sendcount, f_sendtype, f_recvbuf, f_recvcounts, f_displs,
+         f_recvtype, f_comm, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, KP_NO_ROOT)) {
+            uint64_t sent = sendbuf == MPI_IN_PLACE ? kp_bytes(recvcounts[c.me], recvtype)
+                            : kp_bytes(sendcount, sendtype);
+            uint64_t got = kp_bytes_sum(recvcounts, c.n, recvtype);
+            kp_coll_emit(&c, sent, got);
+        }
+    }
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran9 mpi_allgatherv_ __attribute__((alias("kpf_allgatherv")));
 KP_EXPORT kp_fortran9 mpi_allgatherv__ __attribute__((alias("kpf_allgatherv")));
 KP_EXPORT kp_fortran9 mpi_allgatherv __attribute__((alias("kpf_allgatherv")));
 KP_EXPORT kp_fortran9 MPI_ALLGATHERV __attribute__((alias("kpf_allgatherv")));
-static void kpf08_allgatherv(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                             void *a6, void *a7, void *a8)
+static void kpf08_allgatherv(void *f_sendbuf, void *f_sendcount, void *f_sendtype,
+                               void *f_recvbuf, void *f_recvcounts, void *f_displs,
+                               void *f_recvtype, void *f_comm, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran9 *next = (kp_fortran9 *)kp_fortran_next(&next_fn, "pmpi_allgatherv_f08_", "mpi_allgatherv_f08_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6, a7, a8);
+        next(f_sendbuf, f_sendcount, f_sendtype, f_recvbuf, f_recvcounts, f_displs,
+             f_recvtype, f_comm, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Allgatherv");
     kp_enter(fid);
+    const void *sendbuf = kp_fbuf(f_sendbuf, KP_F77);
+    int sendcount = kp_fint(f_sendcount);
+    MPI_Datatype sendtype = kp_ftype(f_sendtype);
+    const int *recvcounts = (const int *)f_recvcounts;
+    MPI_Datatype recvtype = kp_ftype(f_recvtype);
+    MPI_Comm comm = kp_fcomm(f_comm);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6, a7, a8);
+    next(f_sendbuf, f_sendcount, f_sendtype, f_recvbuf, f_recvcounts, f_displs,
+         f_recvtype, f_comm, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, KP_NO_ROOT)) {
+            uint64_t sent = sendbuf == MPI_IN_PLACE ? kp_bytes(recvcounts[c.me], recvtype)
+                            : kp_bytes(sendcount, sendtype);
+            uint64_t got = kp_bytes_sum(recvcounts, c.n, recvtype);
+            kp_coll_emit(&c, sent, got);
+        }
+    }
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran9 mpi_allgatherv_f08_ __attribute__((alias("kpf08_allgatherv")));
-static void kpf08ts_allgatherv(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                             void *a6, void *a7, void *a8)
+static void kpf08ts_allgatherv(void *f_sendbuf, void *f_sendcount, void *f_sendtype,
+                               void *f_recvbuf, void *f_recvcounts, void *f_displs,
+                               void *f_recvtype, void *f_comm, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran9 *next = (kp_fortran9 *)kp_fortran_next(&next_fn, "pmpi_allgatherv_f08ts_", "mpi_allgatherv_f08ts_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6, a7, a8);
+        next(f_sendbuf, f_sendcount, f_sendtype, f_recvbuf, f_recvcounts, f_displs,
+             f_recvtype, f_comm, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Allgatherv");
     kp_enter(fid);
+    const void *sendbuf = kp_fbuf(f_sendbuf, KP_F08TS);
+    int sendcount = kp_fint(f_sendcount);
+    MPI_Datatype sendtype = kp_ftype(f_sendtype);
+    const int *recvcounts = (const int *)f_recvcounts;
+    MPI_Datatype recvtype = kp_ftype(f_recvtype);
+    MPI_Comm comm = kp_fcomm(f_comm);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6, a7, a8);
+    next(f_sendbuf, f_sendcount, f_sendtype, f_recvbuf, f_recvcounts, f_displs,
+         f_recvtype, f_comm, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, KP_NO_ROOT)) {
+            uint64_t sent = sendbuf == MPI_IN_PLACE ? kp_bytes(recvcounts[c.me], recvtype)
+                            : kp_bytes(sendcount, sendtype);
+            uint64_t got = kp_bytes_sum(recvcounts, c.n, recvtype);
+            kp_coll_emit(&c, sent, got);
+        }
+    }
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran9 mpi_allgatherv_f08ts_ __attribute__((alias("kpf08ts_allgatherv")));
 
 /* MPI_Alltoall from Fortran (mpi_alltoall_, mpi_alltoall__, mpi_alltoall, MPI_ALLTOALL; mpi_alltoall_f08_, mpi_alltoall_f08ts_). */
-static void kpf_alltoall(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                           void *a6, void *a7)
+static void kpf_alltoall(void *f_sendbuf, void *f_sendcount, void *f_sendtype,
+                             void *f_recvbuf, void *f_recvcount, void *f_recvtype,
+                             void *f_comm, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran8 *next = (kp_fortran8 *)kp_fortran_next(&next_fn, "pmpi_alltoall_", "mpi_alltoall_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6, a7);
+        next(f_sendbuf, f_sendcount, f_sendtype, f_recvbuf, f_recvcount, f_recvtype,
+             f_comm, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Alltoall");
     kp_enter(fid);
+    const void *sendbuf = kp_fbuf(f_sendbuf, KP_F77);
+    int sendcount = kp_fint(f_sendcount);
+    MPI_Datatype sendtype = kp_ftype(f_sendtype);
+    int recvcount = kp_fint(f_recvcount);
+    MPI_Datatype recvtype = kp_ftype(f_recvtype);
+    MPI_Comm comm = kp_fcomm(f_comm);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6, a7);
+    next(f_sendbuf, f_sendcount, f_sendtype, f_recvbuf, f_recvcount, f_recvtype, f_comm,
+         f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, KP_NO_ROOT)) {
+            uint64_t sent = sendbuf == MPI_IN_PLACE ? kp_bytes(recvcount, recvtype) * (uint64_t)c.n
+                            : kp_bytes(sendcount, sendtype) * (uint64_t)c.n;
+            uint64_t got = kp_bytes(recvcount, recvtype) * (uint64_t)c.n;
+            kp_coll_emit(&c, sent, got);
+        }
+    }
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran8 mpi_alltoall_ __attribute__((alias("kpf_alltoall")));
 KP_EXPORT kp_fortran8 mpi_alltoall__ __attribute__((alias("kpf_alltoall")));
 KP_EXPORT kp_fortran8 mpi_alltoall __attribute__((alias("kpf_alltoall")));
 KP_EXPORT kp_fortran8 MPI_ALLTOALL __attribute__((alias("kpf_alltoall")));
-static void kpf08_alltoall(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                           void *a6, void *a7)
+static void kpf08_alltoall(void *f_sendbuf, void *f_sendcount, void *f_sendtype,
+                             void *f_recvbuf, void *f_recvcount, void *f_recvtype,
+                             void *f_comm, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran8 *next = (kp_fortran8 *)kp_fortran_next(&next_fn, "pmpi_alltoall_f08_", "mpi_alltoall_f08_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6, a7);
+        next(f_sendbuf, f_sendcount, f_sendtype, f_recvbuf, f_recvcount, f_recvtype,
+             f_comm, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Alltoall");
     kp_enter(fid);
+    const void *sendbuf = kp_fbuf(f_sendbuf, KP_F77);
+    int sendcount = kp_fint(f_sendcount);
+    MPI_Datatype sendtype = kp_ftype(f_sendtype);
+    int recvcount = kp_fint(f_recvcount);
+    MPI_Datatype recvtype = kp_ftype(f_recvtype);
+    MPI_Comm comm = kp_fcomm(f_comm);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6, a7);
+    next(f_sendbuf, f_sendcount, f_sendtype, f_recvbuf, f_recvcount, f_recvtype, f_comm,
+         f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, KP_NO_ROOT)) {
+            uint64_t sent = sendbuf == MPI_IN_PLACE ? kp_bytes(recvcount, recvtype) * (uint64_t)c.n
+                            : kp_bytes(sendcount, sendtype) * (uint64_t)c.n;
+            uint64_t got = kp_bytes(recvcount, recvtype) * (uint64_t)c.n;
+            kp_coll_emit(&c, sent, got);
+        }
+    }
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran8 mpi_alltoall_f08_ __attribute__((alias("kpf08_alltoall")));
-static void kpf08ts_alltoall(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                           void *a6, void *a7)
+static void kpf08ts_alltoall(void *f_sendbuf, void *f_sendcount, void *f_sendtype,
+                             void *f_recvbuf, void *f_recvcount, void *f_recvtype,
+                             void *f_comm, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran8 *next = (kp_fortran8 *)kp_fortran_next(&next_fn, "pmpi_alltoall_f08ts_", "mpi_alltoall_f08ts_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6, a7);
+        next(f_sendbuf, f_sendcount, f_sendtype, f_recvbuf, f_recvcount, f_recvtype,
+             f_comm, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Alltoall");
     kp_enter(fid);
+    const void *sendbuf = kp_fbuf(f_sendbuf, KP_F08TS);
+    int sendcount = kp_fint(f_sendcount);
+    MPI_Datatype sendtype = kp_ftype(f_sendtype);
+    int recvcount = kp_fint(f_recvcount);
+    MPI_Datatype recvtype = kp_ftype(f_recvtype);
+    MPI_Comm comm = kp_fcomm(f_comm);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6, a7);
+    next(f_sendbuf, f_sendcount, f_sendtype, f_recvbuf, f_recvcount, f_recvtype, f_comm,
+         f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, KP_NO_ROOT)) {
+            uint64_t sent = sendbuf == MPI_IN_PLACE ? kp_bytes(recvcount, recvtype) * (uint64_t)c.n
+                            : kp_bytes(sendcount, sendtype) * (uint64_t)c.n;
+            uint64_t got = kp_bytes(recvcount, recvtype) * (uint64_t)c.n;
+            kp_coll_emit(&c, sent, got);
+        }
+    }
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran8 mpi_alltoall_f08ts_ __attribute__((alias("kpf08ts_alltoall")));
 
 /* MPI_Alltoallv from Fortran (mpi_alltoallv_, mpi_alltoallv__, mpi_alltoallv, MPI_ALLTOALLV; mpi_alltoallv_f08_, mpi_alltoallv_f08ts_). */
-static void kpf_alltoallv(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                            void *a6, void *a7, void *a8, void *a9)
+static void kpf_alltoallv(void *f_sendbuf, void *f_sendcounts, void *f_sdispls,
+                              void *f_sendtype, void *f_recvbuf, void *f_recvcounts,
+                              void *f_rdispls, void *f_recvtype, void *f_comm,
+                              void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran10 *next = (kp_fortran10 *)kp_fortran_next(&next_fn, "pmpi_alltoallv_", "mpi_alltoallv_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9);
+        next(f_sendbuf, f_sendcounts, f_sdispls, f_sendtype, f_recvbuf, f_recvcounts,
+             f_rdispls, f_recvtype, f_comm, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Alltoallv");
     kp_enter(fid);
+    const void *sendbuf = kp_fbuf(f_sendbuf, KP_F77);
+    const int *sendcounts = (const int *)f_sendcounts;
+    MPI_Datatype sendtype = kp_ftype(f_sendtype);
+    const int *recvcounts = (const int *)f_recvcounts;
+    MPI_Datatype recvtype = kp_ftype(f_recvtype);
+    MPI_Comm comm = kp_fcomm(f_comm);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9);
+    next(f_sendbuf, f_sendcounts, f_sdispls, f_sendtype, f_recvbuf, f_recvcounts,
+         f_rdispls, f_recvtype, f_comm, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, KP_NO_ROOT)) {
+            uint64_t sent = sendbuf == MPI_IN_PLACE ? kp_bytes_sum(recvcounts, c.n, recvtype)
+                            : kp_bytes_sum(sendcounts, c.n, sendtype);
+            uint64_t got = kp_bytes_sum(recvcounts, c.n, recvtype);
+            kp_coll_emit(&c, sent, got);
+        }
+    }
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran10 mpi_alltoallv_ __attribute__((alias("kpf_alltoallv")));
 KP_EXPORT kp_fortran10 mpi_alltoallv__ __attribute__((alias("kpf_alltoallv")));
 KP_EXPORT kp_fortran10 mpi_alltoallv __attribute__((alias("kpf_alltoallv")));
 KP_EXPORT kp_fortran10 MPI_ALLTOALLV __attribute__((alias("kpf_alltoallv")));
-static void kpf08_alltoallv(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                            void *a6, void *a7, void *a8, void *a9)
+static void kpf08_alltoallv(void *f_sendbuf, void *f_sendcounts, void *f_sdispls,
+                              void *f_sendtype, void *f_recvbuf, void *f_recvcounts,
+                              void *f_rdispls, void *f_recvtype, void *f_comm,
+                              void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran10 *next = (kp_fortran10 *)kp_fortran_next(&next_fn, "pmpi_alltoallv_f08_", "mpi_alltoallv_f08_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9);
+        next(f_sendbuf, f_sendcounts, f_sdispls, f_sendtype, f_recvbuf, f_recvcounts,
+             f_rdispls, f_recvtype, f_comm, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Alltoallv");
     kp_enter(fid);
+    const void *sendbuf = kp_fbuf(f_sendbuf, KP_F77);
+    const int *sendcounts = (const int *)f_sendcounts;
+    MPI_Datatype sendtype = kp_ftype(f_sendtype);
+    const int *recvcounts = (const int *)f_recvcounts;
+    MPI_Datatype recvtype = kp_ftype(f_recvtype);
+    MPI_Comm comm = kp_fcomm(f_comm);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9);
+    next(f_sendbuf, f_sendcounts, f_sdispls, f_sendtype, f_recvbuf, f_recvcounts,
+         f_rdispls, f_recvtype, f_comm, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, KP_NO_ROOT)) {
+            uint64_t sent = sendbuf == MPI_IN_PLACE ? kp_bytes_sum(recvcounts, c.n, recvtype)
+                            : kp_bytes_sum(sendcounts, c.n, sendtype);
+            uint64_t got = kp_bytes_sum(recvcounts, c.n, recvtype);
+            kp_coll_emit(&c, sent, got);
+        }
+    }
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran10 mpi_alltoallv_f08_ __attribute__((alias("kpf08_alltoallv")));
-static void kpf08ts_alltoallv(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                            void *a6, void *a7, void *a8, void *a9)
+static void kpf08ts_alltoallv(void *f_sendbuf, void *f_sendcounts, void *f_sdispls,
+                              void *f_sendtype, void *f_recvbuf, void *f_recvcounts,
+                              void *f_rdispls, void *f_recvtype, void *f_comm,
+                              void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran10 *next = (kp_fortran10 *)kp_fortran_next(&next_fn, "pmpi_alltoallv_f08ts_", "mpi_alltoallv_f08ts_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9);
+        next(f_sendbuf, f_sendcounts, f_sdispls, f_sendtype, f_recvbuf, f_recvcounts,
+             f_rdispls, f_recvtype, f_comm, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Alltoallv");
     kp_enter(fid);
+    const void *sendbuf = kp_fbuf(f_sendbuf, KP_F08TS);
+    const int *sendcounts = (const int *)f_sendcounts;
+    MPI_Datatype sendtype = kp_ftype(f_sendtype);
+    const int *recvcounts = (const int *)f_recvcounts;
+    MPI_Datatype recvtype = kp_ftype(f_recvtype);
+    MPI_Comm comm = kp_fcomm(f_comm);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9);
+    next(f_sendbuf, f_sendcounts, f_sdispls, f_sendtype, f_recvbuf, f_recvcounts,
+         f_rdispls, f_recvtype, f_comm, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, KP_NO_ROOT)) {
+            uint64_t sent = sendbuf == MPI_IN_PLACE ? kp_bytes_sum(recvcounts, c.n, recvtype)
+                            : kp_bytes_sum(sendcounts, c.n, sendtype);
+            uint64_t got = kp_bytes_sum(recvcounts, c.n, recvtype);
+            kp_coll_emit(&c, sent, got);
+        }
+    }
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran10 mpi_alltoallv_f08ts_ __attribute__((alias("kpf08ts_alltoallv")));
 
 /* MPI_Reduce_scatter from Fortran (mpi_reduce_scatter_, mpi_reduce_scatter__, mpi_reduce_scatter, MPI_REDUCE_SCATTER; mpi_reduce_scatter_f08_, mpi_reduce_scatter_f08ts_). */
-static void kpf_reduce_scatter(void *a0, void *a1, void *a2, void *a3, void *a4,
-                                 void *a5, void *a6)
+static void kpf_reduce_scatter(void *f_sendbuf, void *f_recvbuf, void *f_recvcounts,
+                                   void *f_datatype, void *f_op, void *f_comm,
+                                   void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran7 *next = (kp_fortran7 *)kp_fortran_next(&next_fn, "pmpi_reduce_scatter_", "mpi_reduce_scatter_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6);
+        next(f_sendbuf, f_recvbuf, f_recvcounts, f_datatype, f_op, f_comm, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Reduce_scatter");
     kp_enter(fid);
+    const int *recvcounts = (const int *)f_recvcounts;
+    MPI_Datatype datatype = kp_ftype(f_datatype);
+    MPI_Comm comm = kp_fcomm(f_comm);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6);
+    next(f_sendbuf, f_recvbuf, f_recvcounts, f_datatype, f_op, f_comm, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, KP_NO_ROOT)) {
+            uint64_t sent = kp_bytes_sum(recvcounts, c.lsize, datatype);
+            uint64_t got = kp_bytes(recvcounts[c.me], datatype);
+            kp_coll_emit(&c, sent, got);
+        }
+    }
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran7 mpi_reduce_scatter_ __attribute__((alias("kpf_reduce_scatter")));
 KP_EXPORT kp_fortran7 mpi_reduce_scatter__ __attribute__((alias("kpf_reduce_scatter")));
 KP_EXPORT kp_fortran7 mpi_reduce_scatter __attribute__((alias("kpf_reduce_scatter")));
 KP_EXPORT kp_fortran7 MPI_REDUCE_SCATTER __attribute__((alias("kpf_reduce_scatter")));
-static void kpf08_reduce_scatter(void *a0, void *a1, void *a2, void *a3, void *a4,
-                                 void *a5, void *a6)
+static void kpf08_reduce_scatter(void *f_sendbuf, void *f_recvbuf, void *f_recvcounts,
+                                   void *f_datatype, void *f_op, void *f_comm,
+                                   void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran7 *next = (kp_fortran7 *)kp_fortran_next(&next_fn, "pmpi_reduce_scatter_f08_", "mpi_reduce_scatter_f08_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6);
+        next(f_sendbuf, f_recvbuf, f_recvcounts, f_datatype, f_op, f_comm, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Reduce_scatter");
     kp_enter(fid);
+    const int *recvcounts = (const int *)f_recvcounts;
+    MPI_Datatype datatype = kp_ftype(f_datatype);
+    MPI_Comm comm = kp_fcomm(f_comm);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6);
+    next(f_sendbuf, f_recvbuf, f_recvcounts, f_datatype, f_op, f_comm, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, KP_NO_ROOT)) {
+            uint64_t sent = kp_bytes_sum(recvcounts, c.lsize, datatype);
+            uint64_t got = kp_bytes(recvcounts[c.me], datatype);
+            kp_coll_emit(&c, sent, got);
+        }
+    }
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran7 mpi_reduce_scatter_f08_ __attribute__((alias("kpf08_reduce_scatter")));
-static void kpf08ts_reduce_scatter(void *a0, void *a1, void *a2, void *a3, void *a4,
-                                 void *a5, void *a6)
+static void kpf08ts_reduce_scatter(void *f_sendbuf, void *f_recvbuf, void *f_recvcounts,
+                                   void *f_datatype, void *f_op, void *f_comm,
+                                   void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran7 *next = (kp_fortran7 *)kp_fortran_next(&next_fn, "pmpi_reduce_scatter_f08ts_", "mpi_reduce_scatter_f08ts_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6);
+        next(f_sendbuf, f_recvbuf, f_recvcounts, f_datatype, f_op, f_comm, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Reduce_scatter");
     kp_enter(fid);
+    const int *recvcounts = (const int *)f_recvcounts;
+    MPI_Datatype datatype = kp_ftype(f_datatype);
+    MPI_Comm comm = kp_fcomm(f_comm);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6);
+    next(f_sendbuf, f_recvbuf, f_recvcounts, f_datatype, f_op, f_comm, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, KP_NO_ROOT)) {
+            uint64_t sent = kp_bytes_sum(recvcounts, c.lsize, datatype);
+            uint64_t got = kp_bytes(recvcounts[c.me], datatype);
+            kp_coll_emit(&c, sent, got);
+        }
+    }
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran7 mpi_reduce_scatter_f08ts_ __attribute__((alias("kpf08ts_reduce_scatter")));
 
 /* MPI_Reduce_scatter_block from Fortran (mpi_reduce_scatter_block_, mpi_reduce_scatter_block__, mpi_reduce_scatter_block, MPI_REDUCE_SCATTER_BLOCK; mpi_reduce_scatter_block_f08_, mpi_reduce_scatter_block_f08ts_). */
-static void kpf_reduce_scatter_block(void *a0, void *a1, void *a2, void *a3, void *a4,
-                                       void *a5, void *a6)
+static void kpf_reduce_scatter_block(void *f_sendbuf, void *f_recvbuf,
+                                         void *f_recvcount, void *f_datatype, void *f_op,
+                                         void *f_comm, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran7 *next = (kp_fortran7 *)kp_fortran_next(&next_fn, "pmpi_reduce_scatter_block_", "mpi_reduce_scatter_block_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6);
+        next(f_sendbuf, f_recvbuf, f_recvcount, f_datatype, f_op, f_comm, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Reduce_scatter_block");
     kp_enter(fid);
+    int recvcount = kp_fint(f_recvcount);
+    MPI_Datatype datatype = kp_ftype(f_datatype);
+    MPI_Comm comm = kp_fcomm(f_comm);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6);
+    next(f_sendbuf, f_recvbuf, f_recvcount, f_datatype, f_op, f_comm, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, KP_NO_ROOT)) {
+            uint64_t sent = kp_bytes(recvcount, datatype) * (uint64_t)c.lsize;
+            uint64_t got = kp_bytes(recvcount, datatype);
+            kp_coll_emit(&c, sent, got);
+        }
+    }
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran7 mpi_reduce_scatter_block_ __attribute__((alias("kpf_reduce_scatter_block")));
 KP_EXPORT kp_fortran7 mpi_reduce_scatter_block__ __attribute__((alias("kpf_reduce_scatter_block")));
 KP_EXPORT kp_fortran7 mpi_reduce_scatter_block __attribute__((alias("kpf_reduce_scatter_block")));
 KP_EXPORT kp_fortran7 MPI_REDUCE_SCATTER_BLOCK __attribute__((alias("kpf_reduce_scatter_block")));
-static void kpf08_reduce_scatter_block(void *a0, void *a1, void *a2, void *a3, void *a4,
-                                       void *a5, void *a6)
+static void kpf08_reduce_scatter_block(void *f_sendbuf, void *f_recvbuf,
+                                         void *f_recvcount, void *f_datatype, void *f_op,
+                                         void *f_comm, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran7 *next = (kp_fortran7 *)kp_fortran_next(&next_fn, "pmpi_reduce_scatter_block_f08_", "mpi_reduce_scatter_block_f08_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6);
+        next(f_sendbuf, f_recvbuf, f_recvcount, f_datatype, f_op, f_comm, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Reduce_scatter_block");
     kp_enter(fid);
+    int recvcount = kp_fint(f_recvcount);
+    MPI_Datatype datatype = kp_ftype(f_datatype);
+    MPI_Comm comm = kp_fcomm(f_comm);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6);
+    next(f_sendbuf, f_recvbuf, f_recvcount, f_datatype, f_op, f_comm, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, KP_NO_ROOT)) {
+            uint64_t sent = kp_bytes(recvcount, datatype) * (uint64_t)c.lsize;
+            uint64_t got = kp_bytes(recvcount, datatype);
+            kp_coll_emit(&c, sent, got);
+        }
+    }
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran7 mpi_reduce_scatter_block_f08_ __attribute__((alias("kpf08_reduce_scatter_block")));
-static void kpf08ts_reduce_scatter_block(void *a0, void *a1, void *a2, void *a3, void *a4,
-                                       void *a5, void *a6)
+static void kpf08ts_reduce_scatter_block(void *f_sendbuf, void *f_recvbuf,
+                                         void *f_recvcount, void *f_datatype, void *f_op,
+                                         void *f_comm, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran7 *next = (kp_fortran7 *)kp_fortran_next(&next_fn, "pmpi_reduce_scatter_block_f08ts_", "mpi_reduce_scatter_block_f08ts_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6);
+        next(f_sendbuf, f_recvbuf, f_recvcount, f_datatype, f_op, f_comm, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Reduce_scatter_block");
     kp_enter(fid);
+    int recvcount = kp_fint(f_recvcount);
+    MPI_Datatype datatype = kp_ftype(f_datatype);
+    MPI_Comm comm = kp_fcomm(f_comm);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6);
+    next(f_sendbuf, f_recvbuf, f_recvcount, f_datatype, f_op, f_comm, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, KP_NO_ROOT)) {
+            uint64_t sent = kp_bytes(recvcount, datatype) * (uint64_t)c.lsize;
+            uint64_t got = kp_bytes(recvcount, datatype);
+            kp_coll_emit(&c, sent, got);
+        }
+    }
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran7 mpi_reduce_scatter_block_f08ts_ __attribute__((alias("kpf08ts_reduce_scatter_block")));
 
 /* MPI_Scan from Fortran (mpi_scan_, mpi_scan__, mpi_scan, MPI_SCAN; mpi_scan_f08_, mpi_scan_f08ts_). */
-static void kpf_scan(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                       void *a6)
+static void kpf_scan(void *f_sendbuf, void *f_recvbuf, void *f_count,
+                         void *f_datatype, void *f_op, void *f_comm, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran7 *next = (kp_fortran7 *)kp_fortran_next(&next_fn, "pmpi_scan_", "mpi_scan_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6);
+        next(f_sendbuf, f_recvbuf, f_count, f_datatype, f_op, f_comm, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Scan");
     kp_enter(fid);
+    int count = kp_fint(f_count);
+    MPI_Datatype datatype = kp_ftype(f_datatype);
+    MPI_Comm comm = kp_fcomm(f_comm);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6);
+    next(f_sendbuf, f_recvbuf, f_count, f_datatype, f_op, f_comm, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, KP_NO_ROOT)) {
+            uint64_t sent = kp_bytes(count, datatype);
+            uint64_t got = kp_bytes(count, datatype);
+            kp_coll_emit(&c, sent, got);
+        }
+    }
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran7 mpi_scan_ __attribute__((alias("kpf_scan")));
 KP_EXPORT kp_fortran7 mpi_scan__ __attribute__((alias("kpf_scan")));
 KP_EXPORT kp_fortran7 mpi_scan __attribute__((alias("kpf_scan")));
 KP_EXPORT kp_fortran7 MPI_SCAN __attribute__((alias("kpf_scan")));
-static void kpf08_scan(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                       void *a6)
+static void kpf08_scan(void *f_sendbuf, void *f_recvbuf, void *f_count,
+                         void *f_datatype, void *f_op, void *f_comm, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran7 *next = (kp_fortran7 *)kp_fortran_next(&next_fn, "pmpi_scan_f08_", "mpi_scan_f08_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6);
+        next(f_sendbuf, f_recvbuf, f_count, f_datatype, f_op, f_comm, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Scan");
     kp_enter(fid);
+    int count = kp_fint(f_count);
+    MPI_Datatype datatype = kp_ftype(f_datatype);
+    MPI_Comm comm = kp_fcomm(f_comm);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6);
+    next(f_sendbuf, f_recvbuf, f_count, f_datatype, f_op, f_comm, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, KP_NO_ROOT)) {
+            uint64_t sent = kp_bytes(count, datatype);
+            uint64_t got = kp_bytes(count, datatype);
+            kp_coll_emit(&c, sent, got);
+        }
+    }
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran7 mpi_scan_f08_ __attribute__((alias("kpf08_scan")));
-static void kpf08ts_scan(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                       void *a6)
+static void kpf08ts_scan(void *f_sendbuf, void *f_recvbuf, void *f_count,
+                         void *f_datatype, void *f_op, void *f_comm, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran7 *next = (kp_fortran7 *)kp_fortran_next(&next_fn, "pmpi_scan_f08ts_", "mpi_scan_f08ts_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6);
+        next(f_sendbuf, f_recvbuf, f_count, f_datatype, f_op, f_comm, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Scan");
     kp_enter(fid);
+    int count = kp_fint(f_count);
+    MPI_Datatype datatype = kp_ftype(f_datatype);
+    MPI_Comm comm = kp_fcomm(f_comm);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6);
+    next(f_sendbuf, f_recvbuf, f_count, f_datatype, f_op, f_comm, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, KP_NO_ROOT)) {
+            uint64_t sent = kp_bytes(count, datatype);
+            uint64_t got = kp_bytes(count, datatype);
+            kp_coll_emit(&c, sent, got);
+        }
+    }
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran7 mpi_scan_f08ts_ __attribute__((alias("kpf08ts_scan")));
 
 /* MPI_Exscan from Fortran (mpi_exscan_, mpi_exscan__, mpi_exscan, MPI_EXSCAN; mpi_exscan_f08_, mpi_exscan_f08ts_). */
-static void kpf_exscan(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                         void *a6)
+static void kpf_exscan(void *f_sendbuf, void *f_recvbuf, void *f_count,
+                           void *f_datatype, void *f_op, void *f_comm, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran7 *next = (kp_fortran7 *)kp_fortran_next(&next_fn, "pmpi_exscan_", "mpi_exscan_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6);
+        next(f_sendbuf, f_recvbuf, f_count, f_datatype, f_op, f_comm, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Exscan");
     kp_enter(fid);
+    int count = kp_fint(f_count);
+    MPI_Datatype datatype = kp_ftype(f_datatype);
+    MPI_Comm comm = kp_fcomm(f_comm);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6);
+    next(f_sendbuf, f_recvbuf, f_count, f_datatype, f_op, f_comm, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, KP_NO_ROOT)) {
+            uint64_t sent = kp_bytes(count, datatype);
+            uint64_t got = c.me == 0 ? 0 : kp_bytes(count, datatype);
+            kp_coll_emit(&c, sent, got);
+        }
+    }
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran7 mpi_exscan_ __attribute__((alias("kpf_exscan")));
 KP_EXPORT kp_fortran7 mpi_exscan__ __attribute__((alias("kpf_exscan")));
 KP_EXPORT kp_fortran7 mpi_exscan __attribute__((alias("kpf_exscan")));
 KP_EXPORT kp_fortran7 MPI_EXSCAN __attribute__((alias("kpf_exscan")));
-static void kpf08_exscan(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                         void *a6)
+static void kpf08_exscan(void *f_sendbuf, void *f_recvbuf, void *f_count,
+                           void *f_datatype, void *f_op, void *f_comm, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran7 *next = (kp_fortran7 *)kp_fortran_next(&next_fn, "pmpi_exscan_f08_", "mpi_exscan_f08_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6);
+        next(f_sendbuf, f_recvbuf, f_count, f_datatype, f_op, f_comm, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Exscan");
     kp_enter(fid);
+    int count = kp_fint(f_count);
+    MPI_Datatype datatype = kp_ftype(f_datatype);
+    MPI_Comm comm = kp_fcomm(f_comm);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6);
+    next(f_sendbuf, f_recvbuf, f_count, f_datatype, f_op, f_comm, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, KP_NO_ROOT)) {
+            uint64_t sent = kp_bytes(count, datatype);
+            uint64_t got = c.me == 0 ? 0 : kp_bytes(count, datatype);
+            kp_coll_emit(&c, sent, got);
+        }
+    }
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran7 mpi_exscan_f08_ __attribute__((alias("kpf08_exscan")));
-static void kpf08ts_exscan(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                         void *a6)
+static void kpf08ts_exscan(void *f_sendbuf, void *f_recvbuf, void *f_count,
+                           void *f_datatype, void *f_op, void *f_comm, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran7 *next = (kp_fortran7 *)kp_fortran_next(&next_fn, "pmpi_exscan_f08ts_", "mpi_exscan_f08ts_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6);
+        next(f_sendbuf, f_recvbuf, f_count, f_datatype, f_op, f_comm, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Exscan");
     kp_enter(fid);
+    int count = kp_fint(f_count);
+    MPI_Datatype datatype = kp_ftype(f_datatype);
+    MPI_Comm comm = kp_fcomm(f_comm);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6);
+    next(f_sendbuf, f_recvbuf, f_count, f_datatype, f_op, f_comm, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, KP_NO_ROOT)) {
+            uint64_t sent = kp_bytes(count, datatype);
+            uint64_t got = c.me == 0 ? 0 : kp_bytes(count, datatype);
+            kp_coll_emit(&c, sent, got);
+        }
+    }
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran7 mpi_exscan_f08ts_ __attribute__((alias("kpf08ts_exscan")));
 
 /* MPI_Ibarrier from Fortran (mpi_ibarrier_, mpi_ibarrier__, mpi_ibarrier, MPI_IBARRIER; mpi_ibarrier_f08_, mpi_ibarrier_f08ts_). */
-static void kpf_ibarrier(void *a0, void *a1, void *a2)
+static void kpf_ibarrier(void *f_comm, void *f_request, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran3 *next = (kp_fortran3 *)kp_fortran_next(&next_fn, "pmpi_ibarrier_", "mpi_ibarrier_");
     if (!kp_on()) {
-        next(a0, a1, a2);
+        next(f_comm, f_request, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Ibarrier");
     kp_enter(fid);
     kp_in_fortran++;
-    next(a0, a1, a2);
+    next(f_comm, f_request, f_ierror);
     kp_in_fortran--;
     kp_exit(fid);
 }
@@ -6174,332 +7503,572 @@ KP_EXPORT kp_fortran3 mpi_ibarrier_ __attribute__((alias("kpf_ibarrier")));
 KP_EXPORT kp_fortran3 mpi_ibarrier__ __attribute__((alias("kpf_ibarrier")));
 KP_EXPORT kp_fortran3 mpi_ibarrier __attribute__((alias("kpf_ibarrier")));
 KP_EXPORT kp_fortran3 MPI_IBARRIER __attribute__((alias("kpf_ibarrier")));
-static void kpf08_ibarrier(void *a0, void *a1, void *a2)
+static void kpf08_ibarrier(void *f_comm, void *f_request, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran3 *next = (kp_fortran3 *)kp_fortran_next(&next_fn, "pmpi_ibarrier_f08_", "mpi_ibarrier_f08_");
     if (!kp_on()) {
-        next(a0, a1, a2);
+        next(f_comm, f_request, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Ibarrier");
     kp_enter(fid);
     kp_in_fortran++;
-    next(a0, a1, a2);
+    next(f_comm, f_request, f_ierror);
     kp_in_fortran--;
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran3 mpi_ibarrier_f08_ __attribute__((alias("kpf08_ibarrier")));
-static void kpf08ts_ibarrier(void *a0, void *a1, void *a2)
+static void kpf08ts_ibarrier(void *f_comm, void *f_request, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran3 *next = (kp_fortran3 *)kp_fortran_next(&next_fn, "pmpi_ibarrier_f08ts_", "mpi_ibarrier_f08ts_");
     if (!kp_on()) {
-        next(a0, a1, a2);
+        next(f_comm, f_request, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Ibarrier");
     kp_enter(fid);
     kp_in_fortran++;
-    next(a0, a1, a2);
+    next(f_comm, f_request, f_ierror);
     kp_in_fortran--;
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran3 mpi_ibarrier_f08ts_ __attribute__((alias("kpf08ts_ibarrier")));
 
 /* MPI_Ibcast from Fortran (mpi_ibcast_, mpi_ibcast__, mpi_ibcast, MPI_IBCAST; mpi_ibcast_f08_, mpi_ibcast_f08ts_). */
-static void kpf_ibcast(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                         void *a6)
+static void kpf_ibcast(void *f_buffer, void *f_count, void *f_datatype, void *f_root,
+                           void *f_comm, void *f_request, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran7 *next = (kp_fortran7 *)kp_fortran_next(&next_fn, "pmpi_ibcast_", "mpi_ibcast_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6);
+        next(f_buffer, f_count, f_datatype, f_root, f_comm, f_request, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Ibcast");
     kp_enter(fid);
+    int count = kp_fint(f_count);
+    MPI_Datatype datatype = kp_ftype(f_datatype);
+    int root = kp_fint(f_root);
+    MPI_Comm comm = kp_fcomm(f_comm);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6);
+    next(f_buffer, f_count, f_datatype, f_root, f_comm, f_request, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, root)) {
+            uint64_t sent = c.root ? kp_bytes(count, datatype) : 0;
+            uint64_t got = c.root ? 0 : kp_bytes(count, datatype);
+            kp_coll_emit(&c, sent, got);
+        }
+    }
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran7 mpi_ibcast_ __attribute__((alias("kpf_ibcast")));
 KP_EXPORT kp_fortran7 mpi_ibcast__ __attribute__((alias("kpf_ibcast")));
 KP_EXPORT kp_fortran7 mpi_ibcast __attribute__((alias("kpf_ibcast")));
 KP_EXPORT kp_fortran7 MPI_IBCAST __attribute__((alias("kpf_ibcast")));
-static void kpf08_ibcast(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                         void *a6)
+static void kpf08_ibcast(void *f_buffer, void *f_count, void *f_datatype, void *f_root,
+                           void *f_comm, void *f_request, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran7 *next = (kp_fortran7 *)kp_fortran_next(&next_fn, "pmpi_ibcast_f08_", "mpi_ibcast_f08_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6);
+        next(f_buffer, f_count, f_datatype, f_root, f_comm, f_request, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Ibcast");
     kp_enter(fid);
+    int count = kp_fint(f_count);
+    MPI_Datatype datatype = kp_ftype(f_datatype);
+    int root = kp_fint(f_root);
+    MPI_Comm comm = kp_fcomm(f_comm);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6);
+    next(f_buffer, f_count, f_datatype, f_root, f_comm, f_request, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, root)) {
+            uint64_t sent = c.root ? kp_bytes(count, datatype) : 0;
+            uint64_t got = c.root ? 0 : kp_bytes(count, datatype);
+            kp_coll_emit(&c, sent, got);
+        }
+    }
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran7 mpi_ibcast_f08_ __attribute__((alias("kpf08_ibcast")));
-static void kpf08ts_ibcast(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                         void *a6)
+static void kpf08ts_ibcast(void *f_buffer, void *f_count, void *f_datatype, void *f_root,
+                           void *f_comm, void *f_request, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran7 *next = (kp_fortran7 *)kp_fortran_next(&next_fn, "pmpi_ibcast_f08ts_", "mpi_ibcast_f08ts_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6);
+        next(f_buffer, f_count, f_datatype, f_root, f_comm, f_request, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Ibcast");
     kp_enter(fid);
+    int count = kp_fint(f_count);
+    MPI_Datatype datatype = kp_ftype(f_datatype);
+    int root = kp_fint(f_root);
+    MPI_Comm comm = kp_fcomm(f_comm);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6);
+    next(f_buffer, f_count, f_datatype, f_root, f_comm, f_request, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, root)) {
+            uint64_t sent = c.root ? kp_bytes(count, datatype) : 0;
+            uint64_t got = c.root ? 0 : kp_bytes(count, datatype);
+            kp_coll_emit(&c, sent, got);
+        }
+    }
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran7 mpi_ibcast_f08ts_ __attribute__((alias("kpf08ts_ibcast")));
 
 /* MPI_Ireduce from Fortran (mpi_ireduce_, mpi_ireduce__, mpi_ireduce, MPI_IREDUCE; mpi_ireduce_f08_, mpi_ireduce_f08ts_). */
-static void kpf_ireduce(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                          void *a6, void *a7, void *a8)
+static void kpf_ireduce(void *f_sendbuf, void *f_recvbuf, void *f_count,
+                            void *f_datatype, void *f_op, void *f_root, void *f_comm,
+                            void *f_request, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran9 *next = (kp_fortran9 *)kp_fortran_next(&next_fn, "pmpi_ireduce_", "mpi_ireduce_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6, a7, a8);
+        next(f_sendbuf, f_recvbuf, f_count, f_datatype, f_op, f_root, f_comm, f_request,
+             f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Ireduce");
     kp_enter(fid);
+    int count = kp_fint(f_count);
+    MPI_Datatype datatype = kp_ftype(f_datatype);
+    int root = kp_fint(f_root);
+    MPI_Comm comm = kp_fcomm(f_comm);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6, a7, a8);
+    next(f_sendbuf, f_recvbuf, f_count, f_datatype, f_op, f_root, f_comm, f_request,
+         f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, root)) {
+            uint64_t sent = c.peer ? kp_bytes(count, datatype) : 0;
+            uint64_t got = c.root ? kp_bytes(count, datatype) : 0;
+            kp_coll_emit(&c, sent, got);
+        }
+    }
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran9 mpi_ireduce_ __attribute__((alias("kpf_ireduce")));
 KP_EXPORT kp_fortran9 mpi_ireduce__ __attribute__((alias("kpf_ireduce")));
 KP_EXPORT kp_fortran9 mpi_ireduce __attribute__((alias("kpf_ireduce")));
 KP_EXPORT kp_fortran9 MPI_IREDUCE __attribute__((alias("kpf_ireduce")));
-static void kpf08_ireduce(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                          void *a6, void *a7, void *a8)
+static void kpf08_ireduce(void *f_sendbuf, void *f_recvbuf, void *f_count,
+                            void *f_datatype, void *f_op, void *f_root, void *f_comm,
+                            void *f_request, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran9 *next = (kp_fortran9 *)kp_fortran_next(&next_fn, "pmpi_ireduce_f08_", "mpi_ireduce_f08_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6, a7, a8);
+        next(f_sendbuf, f_recvbuf, f_count, f_datatype, f_op, f_root, f_comm, f_request,
+             f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Ireduce");
     kp_enter(fid);
+    int count = kp_fint(f_count);
+    MPI_Datatype datatype = kp_ftype(f_datatype);
+    int root = kp_fint(f_root);
+    MPI_Comm comm = kp_fcomm(f_comm);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6, a7, a8);
+    next(f_sendbuf, f_recvbuf, f_count, f_datatype, f_op, f_root, f_comm, f_request,
+         f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, root)) {
+            uint64_t sent = c.peer ? kp_bytes(count, datatype) : 0;
+            uint64_t got = c.root ? kp_bytes(count, datatype) : 0;
+            kp_coll_emit(&c, sent, got);
+        }
+    }
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran9 mpi_ireduce_f08_ __attribute__((alias("kpf08_ireduce")));
-static void kpf08ts_ireduce(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                          void *a6, void *a7, void *a8)
+static void kpf08ts_ireduce(void *f_sendbuf, void *f_recvbuf, void *f_count,
+                            void *f_datatype, void *f_op, void *f_root, void *f_comm,
+                            void *f_request, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran9 *next = (kp_fortran9 *)kp_fortran_next(&next_fn, "pmpi_ireduce_f08ts_", "mpi_ireduce_f08ts_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6, a7, a8);
+        next(f_sendbuf, f_recvbuf, f_count, f_datatype, f_op, f_root, f_comm, f_request,
+             f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Ireduce");
     kp_enter(fid);
+    int count = kp_fint(f_count);
+    MPI_Datatype datatype = kp_ftype(f_datatype);
+    int root = kp_fint(f_root);
+    MPI_Comm comm = kp_fcomm(f_comm);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6, a7, a8);
+    next(f_sendbuf, f_recvbuf, f_count, f_datatype, f_op, f_root, f_comm, f_request,
+         f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, root)) {
+            uint64_t sent = c.peer ? kp_bytes(count, datatype) : 0;
+            uint64_t got = c.root ? kp_bytes(count, datatype) : 0;
+            kp_coll_emit(&c, sent, got);
+        }
+    }
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran9 mpi_ireduce_f08ts_ __attribute__((alias("kpf08ts_ireduce")));
 
 /* MPI_Iallreduce from Fortran (mpi_iallreduce_, mpi_iallreduce__, mpi_iallreduce, MPI_IALLREDUCE; mpi_iallreduce_f08_, mpi_iallreduce_f08ts_). */
-static void kpf_iallreduce(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                             void *a6, void *a7)
+static void kpf_iallreduce(void *f_sendbuf, void *f_recvbuf, void *f_count,
+                               void *f_datatype, void *f_op, void *f_comm,
+                               void *f_request, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran8 *next = (kp_fortran8 *)kp_fortran_next(&next_fn, "pmpi_iallreduce_", "mpi_iallreduce_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6, a7);
+        next(f_sendbuf, f_recvbuf, f_count, f_datatype, f_op, f_comm, f_request, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Iallreduce");
     kp_enter(fid);
+    int count = kp_fint(f_count);
+    MPI_Datatype datatype = kp_ftype(f_datatype);
+    MPI_Comm comm = kp_fcomm(f_comm);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6, a7);
+    next(f_sendbuf, f_recvbuf, f_count, f_datatype, f_op, f_comm, f_request, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, KP_NO_ROOT)) {
+            uint64_t sent = kp_bytes(count, datatype);
+            uint64_t got = kp_bytes(count, datatype);
+            kp_coll_emit(&c, sent, got);
+        }
+    }
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran8 mpi_iallreduce_ __attribute__((alias("kpf_iallreduce")));
 KP_EXPORT kp_fortran8 mpi_iallreduce__ __attribute__((alias("kpf_iallreduce")));
 KP_EXPORT kp_fortran8 mpi_iallreduce __attribute__((alias("kpf_iallreduce")));
 KP_EXPORT kp_fortran8 MPI_IALLREDUCE __attribute__((alias("kpf_iallreduce")));
-static void kpf08_iallreduce(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                             void *a6, void *a7)
+static void kpf08_iallreduce(void *f_sendbuf, void *f_recvbuf, void *f_count,
+                               void *f_datatype, void *f_op, void *f_comm,
+                               void *f_request, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran8 *next = (kp_fortran8 *)kp_fortran_next(&next_fn, "pmpi_iallreduce_f08_", "mpi_iallreduce_f08_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6, a7);
+        next(f_sendbuf, f_recvbuf, f_count, f_datatype, f_op, f_comm, f_request, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Iallreduce");
     kp_enter(fid);
+    int count = kp_fint(f_count);
+    MPI_Datatype datatype = kp_ftype(f_datatype);
+    MPI_Comm comm = kp_fcomm(f_comm);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6, a7);
+    next(f_sendbuf, f_recvbuf, f_count, f_datatype, f_op, f_comm, f_request, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, KP_NO_ROOT)) {
+            uint64_t sent = kp_bytes(count, datatype);
+            uint64_t got = kp_bytes(count, datatype);
+            kp_coll_emit(&c, sent, got);
+        }
+    }
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran8 mpi_iallreduce_f08_ __attribute__((alias("kpf08_iallreduce")));
-static void kpf08ts_iallreduce(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                             void *a6, void *a7)
+static void kpf08ts_iallreduce(void *f_sendbuf, void *f_recvbuf, void *f_count,
+                               void *f_datatype, void *f_op, void *f_comm,
+                               void *f_request, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran8 *next = (kp_fortran8 *)kp_fortran_next(&next_fn, "pmpi_iallreduce_f08ts_", "mpi_iallreduce_f08ts_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6, a7);
+        next(f_sendbuf, f_recvbuf, f_count, f_datatype, f_op, f_comm, f_request, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Iallreduce");
     kp_enter(fid);
+    int count = kp_fint(f_count);
+    MPI_Datatype datatype = kp_ftype(f_datatype);
+    MPI_Comm comm = kp_fcomm(f_comm);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6, a7);
+    next(f_sendbuf, f_recvbuf, f_count, f_datatype, f_op, f_comm, f_request, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, KP_NO_ROOT)) {
+            uint64_t sent = kp_bytes(count, datatype);
+            uint64_t got = kp_bytes(count, datatype);
+            kp_coll_emit(&c, sent, got);
+        }
+    }
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran8 mpi_iallreduce_f08ts_ __attribute__((alias("kpf08ts_iallreduce")));
 
 /* MPI_Iallgather from Fortran (mpi_iallgather_, mpi_iallgather__, mpi_iallgather, MPI_IALLGATHER; mpi_iallgather_f08_, mpi_iallgather_f08ts_). */
-static void kpf_iallgather(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                             void *a6, void *a7, void *a8)
+static void kpf_iallgather(void *f_sendbuf, void *f_sendcount, void *f_sendtype,
+                               void *f_recvbuf, void *f_recvcount, void *f_recvtype,
+                               void *f_comm, void *f_request, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran9 *next = (kp_fortran9 *)kp_fortran_next(&next_fn, "pmpi_iallgather_", "mpi_iallgather_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6, a7, a8);
+        next(f_sendbuf, f_sendcount, f_sendtype, f_recvbuf, f_recvcount, f_recvtype,
+             f_comm, f_request, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Iallgather");
     kp_enter(fid);
+    const void *sendbuf = kp_fbuf(f_sendbuf, KP_F77);
+    int sendcount = kp_fint(f_sendcount);
+    MPI_Datatype sendtype = kp_ftype(f_sendtype);
+    int recvcount = kp_fint(f_recvcount);
+    MPI_Datatype recvtype = kp_ftype(f_recvtype);
+    MPI_Comm comm = kp_fcomm(f_comm);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6, a7, a8);
+    next(f_sendbuf, f_sendcount, f_sendtype, f_recvbuf, f_recvcount, f_recvtype, f_comm,
+         f_request, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, KP_NO_ROOT)) {
+            uint64_t sent = sendbuf == MPI_IN_PLACE ? kp_bytes(recvcount, recvtype)
+                            : kp_bytes(sendcount, sendtype);
+            uint64_t got = kp_bytes(recvcount, recvtype) * (uint64_t)c.n;
+            kp_coll_emit(&c, sent, got);
+        }
+    }
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran9 mpi_iallgather_ __attribute__((alias("kpf_iallgather")));
 KP_EXPORT kp_fortran9 mpi_iallgather__ __attribute__((alias("kpf_iallgather")));
 KP_EXPORT kp_fortran9 mpi_iallgather __attribute__((alias("kpf_iallgather")));
 KP_EXPORT kp_fortran9 MPI_IALLGATHER __attribute__((alias("kpf_iallgather")));
-static void kpf08_iallgather(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                             void *a6, void *a7, void *a8)
+static void kpf08_iallgather(void *f_sendbuf, void *f_sendcount, void *f_sendtype,
+                               void *f_recvbuf, void *f_recvcount, void *f_recvtype,
+                               void *f_comm, void *f_request, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran9 *next = (kp_fortran9 *)kp_fortran_next(&next_fn, "pmpi_iallgather_f08_", "mpi_iallgather_f08_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6, a7, a8);
+        next(f_sendbuf, f_sendcount, f_sendtype, f_recvbuf, f_recvcount, f_recvtype,
+             f_comm, f_request, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Iallgather");
     kp_enter(fid);
+    const void *sendbuf = kp_fbuf(f_sendbuf, KP_F77);
+    int sendcount = kp_fint(f_sendcount);
+    MPI_Datatype sendtype = kp_ftype(f_sendtype);
+    int recvcount = kp_fint(f_recvcount);
+    MPI_Datatype recvtype = kp_ftype(f_recvtype);
+    MPI_Comm comm = kp_fcomm(f_comm);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6, a7, a8);
+    next(f_sendbuf, f_sendcount, f_sendtype, f_recvbuf, f_recvcount, f_recvtype, f_comm,
+         f_request, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, KP_NO_ROOT)) {
+            uint64_t sent = sendbuf == MPI_IN_PLACE ? kp_bytes(recvcount, recvtype)
+                            : kp_bytes(sendcount, sendtype);
+            uint64_t got = kp_bytes(recvcount, recvtype) * (uint64_t)c.n;
+            kp_coll_emit(&c, sent, got);
+        }
+    }
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran9 mpi_iallgather_f08_ __attribute__((alias("kpf08_iallgather")));
-static void kpf08ts_iallgather(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                             void *a6, void *a7, void *a8)
+static void kpf08ts_iallgather(void *f_sendbuf, void *f_sendcount, void *f_sendtype,
+                               void *f_recvbuf, void *f_recvcount, void *f_recvtype,
+                               void *f_comm, void *f_request, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran9 *next = (kp_fortran9 *)kp_fortran_next(&next_fn, "pmpi_iallgather_f08ts_", "mpi_iallgather_f08ts_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6, a7, a8);
+        next(f_sendbuf, f_sendcount, f_sendtype, f_recvbuf, f_recvcount, f_recvtype,
+             f_comm, f_request, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Iallgather");
     kp_enter(fid);
+    const void *sendbuf = kp_fbuf(f_sendbuf, KP_F08TS);
+    int sendcount = kp_fint(f_sendcount);
+    MPI_Datatype sendtype = kp_ftype(f_sendtype);
+    int recvcount = kp_fint(f_recvcount);
+    MPI_Datatype recvtype = kp_ftype(f_recvtype);
+    MPI_Comm comm = kp_fcomm(f_comm);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6, a7, a8);
+    next(f_sendbuf, f_sendcount, f_sendtype, f_recvbuf, f_recvcount, f_recvtype, f_comm,
+         f_request, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, KP_NO_ROOT)) {
+            uint64_t sent = sendbuf == MPI_IN_PLACE ? kp_bytes(recvcount, recvtype)
+                            : kp_bytes(sendcount, sendtype);
+            uint64_t got = kp_bytes(recvcount, recvtype) * (uint64_t)c.n;
+            kp_coll_emit(&c, sent, got);
+        }
+    }
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran9 mpi_iallgather_f08ts_ __attribute__((alias("kpf08ts_iallgather")));
 
 /* MPI_Ialltoall from Fortran (mpi_ialltoall_, mpi_ialltoall__, mpi_ialltoall, MPI_IALLTOALL; mpi_ialltoall_f08_, mpi_ialltoall_f08ts_). */
-static void kpf_ialltoall(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                            void *a6, void *a7, void *a8)
+static void kpf_ialltoall(void *f_sendbuf, void *f_sendcount, void *f_sendtype,
+                              void *f_recvbuf, void *f_recvcount, void *f_recvtype,
+                              void *f_comm, void *f_request, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran9 *next = (kp_fortran9 *)kp_fortran_next(&next_fn, "pmpi_ialltoall_", "mpi_ialltoall_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6, a7, a8);
+        next(f_sendbuf, f_sendcount, f_sendtype, f_recvbuf, f_recvcount, f_recvtype,
+             f_comm, f_request, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Ialltoall");
     kp_enter(fid);
+    const void *sendbuf = kp_fbuf(f_sendbuf, KP_F77);
+    int sendcount = kp_fint(f_sendcount);
+    MPI_Datatype sendtype = kp_ftype(f_sendtype);
+    int recvcount = kp_fint(f_recvcount);
+    MPI_Datatype recvtype = kp_ftype(f_recvtype);
+    MPI_Comm comm = kp_fcomm(f_comm);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6, a7, a8);
+    next(f_sendbuf, f_sendcount, f_sendtype, f_recvbuf, f_recvcount, f_recvtype, f_comm,
+         f_request, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, KP_NO_ROOT)) {
+            uint64_t sent = sendbuf == MPI_IN_PLACE ? kp_bytes(recvcount, recvtype) * (uint64_t)c.n
+                            : kp_bytes(sendcount, sendtype) * (uint64_t)c.n;
+            uint64_t got = kp_bytes(recvcount, recvtype) * (uint64_t)c.n;
+            kp_coll_emit(&c, sent, got);
+        }
+    }
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran9 mpi_ialltoall_ __attribute__((alias("kpf_ialltoall")));
 KP_EXPORT kp_fortran9 mpi_ialltoall__ __attribute__((alias("kpf_ialltoall")));
 KP_EXPORT kp_fortran9 mpi_ialltoall __attribute__((alias("kpf_ialltoall")));
 KP_EXPORT kp_fortran9 MPI_IALLTOALL __attribute__((alias("kpf_ialltoall")));
-static void kpf08_ialltoall(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                            void *a6, void *a7, void *a8)
+static void kpf08_ialltoall(void *f_sendbuf, void *f_sendcount, void *f_sendtype,
+                              void *f_recvbuf, void *f_recvcount, void *f_recvtype,
+                              void *f_comm, void *f_request, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran9 *next = (kp_fortran9 *)kp_fortran_next(&next_fn, "pmpi_ialltoall_f08_", "mpi_ialltoall_f08_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6, a7, a8);
+        next(f_sendbuf, f_sendcount, f_sendtype, f_recvbuf, f_recvcount, f_recvtype,
+             f_comm, f_request, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Ialltoall");
     kp_enter(fid);
+    const void *sendbuf = kp_fbuf(f_sendbuf, KP_F77);
+    int sendcount = kp_fint(f_sendcount);
+    MPI_Datatype sendtype = kp_ftype(f_sendtype);
+    int recvcount = kp_fint(f_recvcount);
+    MPI_Datatype recvtype = kp_ftype(f_recvtype);
+    MPI_Comm comm = kp_fcomm(f_comm);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6, a7, a8);
+    next(f_sendbuf, f_sendcount, f_sendtype, f_recvbuf, f_recvcount, f_recvtype, f_comm,
+         f_request, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, KP_NO_ROOT)) {
+            uint64_t sent = sendbuf == MPI_IN_PLACE ? kp_bytes(recvcount, recvtype) * (uint64_t)c.n
+                            : kp_bytes(sendcount, sendtype) * (uint64_t)c.n;
+            uint64_t got = kp_bytes(recvcount, recvtype) * (uint64_t)c.n;
+            kp_coll_emit(&c, sent, got);
+        }
+    }
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran9 mpi_ialltoall_f08_ __attribute__((alias("kpf08_ialltoall")));
-static void kpf08ts_ialltoall(void *a0, void *a1, void *a2, void *a3, void *a4, void *a5,
-                            void *a6, void *a7, void *a8)
+static void kpf08ts_ialltoall(void *f_sendbuf, void *f_sendcount, void *f_sendtype,
+                              void *f_recvbuf, void *f_recvcount, void *f_recvtype,
+                              void *f_comm, void *f_request, void *f_ierror)
 {
     static uint32_t fid_plus1;
     static kp_fortran_fn *next_fn;
     kp_fortran9 *next = (kp_fortran9 *)kp_fortran_next(&next_fn, "pmpi_ialltoall_f08ts_", "mpi_ialltoall_f08ts_");
     if (!kp_on()) {
-        next(a0, a1, a2, a3, a4, a5, a6, a7, a8);
+        next(f_sendbuf, f_sendcount, f_sendtype, f_recvbuf, f_recvcount, f_recvtype,
+             f_comm, f_request, f_ierror);
         return;
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Ialltoall");
     kp_enter(fid);
+    const void *sendbuf = kp_fbuf(f_sendbuf, KP_F08TS);
+    int sendcount = kp_fint(f_sendcount);
+    MPI_Datatype sendtype = kp_ftype(f_sendtype);
+    int recvcount = kp_fint(f_recvcount);
+    MPI_Datatype recvtype = kp_ftype(f_recvtype);
+    MPI_Comm comm = kp_fcomm(f_comm);
     kp_in_fortran++;
-    next(a0, a1, a2, a3, a4, a5, a6, a7, a8);
+    next(f_sendbuf, f_sendcount, f_sendtype, f_recvbuf, f_recvcount, f_recvtype, f_comm,
+         f_request, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, KP_NO_ROOT)) {
+            uint64_t sent = sendbuf == MPI_IN_PLACE ? kp_bytes(recvcount, recvtype) * (uint64_t)c.n
+                            : kp_bytes(sendcount, sendtype) * (uint64_t)c.n;
+            uint64_t got = kp_bytes(recvcount, recvtype) * (uint64_t)c.n;
+            kp_coll_emit(&c, sent, got);
+        }
+    }
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran9 mpi_ialltoall_f08ts_ __attribute__((alias("kpf08ts_ialltoall")));

@@ -244,8 +244,9 @@ func TestPrototypesMatchMPIHeader(t *testing.T) {
 
 // Every function of the table has Fortran wrappers under each name a
 // Fortran MPI library exports, taking the Fortran arguments (the C ones and
-// the error code, but for MPI_Init and MPI_Init_thread), and the C wrappers
-// record no second execution inside one.
+// the error code, but for MPI_Init and MPI_Init_thread), which call the
+// same event helpers as the C wrapper, with rc from ierror; the C wrappers
+// record nothing inside one.
 func TestFortranWrappers(t *testing.T) {
 	src, err := generate()
 	if err != nil {
@@ -272,8 +273,56 @@ func TestFortranWrappers(t *testing.T) {
 			}
 		}
 		body := wrapperBody(text, p.name)
-		if !strings.Contains(body, "if (outer)\n        kp_enter(fid);") || !strings.Contains(body, "if (outer)\n        kp_exit(fid);") {
-			t.Errorf("%s: the C wrapper records its execution even inside a Fortran wrapper", p.name)
+		if !strings.Contains(body, "if (!kp_on() || !kp_outer())\n        return P"+p.name+"(") {
+			t.Errorf("%s: the C wrapper records something inside a Fortran wrapper", p.name)
+		}
+		// The Fortran wrappers record the communication events the C
+		// wrapper does: the same event calls, on converted arguments.
+		for _, static := range []string{"kpf_", "kpf08_", "kpf08ts_"} {
+			static += strings.TrimPrefix(lower, "mpi_")
+			fbody := fortranBody(text, static)
+			if fbody == "" {
+				t.Errorf("%s: no Fortran wrapper %s", p.name, static)
+				continue
+			}
+			for _, call := range eventCalls(body) {
+				if strings.Contains(call, "kp_completion_end") {
+					call = "kp_fcompletion_end"
+				}
+				if !strings.Contains(fbody, call) {
+					t.Errorf("%s: %s does not call %s, which the C wrapper calls", p.name, static, call)
+				}
+			}
+			if len(f.rule.uses) > 0 && strings.Contains(f.rule.post, "rc") != strings.Contains(fbody, "int rc = kp_ferr(f_ierror);") {
+				t.Errorf("%s: %s does not take rc from ierror", p.name, static)
+			}
 		}
 	}
+}
+
+// fortranBody returns the definition of the static Fortran wrapper named
+// static in src.
+func fortranBody(src, static string) string {
+	i := strings.Index(src, "\nstatic void "+static+"(")
+	if i < 0 {
+		return ""
+	}
+	j := strings.Index(src[i:], "\n}\n")
+	if j < 0 {
+		return ""
+	}
+	return src[i : i+j+3]
+}
+
+// eventCalls lists the calls of the event helpers (kp_send_event(...)
+// and the like, up to the opening parenthesis) in a wrapper's body.
+func eventCalls(body string) []string {
+	var calls []string
+	for _, h := range []string{"kp_send_event(", "kp_recv_done(", "kp_req_track(", "kp_req_drop(",
+		"kp_completion_end(", "kp_coll_emit(", "kp_after_init(", "kp_before_finalize(", "kp_flush("} {
+		if strings.Contains(body, h) {
+			calls = append(calls, h)
+		}
+	}
+	return calls
 }

@@ -54,8 +54,8 @@ static inline uint32_t kp_fid(uint32_t *slot, const char *name)
 /* kp_in_fortran counts the Fortran wrappers (below the C ones) under way on
  * this thread. An MPI whose Fortran bindings call the C MPI_ functions
  * (MPICH) enters a C wrapper from inside a Fortran one: that call is part of
- * the Fortran call the program made, so the C wrapper records its
- * communication events but not a second execution. */
+ * the Fortran call the program made, whose wrapper records its execution and
+ * its communication events, so the C wrapper records nothing. */
 static __thread int kp_in_fortran __attribute__((tls_model("initial-exec")));
 
 static inline int kp_outer(void)
@@ -458,11 +458,12 @@ static void kp_req_drop(MPI_Request r)
         kp_info_release(ci);
 }
 
-/* Completion calls: kp_completion_begin takes the entries of the tracked
- * requests among reqs[0..count) and, if it took any and the caller passed
- * MPI_STATUS(ES)_IGNORE, points *st at local statuses (nst of them: on the
- * stack when few, else on the heap). kp_completion_end records a KP_RECV for
- * each taken request that completed, and puts back those still pending. */
+/* Completion calls: kp_completion_take takes the entries of the tracked
+ * requests among reqs[0..count); kp_completion_begin does that and, if it
+ * took any and the caller passed MPI_STATUS(ES)_IGNORE, points *st at local
+ * statuses (nst of them: on the stack when few, else on the heap).
+ * kp_completion_end records a KP_RECV for each taken request that completed,
+ * and puts back those still pending. */
 
 #define KP_SMALL 16
 
@@ -488,8 +489,7 @@ enum {
     KP_BY_INDEX     /* status j belongs to request idx[j] (Waitany, Waitsome, ...) */
 };
 
-static void kp_completion_begin(kp_completion *cp, int count, const MPI_Request *reqs,
-                                MPI_Status **st, int nst, MPI_Status *ignore)
+static void kp_completion_take(kp_completion *cp, int count, const MPI_Request *reqs)
 {
     kp_comm_info *info;
     cp->n = 0;
@@ -520,7 +520,12 @@ static void kp_completion_begin(kp_completion *cp, int count, const MPI_Request 
         cp->taken[cp->n++] = (kp_taken){.index = i, .done = 0, .req = reqs[i], .info = info};
     }
     pthread_mutex_unlock(&kp_req_mu);
+}
 
+static void kp_completion_begin(kp_completion *cp, int count, const MPI_Request *reqs,
+                                MPI_Status **st, int nst, MPI_Status *ignore)
+{
+    kp_completion_take(cp, count, reqs);
     if (cp->n == 0 || *st != ignore)
         return;
     if (nst <= KP_SMALL) {

@@ -1,6 +1,9 @@
 package main
 
-import "strings"
+import (
+	"slices"
+	"strings"
+)
 
 // A rule says which communication events a wrapper records. Its snippets are
 // C statements placed in the wrapper (the generator indents them); they name
@@ -13,9 +16,18 @@ type rule struct {
 	subst map[string]string // parameters passed to PMPI as something else
 	post  string            // after the PMPI call (rc holds its result), before kp_exit
 	final string            // after kp_exit
-	// The Fortran wrappers' snippets: their arguments are Fortran's (every
-	// one a pointer), so they name none of them.
+	// The Fortran wrappers' snippets, run in place of pre, post and final
+	// where set. The Fortran wrappers of a rule that uses parameters run
+	// its snippets (these, or the C ones) on C locals of the parameters'
+	// names converted from the Fortran arguments (f_ and the name), but for
+	// the parameters in fown, which the Fortran snippets convert
+	// themselves; rc is the error code. Without uses, the snippets name no
+	// argument.
 	fpre, fpost, ffinal string
+	fsubst              map[string]string // Fortran arguments passed on as something else
+	fown                []string          // parameters the Fortran snippets convert
+	fout                []string          // parameters converted after the call (MPI_Request *)
+	fafter              string            // right after the call and rc, before fpost or post
 }
 
 // fn is one wrapped MPI function.
@@ -56,40 +68,35 @@ var (
 		post: "if (rc == MPI_SUCCESS)\n    kp_send_event(comm, dest, tag, count, datatype);",
 	}
 
-	recvRule = rule{
-		desc:  "KP_RECV from the status once the message is in",
-		uses:  []string{"comm", "status"},
-		pre:   localStatus,
-		subst: map[string]string{"status": "st"},
-		post:  "if (rc == MPI_SUCCESS)\n    kp_recv_done(comm, st);",
-	}
+	recvRule = withStatus(rule{
+		desc: "KP_RECV from the status once the message is in",
+		uses: []string{"comm", "status"},
+		post: "if (rc == MPI_SUCCESS)\n    kp_recv_done(comm, st);",
+	})
 
-	sendrecvRule = rule{
-		desc:  "KP_SEND to dest, then KP_RECV from the status",
-		uses:  []string{"sendcount", "sendtype", "dest", "sendtag", "comm", "status"},
-		pre:   localStatus,
-		subst: map[string]string{"status": "st"},
+	sendrecvRule = withStatus(rule{
+		desc: "KP_SEND to dest, then KP_RECV from the status",
+		uses: []string{"sendcount", "sendtype", "dest", "sendtag", "comm", "status"},
 		post: "if (rc == MPI_SUCCESS) {\n" +
 			"    kp_send_event(comm, dest, sendtag, sendcount, sendtype);\n" +
 			"    kp_recv_done(comm, st);\n" +
 			"}",
-	}
+	})
 
-	sendrecvReplaceRule = rule{
-		desc:  "KP_SEND to dest, then KP_RECV from the status",
-		uses:  []string{"count", "datatype", "dest", "sendtag", "comm", "status"},
-		pre:   localStatus,
-		subst: map[string]string{"status": "st"},
+	sendrecvReplaceRule = withStatus(rule{
+		desc: "KP_SEND to dest, then KP_RECV from the status",
+		uses: []string{"count", "datatype", "dest", "sendtag", "comm", "status"},
 		post: "if (rc == MPI_SUCCESS) {\n" +
 			"    kp_send_event(comm, dest, sendtag, count, datatype);\n" +
 			"    kp_recv_done(comm, st);\n" +
 			"}",
-	}
+	})
 
 	irecvRule = rule{
 		desc: "no event yet: remembers the request, whose completion records the KP_RECV",
 		uses: []string{"source", "comm", "request"},
 		post: "if (rc == MPI_SUCCESS && source != MPI_PROC_NULL)\n    kp_req_track(*request, comm);",
+		fout: []string{"request"},
 	}
 
 	requestFreeRule = rule{
@@ -98,34 +105,53 @@ var (
 		pre:  "if (request != NULL)\n    kp_req_drop(*request);",
 	}
 
-	waitRule    = completion("request", "1", "status", "1", "MPI_STATUS_IGNORE", "KP_BY_POSITION, 0, NULL")
+	waitRule = completion("request", "1", "status", "1", "MPI_STATUS_IGNORE",
+		"KP_BY_POSITION, 0, NULL", "KP_BY_POSITION, 0, NULL")
 	testRule    = waitRule
 	waitallRule = completion("array_of_requests", "count", "array_of_statuses", "count",
-		"MPI_STATUSES_IGNORE", "KP_BY_POSITION, 0, NULL")
+		"MPI_STATUSES_IGNORE", "KP_BY_POSITION, 0, NULL", "KP_BY_POSITION, 0, NULL")
 	testallRule = waitallRule
-	waitanyRule = completion("array_of_requests", "count", "status", "1",
-		"MPI_STATUS_IGNORE", "KP_BY_INDEX, 1, index", "index")
+	waitanyRule = completion("array_of_requests", "count", "status", "1", "MPI_STATUS_IGNORE",
+		"KP_BY_INDEX, 1, index", "KP_BY_INDEX, 1, f_index", "index")
 	testanyRule  = waitanyRule
 	waitsomeRule = completion("array_of_requests", "incount", "array_of_statuses", "incount",
-		"MPI_STATUSES_IGNORE", "KP_BY_INDEX, *outcount, array_of_indices", "outcount", "array_of_indices")
+		"MPI_STATUSES_IGNORE", "KP_BY_INDEX, *outcount, array_of_indices",
+		"KP_BY_INDEX, kp_fint(f_outcount), f_array_of_indices", "outcount", "array_of_indices")
 	testsomeRule = waitsomeRule
 )
 
-// localStatus points st at a local status when the caller ignores it.
-const localStatus = "MPI_Status kp_st;\n" +
-	"MPI_Status *st = status == MPI_STATUS_IGNORE ? &kp_st : status;"
+// withStatus completes r, a rule whose post reads the status of a receive
+// as st: the C wrapper points st at a local status when the caller ignores
+// it; the Fortran wrapper passes on a local Fortran status when the caller
+// ignores it, and converts the one the MPI filled into st.
+func withStatus(r rule) rule {
+	r.pre = "MPI_Status kp_st;\n" +
+		"MPI_Status *st = status == MPI_STATUS_IGNORE ? &kp_st : status;"
+	r.subst = map[string]string{"status": "st"}
+	r.fpre = "MPI_Status kp_fst, kp_st, *st = &kp_st;\n" +
+		"void *f_st = kp_fstatus_arg(f_status, &kp_fst);"
+	r.fsubst = map[string]string{"status": "f_st"}
+	r.fown = []string{"status"}
+	r.fafter = "if (rc == MPI_SUCCESS)\n    kp_fstatus(f_st, st);"
+	return r
+}
 
 // completion is the rule of a call that completes requests: KP_RECV for each
 // tracked MPI_Irecv it completes. reqs and count name the request array, sts
 // and nst the status array (nst statuses), ignore is the caller's "no
-// statuses" value, and find the last arguments of kp_completion_end, which
-// name the parameters in more.
-func completion(reqs, count, sts, nst, ignore, find string, more ...string) rule {
+// statuses" value, and find the last arguments of kp_completion_end (ffind
+// of kp_fcompletion_end, over the Fortran arguments), which name the
+// parameters in more.
+func completion(reqs, count, sts, nst, ignore, find, ffind string, more ...string) rule {
 	uses := append([]string{reqs, sts}, more...)
 	for _, p := range []string{count, nst} {
-		if p != "1" {
+		if p != "1" && !slices.Contains(uses, p) {
 			uses = append(uses, p)
 		}
+	}
+	many := "0"
+	if ignore == "MPI_STATUSES_IGNORE" {
+		many = "1"
 	}
 	return rule{
 		desc: "KP_RECV for each pending MPI_Irecv it completes, from its status",
@@ -135,6 +161,11 @@ func completion(reqs, count, sts, nst, ignore, find string, more ...string) rule
 			"kp_completion_begin(&cp, " + count + ", " + reqs + ", &st, " + nst + ", " + ignore + ");",
 		subst: map[string]string{sts: "st"},
 		post:  "kp_completion_end(&cp, rc, " + reqs + ", st, " + find + ");",
+		fpre: "kp_fcompletion fc;\n" +
+			"void *f_st = kp_fcompletion_begin(&fc, " + count + ", f_" + reqs + ", f_" + sts + ", " + nst + ", " + many + ");",
+		fsubst: map[string]string{sts: "f_st"},
+		fown:   append([]string{reqs, sts}, more...),
+		fpost:  "kp_fcompletion_end(&fc, rc, f_" + reqs + ", f_st, " + ffind + ");",
 	}
 }
 
