@@ -74,9 +74,12 @@ The run is one of:
   --from TRACE replays real traces (TAU, Chrome/PyTorch, Caliper, OTF2, frames;
   the format from --format or the names): each --from is one application (a
   directory stands for its files), ranks take the applications in turn, and
-  every rank runs its trace rank's call trees cycle after cycle, each
-  execution's exclusive time drawn from that function's recorded times
-  (default 8 ranks, 40 steps of about 20,000 events per rank).
+  every rank runs its trace rank's call trees cycle after cycle (default 8
+  ranks, 40 steps of about 20,000 events per rank). With --times recorded
+  (the default) each call path of each thread replays the exclusive times it
+  recorded, in their recorded order, each rank and cycle starting at its own
+  phase; --times draw draws every execution's time independently from its
+  function's recorded times instead.
 
 In the realistic profile and replays the one anomaly kind is beyond_max: an
 execution 1.5-3x the function's natural maximum (its largest normal value in
@@ -321,6 +324,7 @@ type evalFlags struct {
 	format  string
 	rate    float64
 	maxIdle uint64
+	times   string
 }
 
 // add registers the flags; withFormat adds --format (run has its own).
@@ -332,6 +336,7 @@ func (e *evalFlags) add(f *pflag.FlagSet, withFormat bool) {
 	}
 	f.Float64Var(&e.rate, "beyond-max", 0, "realistic and --from: probability that an execution is injected 1.5-3x beyond its function's natural maximum (default 0.0009 realistic, 0.00015 --from)")
 	f.Uint64Var(&e.maxIdle, "max-idle", workload.DefaultMaxIdle, "--from: longest idle time (µs) kept between calls while no thread of the trace is in a function")
+	f.StringVar(&e.times, "times", workload.TimesRecorded, "--from: recorded (each call path's recorded exclusive times in their order, a phase per rank and cycle) or draw (each execution drawn independently from its function's recorded times)")
 }
 
 // replaying reports whether traces are to be replayed.
@@ -355,6 +360,9 @@ func (e *evalFlags) synthetic(flags *pflag.FlagSet, cfg workload.Config, scale f
 	} else if flags.Changed("beyond-max") {
 		return cfg, fmt.Errorf("--beyond-max applies to --profile realistic and --from")
 	}
+	if flags.Changed("times") {
+		return cfg, fmt.Errorf("--times applies to --from replays: a synthetic run draws its times from its own distributions")
+	}
 	if err := cfg.Validate(); err != nil {
 		return cfg, err
 	}
@@ -377,7 +385,7 @@ func (e *evalFlags) traces(flags *pflag.FlagSet, cfg workload.Config, scale floa
 	for _, p := range e.from {
 		tc.Apps = append(tc.Apps, workload.TraceApp{Files: []string{p}, Format: format})
 	}
-	tc.PID, tc.Ranks, tc.Seed, tc.MaxIdle = cfg.PID, cfg.Ranks, cfg.Seed, e.maxIdle
+	tc.PID, tc.Ranks, tc.Seed, tc.MaxIdle, tc.Times = cfg.PID, cfg.Ranks, cfg.Seed, e.maxIdle, e.times
 	if flags.Changed("steps") {
 		tc.Steps = cfg.Steps
 	}

@@ -15,9 +15,11 @@ import (
 // application starts at T0 + c*period; each tree starts at its offset in
 // the cycle, or as soon as the thread's previous tree has ended. Every
 // execution's exclusive runtime is drawn from its function's distribution
-// (or injected beyond the function's natural maximum) and spread over the
-// node's own-time gaps in the proportions the template recorded, so
-// counters and messages keep their place inside their execution.
+// (a trace replayed with TimesRecorded takes its call path's recorded
+// times in order instead), or injected beyond the function's natural
+// maximum, and is spread over the node's own-time gaps in the proportions
+// the template recorded, so counters and messages keep their place inside
+// their execution.
 
 // tnode is one execution of a template call tree.
 type tnode struct {
@@ -33,6 +35,25 @@ type tnode struct {
 	gaps     []uint64
 	children []*tnode
 	extras   []textra
+	// seq, for a node of a trace's template, holds the exclusive times
+	// recorded at the node's call path on its thread, in recorded order;
+	// the node is the pos-th execution of that path in the cycle (see
+	// TimesRecorded).
+	seq *recSeq
+	pos uint32
+}
+
+// recSeq is the exclusive times one call path of one thread recorded, in
+// order (µs).
+type recSeq struct{ v []uint64 }
+
+// at returns the value of the pos-th execution of the path in a cycle
+// whose phase is phase (in [0, 1)): the sequence rotated by the whole
+// number of executions nearest below phase times its length.
+func (s *recSeq) at(pos uint32, phase float64) uint64 {
+	n := uint64(len(s.v))
+	shift := min(uint64(phase*float64(n)), n-1)
+	return s.v[(uint64(pos)+shift)%n]
 }
 
 // textra is a counter sample or a message inside a node's own time.
@@ -134,6 +155,9 @@ type treeRun struct {
 	pid      uint32
 	seed     uint64
 	kinds    []Kind
+	// recorded replays the template's recorded exclusive times in order
+	// (TimesRecorded) instead of drawing them from each function's values.
+	recorded bool
 }
 
 // finish computes each application's cycles per step (the whole number
@@ -198,7 +222,23 @@ type treeThread struct {
 	next    int // next tree of the cycle
 	started bool
 	done    bool
+	// phase of cycle phaseCycle (valid when phaseSet), see phaseOf.
+	phase      float64
+	phaseCycle uint64
+	phaseSet   bool
 	pending
+}
+
+// phaseOf returns the phase of the thread's current cycle: a uniform value
+// in [0, 1) drawn from the seed, the rank and the cycle alone, so that all
+// threads of a rank shift their recorded times alike in a cycle and every
+// rank and cycle shifts them differently.
+func (t *treeThread) phaseOf() float64 {
+	if !t.phaseSet || t.phaseCycle != t.cycle {
+		r := splitMix{mix(t.g.tr.seed, 11, uint64(t.g.rank), t.cycle)}
+		t.phase, t.phaseCycle, t.phaseSet = r.float(), t.cycle, true
+	}
+	return t.phase
 }
 
 func (tr *treeRun) rankGen(r uint32) *treeGen {
@@ -331,7 +371,12 @@ func (t *treeThread) exec(n *tnode) {
 	tr := g.tr
 	fn := &tr.funcs[n.fid]
 	entry := t.clock
-	excl := fn.d.draw(&t.rng, g.rank, g.app.stepOf(entry, tr.steps))
+	var excl uint64
+	if tr.recorded && n.seq != nil {
+		excl = n.seq.at(n.pos, t.phaseOf())
+	} else {
+		excl = fn.d.draw(&t.rng, g.rank, g.app.stepOf(entry, tr.steps))
+	}
 	var kind Kind
 	if fn.injThr != 0 && t.rng.next() < fn.injThr {
 		// 1.5 to 3 times the natural maximum, rounded up so that the

@@ -34,13 +34,16 @@ type TraceApp struct {
 // within it, the trace's ranks in turn (the i-th rank running an
 // application follows its trace rank i mod its number of trace ranks), so
 // 8 ranks over three applications run 3, 3 and 2 copies. Each rank replays
-// its template's trees cycle after cycle; every execution draws its
-// exclusive time from its function's recorded exclusive times (all
-// applications and ranks together: a function is keyed by its name), so the
-// replay keeps the trace's structure, messages, counters and
-// per-function distributions, and never exceeds a function's recorded
-// maximum (its natural maximum). Injected anomalies (kind BeyondMax) are
-// 1.5-3x that maximum.
+// its template's trees cycle after cycle. With Times TimesRecorded (the
+// default) every execution takes the exclusive times its call path
+// recorded on its trace rank and thread, in recorded order, rotated by a
+// phase per rank and cycle; with TimesDraw it draws its exclusive time
+// from its function's recorded exclusive times (all applications and ranks
+// together: a function is keyed by its name). Either way the replay keeps
+// the trace's structure, messages, counters and per-function
+// distributions, and never exceeds a function's recorded maximum (its
+// natural maximum). Injected anomalies (kind BeyondMax) are 1.5-3x that
+// maximum.
 type TraceConfig struct {
 	Apps  []TraceApp `json:"apps"`
 	PID   uint32     `json:"pid"`
@@ -58,7 +61,30 @@ type TraceConfig struct {
 	// MaxIdle (µs) is the longest idle time kept between top-level calls
 	// when no thread of an application is inside a function.
 	MaxIdle uint64 `json:"max_idle_us"`
+	// Times is how executions get their exclusive times: TimesRecorded
+	// ("" means it too) or TimesDraw.
+	Times string `json:"times,omitempty"`
 }
+
+// How a replay times its executions (TraceConfig.Times).
+const (
+	// TimesRecorded replays, per trace rank, thread and call path, the
+	// exclusive times the trace recorded there, in their recorded order.
+	// Each cycle of a replay rank starts the sequences at a phase drawn
+	// from the seed, the rank and the cycle: with phase p, the k-th of
+	// the n executions of a path in the cycle takes recorded value
+	// (k + floor(p*n)) mod n. Warm-up, phases, bursts and per-rank
+	// differences of the trace are kept, shifted in time; every cycle
+	// replays each path's recorded values exactly once.
+	TimesRecorded = "recorded"
+	// TimesDraw draws every execution's exclusive time independently
+	// from all the values its function recorded (any rank, thread or
+	// call path): the trace's distributions without their order.
+	TimesDraw = "draw"
+)
+
+// TimesModes lists the values of TraceConfig.Times.
+var TimesModes = []string{TimesRecorded, TimesDraw}
 
 // Defaults of TraceConfig.
 const (
@@ -73,10 +99,10 @@ const (
 )
 
 // DefaultTraceConfig returns the defaults for apps: 8 ranks, 40 steps, seed
-// 1, rate DefaultTraceRate.
+// 1, rate DefaultTraceRate, recorded times.
 func DefaultTraceConfig(apps ...TraceApp) TraceConfig {
 	return TraceConfig{Apps: apps, Ranks: DefaultTraceRanks, Steps: DefaultTraceSteps, Seed: 1,
-		Rate: DefaultTraceRate, EventsPerStep: DefaultTraceEventsPerStep, MaxIdle: DefaultMaxIdle}
+		Rate: DefaultTraceRate, EventsPerStep: DefaultTraceEventsPerStep, MaxIdle: DefaultMaxIdle, Times: TimesRecorded}
 }
 
 // Validate reports what is wrong with c.
@@ -104,6 +130,9 @@ func (c TraceConfig) Validate() error {
 	}
 	if c.EventsPerStep < 1 || c.EventsPerStep > MaxEventsPerStep {
 		add("events per step must be between 1 and %d, got %d", MaxEventsPerStep, c.EventsPerStep)
+	}
+	if c.Times != "" && !slices.Contains(TimesModes, c.Times) {
+		add("times must be one of %s, got %q", strings.Join(TimesModes, ", "), c.Times)
 	}
 	if len(errs) > 0 {
 		return errors.New(strings.Join(errs, "; "))
@@ -511,6 +540,7 @@ func (tr *traceReader) readSource(ctx context.Context, name string, src replay.S
 				continue
 			}
 			sort.SliceStable(th.trees, func(i, j int) bool { return th.trees[i].entry < th.trees[j].entry })
+			recordSequences(th.trees)
 			tt := tthread{tid: tid, root: noFunc}
 			for _, t := range th.trees {
 				tt.trees = append(tt.trees, ttree{off: mapT(t.entry), root: t.root})
@@ -533,6 +563,42 @@ func (tr *traceReader) readSource(ctx context.Context, name string, src replay.S
 	}
 	a.period = last + last/20 + 10
 	return a, nil
+}
+
+// recordSequences gives every node of a thread's trees (in entry order)
+// the sequence of exclusive times recorded at its call path on the thread
+// and its position there.
+func recordSequences(trees []topTree) {
+	// A call path is known by its parent path's index and its function.
+	type step struct {
+		parent int32
+		fid    uint32
+	}
+	index := map[step]int32{}
+	var seqs []*recSeq
+	var walk func(n *tnode, parent int32)
+	walk = func(n *tnode, parent int32) {
+		k := step{parent, n.fid}
+		id, ok := index[k]
+		if !ok {
+			id = int32(len(seqs))
+			index[k] = id
+			seqs = append(seqs, &recSeq{})
+		}
+		s := seqs[id]
+		var excl uint64
+		for _, g := range n.gaps {
+			excl += g
+		}
+		n.seq, n.pos = s, uint32(len(s.v))
+		s.v = append(s.v, excl)
+		for _, c := range n.children {
+			walk(c, id)
+		}
+	}
+	for _, t := range trees {
+		walk(t.root, -1)
+	}
 }
 
 func markGPU(n *tnode, gpu []bool) {
@@ -667,7 +733,8 @@ func newTraceReader() *traceReader {
 
 // build makes the workload of the applications read.
 func (rd *traceReader) build(cfg TraceConfig, apps []*tapp) (*Workload, error) {
-	run := &treeRun{profile: ProfileReplay, steps: cfg.Steps, ranks: cfg.Ranks, pid: cfg.PID, seed: cfg.Seed, apps: apps}
+	run := &treeRun{profile: ProfileReplay, steps: cfg.Steps, ranks: cfg.Ranks, pid: cfg.PID, seed: cfg.Seed, apps: apps,
+		recorded: cfg.Times != TimesDraw}
 	rd.renumber(run)
 	run.assignRanks()
 	run.finish(cfg.EventsPerStep, cfg.Rate)
