@@ -122,6 +122,9 @@ func (l *Library) Environ(e Env, base []string) []string {
 	if e.NamesEvery != 0 {
 		set["KIPIMO_NAMES_EVERY"] = strconv.Itoa(max(e.NamesEvery, 0))
 	}
+	for k, v := range l.kokkosEnv(base) {
+		set[k] = v
+	}
 	preload := l.Preload()
 	out := make([]string, 0, len(base)+len(set)+1)
 	for _, kv := range base {

@@ -33,9 +33,11 @@ var sources embed.FS
 
 // Library names of the built shared objects.
 const (
-	CoreLibrary = "libkipimo.so"
-	MPILibrary  = "libkipimo-mpi.so"
-	Header      = "kipimo.h"
+	CoreLibrary   = "libkipimo.so"
+	MPILibrary    = "libkipimo-mpi.so"
+	OpenCLLibrary = "libkipimo-opencl.so"
+	KokkosLibrary = "libkipimo-kokkos.so"
+	Header        = "kipimo.h"
 )
 
 // ErrNoCompiler means no C compiler was found to build the library.
@@ -73,6 +75,14 @@ type Library struct {
 	// Core is the path of libkipimo.so (compiler instrumentation, the API,
 	// the collector); MPI that of libkipimo-mpi.so, empty when not built.
 	Core, MPI string
+	// OpenCL is the path of libkipimo-opencl.so (the OpenCL API interposed)
+	// and Kokkos that of libkipimo-kokkos.so (a Kokkos Tools connector).
+	// Both are always built: they need no OpenCL or Kokkos headers.
+	OpenCL, Kokkos string
+	// UseOpenCL and UseKokkos say that the command Build was given loads
+	// libOpenCL or Kokkos's core library: Preload then loads the OpenCL
+	// interposer and Environ points Kokkos at the connector.
+	UseOpenCL, UseKokkos bool
 }
 
 // Include is the directory that holds kipimo.h.
@@ -80,10 +90,14 @@ func (l *Library) Include() string { return l.Dir }
 
 // Preload is the LD_PRELOAD value that loads the library into a program.
 func (l *Library) Preload() string {
+	p := l.Core
 	if l.MPI != "" {
-		return l.MPI + " " + l.Core
+		p = l.MPI + " " + p
 	}
-	return l.Core
+	if l.UseOpenCL && l.OpenCL != "" {
+		p += " " + l.OpenCL
+	}
+	return p
 }
 
 // CFlags are the flags that compile a program with compiler instrumentation
@@ -152,6 +166,9 @@ func Build(ctx context.Context, opts BuildOptions) (*Library, error) {
 		return nil, err
 	}
 	lib, err := build(ctx, opts)
+	if err == nil && len(opts.Command) > 0 {
+		lib.UseOpenCL, lib.UseKokkos = detectDevices(ctx, opts.Command, cm.program)
+	}
 	if err != nil || lib.MPI == "" {
 		return lib, err
 	}
@@ -188,7 +205,8 @@ func build(ctx context.Context, opts BuildOptions) (*Library, error) {
 		name += "-nompi"
 	}
 	dir := filepath.Join(opts.CacheDir, name)
-	lib := &Library{Dir: dir, Core: filepath.Join(dir, CoreLibrary)}
+	lib := &Library{Dir: dir, Core: filepath.Join(dir, CoreLibrary),
+		OpenCL: filepath.Join(dir, OpenCLLibrary), Kokkos: filepath.Join(dir, KokkosLibrary)}
 	if mpicc != "" {
 		lib.MPI = filepath.Join(dir, MPILibrary)
 	}
@@ -209,9 +227,18 @@ func build(ctx context.Context, opts BuildOptions) (*Library, error) {
 	// Link with the path the library will have once installed, so the MPI
 	// wrappers find libkipimo.so wherever they are loaded from.
 	core := append(append(append([]string{}, cflags...), coreLDFlags...), "-o", CoreLibrary,
-		"kipimo_core.c", "kipimo_cyg.c", "kipimo_api.c", "-ldl")
+		"kipimo_core.c", "kipimo_cyg.c", "kipimo_api.c", "kipimo_device.c", "kipimo_ompt.c", "-ldl")
 	if err := compile(ctx, tmp, cc, core); err != nil {
 		return nil, err
+	}
+	// The OpenCL interposer and the Kokkos connector load into a process
+	// that has the core; they need no OpenCL or Kokkos headers.
+	for _, src := range [][2]string{{OpenCLLibrary, "kipimo_ocl.c"}, {KokkosLibrary, "kipimo_kokkos.c"}} {
+		args := append(append([]string{}, cflags...), "-shared", "-o", src[0], src[1], "-ldl",
+			"-L.", "-lkipimo", "-Wl,-rpath,"+dir)
+		if err := compile(ctx, tmp, cc, args); err != nil {
+			return nil, err
+		}
 	}
 	if mpicc != "" {
 		hand, err := sources.ReadFile("csrc/kipimo_mpi.c")

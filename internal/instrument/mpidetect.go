@@ -87,20 +87,7 @@ func detectMPI(ctx context.Context, command []string) commandMPI {
 		path = command[0]
 	}
 	cm.launcher = launcherRE.MatchString(filepath.Base(command[0]))
-	candidates := command[:1]
-	if cm.launcher {
-		candidates = command[1:]
-	}
-	for _, a := range candidates {
-		if strings.HasPrefix(a, "-") {
-			continue
-		}
-		p, err := exec.LookPath(a)
-		if err == nil && isELF(p) {
-			cm.program = p
-			break
-		}
-	}
+	cm.program = commandProgram(command)
 	if cm.program != "" {
 		cm.mpiLib, cm.family = linkedMPI(ctx, cm.program)
 		if cm.family != "" {
@@ -114,6 +101,29 @@ func detectMPI(ctx context.Context, command []string) commandMPI {
 		}
 	}
 	return cm
+}
+
+// commandProgram is the ELF program command runs: the command itself,
+// or for an MPI launcher the first of its arguments that is an ELF
+// executable; "" when none is found.
+func commandProgram(command []string) string {
+	if len(command) == 0 {
+		return ""
+	}
+	candidates := command[:1]
+	if launcherRE.MatchString(filepath.Base(command[0])) {
+		candidates = command[1:]
+	}
+	for _, a := range candidates {
+		if strings.HasPrefix(a, "-") {
+			continue
+		}
+		p, err := exec.LookPath(a)
+		if err == nil && isELF(p) {
+			return p
+		}
+	}
+	return ""
 }
 
 // lddRE matches a line of ldd's output: name => path (address).

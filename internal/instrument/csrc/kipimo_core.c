@@ -179,6 +179,12 @@ typedef struct kp_thread {
 	_Atomic uint64_t dropped_comm, dropped_counter; /* comm and counter events dropped */
 	uint64_t seen_comm, seen_counter;              /* collector */
 	uint32_t cid_comm, cid_counter;                /* collector: counter id + 1 */
+	/* A device queue's virtual thread (kipimo_device.c): only the collector
+	 * writes its ring, whose times are µs since the epoch, not ticks. */
+	int device;
+	uint64_t dlast_us;           /* end of the last activity written, µs; 0 none */
+	uint64_t dlost, dlost_seen;  /* activities dropped before the cut, reported */
+	uint32_t cid_dlost;          /* counter id + 1 */
 } kp_thread;
 
 /* A dictionary of names: functions or counters. Ids are dense. Lookups by
@@ -688,10 +694,9 @@ static void thread_free(kp_thread *t) {
 	free(t);
 }
 
-static kp_thread *thread_new(void) {
-	if (kp_dead || !atomic_load_explicit(&K.on, memory_order_relaxed))
-		return NULL;
-	kp_dead = 1; /* no events from this thread while it registers */
+/* thread_alloc makes and registers a thread's buffers; NULL when the
+ * library is off or out of memory. */
+static kp_thread *thread_alloc(void) {
 	pthread_once(&K.start_once, start_collector);
 	kp_thread *t = NULL;
 	if (atomic_load(&K.on) && posix_memalign((void **)&t, 64, sizeof *t) == 0) {
@@ -732,6 +737,14 @@ static kp_thread *thread_new(void) {
 		}
 		pthread_mutex_unlock(&K.reg_mu);
 	}
+	return t;
+}
+
+static kp_thread *thread_new(void) {
+	if (kp_dead || !atomic_load_explicit(&K.on, memory_order_relaxed))
+		return NULL;
+	kp_dead = 1; /* no events from this thread while it registers */
+	kp_thread *t = thread_alloc();
 	if (t) {
 		uint64_t z = K.seed ^ ((uint64_t)atomic_load(&K.rank) << 32) ^ t->tid ^ 0x9E3779B97F4A7C15ull;
 		t->rng = z ? z : 1;
@@ -1107,6 +1120,115 @@ void kp_metadata(const char *key, const char *value) {
 		add_meta(t->tid, key, value);
 }
 
+/* ---- device queues' virtual threads (kipimo_device.c stages activities) ---- */
+
+uint64_t kp_now_ns(void) { return mono_ns(); }
+
+void kp_core_metadata(uint32_t tid, const char *key, const char *value) {
+	if (key)
+		add_meta(tid, key, value);
+}
+
+void *kp_core_device_new(uint32_t *tid) {
+	if (!atomic_load_explicit(&K.on, memory_order_relaxed))
+		return NULL;
+	/* the thread that makes the first queue (the program's main thread,
+	 * usually) is a thread of the process before its queues are: tid 0
+	 * stays the main thread's */
+	(void)self();
+	kp_thread *t = thread_alloc();
+	if (!t)
+		return NULL;
+	t->device = 1;
+	*tid = t->tid;
+	return t;
+}
+
+/* wait_past_last spins until 1 µs has passed since the last event of t, so
+ * that a counter recorded next does not share that event's µs: a consumer
+ * attaches a counter at an exit's µs to the call that exits. */
+static void wait_past_last(kp_thread *t) {
+	uint64_t h = atomic_load_explicit(&t->head, memory_order_relaxed);
+	uint64_t last = t->pend ? t->pend_t : h ? t->ring[(h - 1) & t->mask].t & EV_TICKS : 0;
+	if (!last)
+		return;
+	double nspt = K.use_tsc ? K.seg_scale : 1.0;
+	/* before the first cut the TSC's rate is not known yet: at most 5 GHz */
+	uint64_t need = nspt > 0 ? (uint64_t)(1000.0 / nspt) + 1 : 5000;
+	while (ticks() - last < need)
+		;
+}
+
+void kp_counter_apart(uint32_t cid, uint64_t value) {
+	kp_thread *t = self();
+	if (!t)
+		return;
+	wait_past_last(t);
+	kp_counter(cid, value);
+}
+
+int kp_inject_draw(uint32_t fid, uint64_t *delay_ns) {
+	uint64_t th = atomic_load_explicit(&K.inject_threshold[fid], memory_order_acquire);
+	if (!th)
+		return 0;
+	kp_thread *t = self();
+	uint16_t k = atomic_load_explicit(&K.inject_of[fid], memory_order_relaxed);
+	if (!t || !k || !(th == UINT64_MAX || xorshift(t) < th))
+		return 0;
+	*delay_ns = K.inject[k - 1].delay_ns;
+	return 1;
+}
+
+/* kp_correlate waits as kp_counter_apart does: called late in a launch
+ * call, after the runtime's work, it seldom waits. */
+uint64_t kp_correlate(void) {
+	static _Atomic uint64_t next;
+	static _Atomic uint32_t cid1; /* counter id + 1 */
+	uint64_t id = atomic_fetch_add_explicit(&next, 1, memory_order_relaxed) + 1;
+	uint32_t c = atomic_load_explicit(&cid1, memory_order_relaxed);
+	if (!c) {
+		c = kp_counter_id("Correlation ID") + 1;
+		atomic_store_explicit(&cid1, c, memory_order_relaxed);
+	}
+	kp_counter_apart(c - 1, id);
+	return id;
+}
+
+void kp_core_device_lost(void *vt, uint64_t n) { ((kp_thread *)vt)->dlost += n; }
+
+/* kp_core_device_put writes entry, counters and exit of one activity. The
+ * times are µs on the frames' clock; an activity never starts before the
+ * end of the one written before it on its queue, and its counters (at its
+ * end) come strictly after that end, so a consumer attaches them to it. */
+void kp_core_device_put(void *vt, uint32_t fid, uint64_t start_ns, uint64_t end_ns, uint64_t correlation, uint64_t bytes, int injected) {
+	kp_thread *t = vt;
+	static uint32_t cid_corr, cid_bytes; /* collector only: counter id + 1 */
+	uint64_t n = 2 + (correlation != 0) + (bytes != 0);
+	if (!room(t, n)) {
+		count_drop(t);
+		count_dropped_call(t, fid);
+		return;
+	}
+	if (!cid_corr) {
+		cid_corr = kp_counter_id("Correlation ID") + 1;
+		cid_bytes = kp_counter_id("Device Bytes") + 1;
+	}
+	uint64_t s = (start_ns + K.realtime_offset_ns) / 1000, e = (end_ns + K.realtime_offset_ns) / 1000;
+	if (s < t->dlast_us)
+		s = t->dlast_us;
+	if (e < s)
+		e = s;
+	if (t->dlast_us && e <= t->dlast_us)
+		e = t->dlast_us + 1;
+	t->dlast_us = e;
+	put(t, s | (uint64_t)(injected ? EV_ENTRY_INJECTED : EV_ENTRY) << EV_SHIFT, 0, fid, 0);
+	if (correlation)
+		put(t, e | (uint64_t)EV_COUNTER << EV_SHIFT, correlation, cid_corr - 1, 0);
+	if (bytes)
+		put(t, e | (uint64_t)EV_COUNTER << EV_SHIFT, bytes, cid_bytes - 1, 0);
+	put(t, e | (uint64_t)EV_EXIT << EV_SHIFT, 0, fid, 0);
+}
+
 static void wake(void) {
 	uint64_t one = 1;
 	if (K.wake_fd >= 0)
@@ -1275,6 +1397,11 @@ static void sample_counters(uint64_t *cpu, uint64_t *rss, uint64_t *vcsw, uint64
 	}
 }
 
+/* ev_us is the time of event e of thread t in µs since the epoch. */
+static inline uint64_t ev_us(const kp_thread *t, const kp_ev *e) {
+	return t->device ? e->t & EV_TICKS : tick_to_us(e->t & EV_TICKS);
+}
+
 /* The three event sections of a frame, in their order. */
 enum { SEC_FUNC, SEC_COUNTER, SEC_COMM, SEC_NONE };
 
@@ -1302,7 +1429,7 @@ static void encode_section(const kp_span *sp, uint32_t nt, unsigned B, uint64_t 
 			if (section_of(e) != sec)
 				continue;
 			unsigned type = (unsigned)(e->t >> EV_SHIFT);
-			uint64_t us = tick_to_us(e->t & EV_TICKS);
+			uint64_t us = ev_us(sp[i].t, e);
 			switch (sec) {
 			case SEC_FUNC:
 				put_uvarint((((uint64_t)e->id << 1 | (type == EV_EXIT)) << B) | ti);
@@ -1478,6 +1605,15 @@ static void collect_extras(kp_span *sp, uint32_t nt, uint32_t fn_to) {
 			xev_add(t->cid_counter - 1, dctr - t->seen_counter);
 			t->seen_counter = dctr;
 		}
+		if (t->dlost != t->dlost_seen) {
+			if (!t->cid_dlost)
+				t->cid_dlost = counter_named("Kipimo Dropped Calls: ", "[device activities]");
+			if (t->cid_dlost) {
+				K.calls_dropped += t->dlost - t->dlost_seen;
+				xev_add(t->cid_dlost - 1, t->dlost - t->dlost_seen);
+				t->dlost_seen = t->dlost;
+			}
+		}
 		sp[i].xto = K.nxev;
 		sp[i].nc += (uint32_t)(sp[i].xto - sp[i].xfrom);
 	}
@@ -1494,6 +1630,8 @@ static void cut(void) {
 	/* the segment ends now: convert this step's ticks between the last cut
 	 * and this one. seg_* still hold the last cut's readings. */
 	uint64_t tstart = K.last_us;
+	/* device activity reported since the last cut goes out with this one */
+	kp_device_drain();
 
 	pthread_mutex_lock(&K.reg_mu);
 	uint32_t nt = K.nthreads;
@@ -1541,7 +1679,7 @@ static void cut(void) {
 				sp[i].nk++;
 				break;
 			}
-			uint64_t us = tick_to_us(e->t & EV_TICKS);
+			uint64_t us = ev_us(sp[i].t, e);
 			if (us > tend)
 				tend = us;
 		}
@@ -1979,7 +2117,7 @@ static int rings_filling(void) {
 		full = used > (t->mask + 1) / 4 * 3;
 	}
 	pthread_mutex_unlock(&K.reg_mu);
-	return full;
+	return full || kp_device_filling();
 }
 
 static void *collector_main(void *arg) {

@@ -16,6 +16,7 @@
  */
 #include "../csrc/kipimo_core.c"
 #include "../csrc/kipimo_cyg.c"
+#include "../csrc/kipimo_device.c"
 
 static int read_full(void *p, size_t n) {
 	char *b = p;
