@@ -1,4 +1,5 @@
-// Command ad is Kipimo's on-node anomaly detector: see internal/ad.
+// Command ad is Kipimo's on-node anomaly detector: see internal/adnode
+// (the node) and internal/ad (the detector).
 package main
 
 import (
@@ -6,7 +7,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/kipimo-hpc/kipimo/internal/ad"
+	"github.com/kipimo-hpc/kipimo/internal/adnode"
 	"github.com/kipimo-hpc/kipimo/internal/daemon"
 	"github.com/kipimo-hpc/kipimo/internal/version"
 )
@@ -17,6 +18,6 @@ func main() {
 		return
 	}
 	daemon.Main("ad", func(ctx context.Context, args []string) error {
-		return ad.Main(ctx, args, os.Stdout, os.Stderr)
+		return adnode.Main(ctx, args, os.Stdout, os.Stderr)
 	})
 }

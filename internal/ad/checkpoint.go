@@ -79,11 +79,11 @@ func (d *Detector) Checkpoint() ([]byte, error) {
 		return nil, ErrClosed
 	}
 	if len(d.sync.held) > 0 {
-		return nil, fmt.Errorf("checkpoint of rank %d: %d step summaries held (releaseOutputs first)", d.cfg.Rank, len(d.sync.held))
+		return nil, fmt.Errorf("checkpoint of rank %d: %d step summaries held (ReleaseOutputs first)", d.cfg.Rank, len(d.sync.held))
 	}
 	for _, m := range d.models.list {
 		if m.heldAnoms > 0 {
-			return nil, fmt.Errorf("checkpoint of rank %d: anomaly counts of %q held (releaseOutputs first)", d.cfg.Rank, m.name)
+			return nil, fmt.Errorf("checkpoint of rank %d: anomaly counts of %q held (ReleaseOutputs first)", d.cfg.Rank, m.name)
 		}
 	}
 	if d.batch.Len() != 0 {
@@ -164,7 +164,7 @@ func Restore(cfg Config, data []byte) (*Detector, error) {
 	if r.err != nil {
 		return nil, r.err
 	}
-	s := newSyncState(d)
+	s := newSyncState(&d.cfg, &d.stats, d.models, &d.cur)
 	for i, sh := range s.shards {
 		sh.seq, sh.inflight, sh.keys = tmp.shards[i].seq, tmp.shards[i].inflight, tmp.shards[i].keys
 	}
@@ -1593,7 +1593,6 @@ func (r *ckReader) request() *psync.SyncRequest {
 }
 
 func (r *ckReader) sync(s *syncState) {
-	d := s.d
 	s.incarnation = r.uvarint()
 	if r.err == nil && s.incarnation == 0 {
 		r.fail("sync incarnation 0")
@@ -1601,7 +1600,7 @@ func (r *ckReader) sync(s *syncState) {
 	if n := r.count(2); r.err == nil && n != len(s.shards) {
 		r.fail("%d shards, the configuration has %d", n, len(s.shards))
 	}
-	inShard := make([]int, len(d.models.list))
+	inShard := make([]int, len(s.models.list))
 	for i, sh := range s.shards {
 		if r.err != nil {
 			return
@@ -1610,9 +1609,9 @@ func (r *ckReader) sync(s *syncState) {
 		if r.bool() {
 			sh.inflight = r.request()
 			sh.inflight.Incarnation = s.incarnation // written once for the shards
-			if r.err == nil && (sh.inflight.Seq != sh.seq || sh.inflight.PID != d.cfg.PID || sh.inflight.Rank != d.cfg.Rank) {
+			if r.err == nil && (sh.inflight.Seq != sh.seq || sh.inflight.PID != s.cfg.PID || sh.inflight.Rank != s.cfg.Rank) {
 				r.fail("request in flight on shard %d is seq %d of rank %d, the shard is at seq %d of rank %d",
-					i, sh.inflight.Seq, sh.inflight.Rank, sh.seq, d.cfg.Rank)
+					i, sh.inflight.Seq, sh.inflight.Rank, sh.seq, s.cfg.Rank)
 			}
 		}
 		nk := r.count(1)
@@ -1620,11 +1619,11 @@ func (r *ckReader) sync(s *syncState) {
 			r.fail("shard %d has %d keys in flight and no request", i, nk)
 		}
 		for range nk {
-			k := r.below(uint64(len(d.models.list)), "model key")
+			k := r.below(uint64(len(s.models.list)), "model key")
 			if r.err != nil {
 				return
 			}
-			m := d.models.list[k]
+			m := s.models.list[k]
 			if m.shard != i || !m.inFlight || inShard[k] != 0 {
 				r.fail("model %q in flight on shard %d is of shard %d (in flight %v)", m.name, i, m.shard, m.inFlight)
 				return
@@ -1633,7 +1632,7 @@ func (r *ckReader) sync(s *syncState) {
 			sh.keys = append(sh.keys, int32(k))
 		}
 	}
-	for k, m := range d.models.list {
+	for k, m := range s.models.list {
 		if r.err == nil && m.inFlight && inShard[k] == 0 {
 			r.fail("model %q is in flight in no request", m.name)
 		}

@@ -754,10 +754,10 @@ func TestCheckpointCoversEveryField(t *testing.T) {
 		{stepInfo{}, "step tstart tend"},
 		// done and healthy are the senders' (a restored shard starts healthy)
 		{shardState{}, "seq inflight keys done healthy"},
-		// d, syncer, node, left, refused (a log's rate), ctx, cancel and wg
-		// are the process's; held is released before every checkpoint
-		// (Checkpoint refuses otherwise)
-		{syncState{}, "d syncer node left shards summaries held counters incarnation refused lag ctx cancel wg"},
+		// cfg, stats, models and cur are wiring; syncer, node, left,
+		// refused (a log's rate), ctx, cancel and wg are the process's; held
+		// is released before every checkpoint (Checkpoint refuses otherwise)
+		{syncState{}, "cfg stats models cur syncer node left shards summaries held counters incarnation refused lag ctx cancel wg"},
 		// batch is empty between steps (Checkpoint refuses otherwise), snap
 		// follows from the stacks, closeMu and closed are the process's;
 		// lent and giveBack are set only while ProcessLent runs

@@ -10,11 +10,12 @@
 // step's end, detection state; the algorithms sit behind the scorer
 // interface), labelling, and the recorder (records and event windows).
 //
-// The core (New, Process per io_step, Close) does no network I/O of its own:
-// the parameter server is reached through a Syncer and records leave through
-// a Sink, so the whole-pipeline command can embed it. NATS implementations of
-// both live here too (NATSSyncer, NATSSink), Serve runs the detectors of a
-// node on their frame subjects, and Main is the ad command.
+// The detector (New, Process per io_step, Close) does no network I/O of its
+// own and knows nothing of NATS or Prometheus: the parameter server is
+// reached through a Syncer and records leave through a Sink. The node that
+// runs the detectors of one process on NATS (frame subscriptions, durable
+// frames and checkpoints, the NATS Sink and Syncer, the node's merged sync,
+// metrics, the ad command) is package adnode, which uses only the API here.
 //
 // Semantics (docs/detection.md):
 //   - An execution is flagged when its runtime lies outside its model's

@@ -81,7 +81,7 @@ type Detector struct {
 	batch Batch
 
 	stats           counters
-	requestProfiles atomic.Bool // set by Serve on a snapshot control message
+	requestProfiles atomic.Bool // set by RequestProfiles
 	snap            atomic.Pointer[psync.CallstackReply]
 	closeMu         sync.Mutex
 	closed          bool
@@ -102,7 +102,7 @@ func New(cfg Config) (*Detector, error) {
 	d.models = newModelSet(&d.cfg, &d.stats, d.stacks)
 	d.stacks.done = d.models.observe
 	d.rec = &recorder{cfg: &d.cfg, stats: &d.stats, stacks: d.stacks, models: d.models, cur: &d.cur, batch: &d.batch}
-	d.sync = newSyncState(d)
+	d.sync = newSyncState(&d.cfg, &d.stats, d.models, &d.cur)
 	d.snap.Store(&psync.CallstackReply{PID: cfg.PID, Rank: cfg.Rank, Threads: []psync.ThreadStack{}})
 	return d, nil
 }
@@ -300,7 +300,7 @@ func (d *Detector) Close(ctx context.Context) error {
 	d.stats.openAtEnd.Add(open)
 	d.stepEvents = 0
 	d.endStep(ctx, true)
-	d.releaseOutputs()
+	d.ReleaseOutputs()
 	if d.cfg.Barrier != nil {
 		d.cfg.Barrier.Leave(d.cfg.Rank)
 	}
@@ -313,3 +313,79 @@ func (d *Detector) Close(ctx context.Context) error {
 	}
 	return err
 }
+
+// ReleaseOutputs lets the step summaries and per-key anomaly counts held
+// since the last call (Config.ExactSync) go with the next sync requests.
+// With durable frames it is called just before each checkpoint: what a
+// detector sends after a checkpoint is then a function of the checkpoint
+// and the frames after it, labels included, so a restored detector sends
+// the pserver exactly what the lost one did (and the pserver applies each
+// Seq once).
+func (d *Detector) ReleaseOutputs() {
+	for _, m := range d.models.list {
+		m.accumAnoms += m.heldAnoms
+		m.heldAnoms = 0
+	}
+	for _, sum := range d.sync.held {
+		d.sync.queueSummary(sum)
+	}
+	d.sync.held = nil
+}
+
+// Suspend stops the detector's pserver senders and leaves its node's syncer
+// without ending its steps or flushing anything: the state stays as its last
+// checkpoint left it, for a restarted ad to resume. The detector is closed
+// to further use.
+func (d *Detector) Suspend() {
+	d.closeMu.Lock()
+	defer d.closeMu.Unlock()
+	if d.closed {
+		return
+	}
+	d.closed = true
+	d.sync.cancel()
+	d.sync.wg.Wait()
+	d.sync.leaveNode()
+}
+
+// Rank is the rank the detector serves.
+func (d *Detector) Rank() uint32 { return d.cfg.Rank }
+
+// RequestProfiles makes the detector publish its profiles with its next
+// step (a snapshot asked for by the run's control channel); safe for
+// concurrent use.
+func (d *Detector) RequestProfiles() { d.requestProfiles.Store(true) }
+
+// Taken is how many frames the detector has taken from its input:
+// processed, rejected, dropped as stale or dropped unread. Safe for
+// concurrent use; it allocates nothing.
+func (d *Detector) Taken() uint64 { return d.stats.taken() }
+
+// DroppedFrames counts n more frames that the detector's input dropped
+// before the detector read them (it was slower than its input: their steps
+// are missing steps), and returns the count so far. Safe for concurrent
+// use.
+func (d *Detector) DroppedFrames(n uint64) uint64 { return d.stats.droppedFrames.Add(n) }
+
+// SourceDropped records n, the count of frames the rank's event source says
+// it has dropped so far (SourceDroppedFrames), when it is more than the
+// count recorded before, which it returns. Safe for concurrent use.
+func (d *Detector) SourceDropped(n uint64) (prev uint64) {
+	prev = d.stats.sourceDropped.Load()
+	if n > prev {
+		d.stats.sourceDropped.Store(n)
+	}
+	return prev
+}
+
+// RejectBadFrame counts a frame the detector's input could not decode as a
+// bad frame of the current step, and returns the bad frames counted so far.
+// Called from the detector's goroutine, as Process is.
+func (d *Detector) RejectBadFrame() uint64 {
+	d.stepBad++
+	return d.stats.badFrames.Add(1)
+}
+
+// EndOfStream records that the rank's stream ended with an end-of-stream
+// message (Stats.Ended). Safe for concurrent use.
+func (d *Detector) EndOfStream() { d.stats.ended.Store(true) }

@@ -80,7 +80,7 @@ func FuzzProcessBinary(f *testing.F) {
 			t.Fatal(err)
 		}
 		var fr frame.Frame
-		if err := decodeFrame(data, &fr); err != nil {
+		if err := frame.DecodeMessage(data, &fr); err != nil {
 			return
 		}
 		_ = d.Process(context.Background(), &fr)

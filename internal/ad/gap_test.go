@@ -2,7 +2,9 @@ package ad
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"reflect"
 	"testing"
 
@@ -210,4 +212,36 @@ func TestFarFutureFrameRefused(t *testing.T) {
 	if st.Frames != 4 || st.BadFrames != 1 || st.StaleFrames != 0 || st.MissingSteps != 0 {
 		t.Errorf("processed %d, bad %d, stale %d, missing %d; want 4 1 0 0", st.Frames, st.BadFrames, st.StaleFrames, st.MissingSteps)
 	}
+}
+
+// encodedFramesNamed generates a workload's frames, binary encoded, by rank,
+// with every name known so far sent again in every frame when everyFrame is
+// set (as publishers re-send them).
+func encodedFramesNamed(tb testing.TB, wcfg workload.Config, everyFrame bool) ([][][]byte, uint64) {
+	tb.Helper()
+	w, err := workload.New(wcfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	out := make([][][]byte, wcfg.Ranks)
+	var events uint64
+	for r := range out {
+		g := w.Rank(uint32(r))
+		var funcs, ctrs []frame.Name
+		for {
+			var f frame.Frame
+			if _, err := g.Next(&f); errors.Is(err, io.EOF) {
+				break
+			} else if err != nil {
+				tb.Fatal(err)
+			}
+			if everyFrame {
+				funcs, ctrs = append(funcs, f.Funcs...), append(ctrs, f.Counters...)
+				f.Funcs, f.Counters = funcs, ctrs
+			}
+			events += uint64(len(f.Events) + len(f.CounterEvents) + len(f.Comms))
+			out[r] = append(out[r], frame.AppendBinary(nil, &f))
+		}
+	}
+	return out, events
 }

@@ -67,7 +67,7 @@ type model struct {
 	inFlight                   bool
 	accumAnoms, inflightAnoms  uint64
 	// heldAnoms, with ExactSync, are the anomalies labelled since the last
-	// releaseOutputs (checkpoint); they join accumAnoms then.
+	// ReleaseOutputs (checkpoint); they join accumAnoms then.
 	heldAnoms uint64
 
 	// the natural range (every algorithm but with Chimbuko's rules)
@@ -211,4 +211,15 @@ func (ms *modelSet) exactScore(m *model, e *execRec) float64 {
 		return ms.scorer.exact(m, ms.value(e), float64(e.score))
 	}
 	return float64(e.score)
+}
+
+// ModelKeys returns the keys of the detector's models (function names, or
+// call paths with Config.ByCallPath) in the order they were first met. Call
+// it from the detector's goroutine, or once it is closed.
+func (d *Detector) ModelKeys() []string {
+	out := make([]string, len(d.models.list))
+	for i, m := range d.models.list {
+		out[i] = m.name
+	}
+	return out
 }

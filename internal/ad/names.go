@@ -243,3 +243,8 @@ func cloneFrame(f *frame.Frame) *frame.Frame {
 	c.Comms = slices.Clone(f.Comms)
 	return &c
 }
+
+// WaitedForNames reports whether a frame of the detector ever waited for
+// the names of ids its events used. Call it from the detector's goroutine,
+// or once it is closed.
+func (d *Detector) WaitedForNames() bool { return d.heldOnce }

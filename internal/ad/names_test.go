@@ -3,13 +3,10 @@ package ad
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
-
-	"github.com/spf13/pflag"
 
 	"github.com/kipimo-hpc/kipimo/internal/frame"
 )
@@ -326,42 +323,6 @@ func TestHeldFramesRecordNames(t *testing.T) {
 	}
 }
 
-func TestMaxHeldFramesOption(t *testing.T) {
-	tests := []struct {
-		name string
-		in   int
-		want int
-		bad  bool
-	}{
-		{"default", 0, DefaultMaxHeldFrames, false},
-		{"one", 1, 1, false},
-		{"negative", -1, 0, true},
-		{"too many", 1<<16 + 1, 0, true},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			c := Config{MaxHeldFrames: tc.in}
-			err := c.Validate()
-			if (err != nil) != tc.bad {
-				t.Fatalf("Validate: %v, want error %v", err, tc.bad)
-			}
-			if err == nil && c.MaxHeldFrames != tc.want {
-				t.Errorf("MaxHeldFrames %d, want %d", c.MaxHeldFrames, tc.want)
-			}
-		})
-	}
-	var c Config
-	fs := pflag.NewFlagSet("ad", pflag.ContinueOnError)
-	AddFlags(fs, &c)
-	fl := fs.Lookup("max-held-frames")
-	if fl == nil || fl.DefValue != fmt.Sprint(DefaultMaxHeldFrames) || fl.Usage == "" {
-		t.Fatalf("flag --max-held-frames: %+v", fl)
-	}
-	if err := fs.Parse([]string{"--max-held-frames", "5"}); err != nil || c.MaxHeldFrames != 5 {
-		t.Errorf("--max-held-frames 5: %v, %d", err, c.MaxHeldFrames)
-	}
-}
-
 // A frame decoded from the wire with an entry repeated (same id, same name)
 // is accepted.
 func TestRepeatedEntryFromTheWire(t *testing.T) {
@@ -373,7 +334,7 @@ func TestRepeatedEntryFromTheWire(t *testing.T) {
 		Metadata: []frame.Meta{{Key: "Hostname", Value: "n1"}, {Key: "Hostname", Value: "n1"}},
 		Events:   call(0, 1, 0), CounterEvents: []frame.CounterEvent{{CID: 2, Value: 1, TS: 1}}}
 	var got frame.Frame
-	if err := decodeFrame(frame.AppendBinary(nil, f), &got); err != nil {
+	if err := frame.DecodeMessage(frame.AppendBinary(nil, f), &got); err != nil {
 		t.Fatal(err)
 	}
 	if len(got.Funcs) != 2 || len(got.Counters) != 2 || len(got.Metadata) != 2 {

@@ -3,10 +3,6 @@ package ad
 import (
 	"context"
 	"errors"
-	"fmt"
-	"maps"
-	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -130,54 +126,9 @@ func (p *fakePServer) handle(shard int, req *psync.SyncRequest) *psync.SyncReply
 	return rep
 }
 
-func (p *fakePServer) total(key string) float64 {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if g := p.models[key]; g != nil {
-		return g.Moments.N
-	}
-	return 0
-}
-
 // stepCount is the number of (rank, step) summaries received.
 func (p *fakePServer) stepCount() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return len(p.steps)
-}
-
-// summaryString lists, by rank, the step summaries received and their
-// anomalies and executions.
-func (p *fakePServer) summaryString() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	type tot struct{ steps, anomalies, executions uint64 }
-	by := map[uint64]*tot{}
-	for k, s := range p.steps {
-		t := by[k[0]]
-		if t == nil {
-			t = &tot{}
-			by[k[0]] = t
-		}
-		t.steps++
-		t.anomalies += s.Anomalies
-		t.executions += s.Executions
-	}
-	ranks := slices.Sorted(maps.Keys(by))
-	var b strings.Builder
-	for _, r := range ranks {
-		fmt.Fprintf(&b, "rank %d: %+v; ", r, *by[r])
-	}
-	return b.String()
-}
-
-// anomalies is the sum of the anomalies of every step summary received.
-func (p *fakePServer) anomalies() uint64 {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	var n uint64
-	for _, s := range p.steps {
-		n += s.Anomalies
-	}
-	return n
 }

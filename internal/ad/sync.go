@@ -2,7 +2,6 @@ package ad
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -11,9 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
-	"github.com/kipimo-hpc/kipimo/internal/natsx"
 	"github.com/kipimo-hpc/kipimo/internal/psync"
 	"github.com/kipimo-hpc/kipimo/internal/stats"
 )
@@ -28,29 +24,23 @@ type Syncer interface {
 	Sync(ctx context.Context, shard int, req *psync.SyncRequest) (*psync.SyncReply, error)
 }
 
-// NATSSyncer is a Syncer over NATS request/reply on Subjects.Sync(shard),
-// with JSON bodies (schemas/sync.schema.json).
-type NATSSyncer struct {
-	Conn     *nats.Conn
-	Subjects natsx.Subjects
-}
-
-// Sync implements Syncer.
-func (s *NATSSyncer) Sync(ctx context.Context, shard int, req *psync.SyncRequest) (*psync.SyncReply, error) {
-	data, err := json.Marshal(req)
-	if err != nil {
-		return nil, fmt.Errorf("encode sync request: %w", err)
-	}
-	subj := s.Subjects.Sync(shard)
-	msg, err := s.Conn.RequestWithContext(ctx, subj, data)
-	if err != nil {
-		return nil, fmt.Errorf("sync request on %s: %w", subj, err)
-	}
-	var rep psync.SyncReply
-	if err := json.Unmarshal(msg.Data, &rep); err != nil {
-		return nil, fmt.Errorf("decode sync reply from %s: %w", subj, err)
-	}
-	return &rep, nil
+// SharedSyncer is a Syncer the detectors of a node share, merging their
+// requests (adnode's NodeSyncer): every detector made with one in its
+// Config joins it, and leaves it once, when it closes or is suspended, so
+// that its batches never wait for a detector that has gone.
+type SharedSyncer interface {
+	Syncer
+	// Join adds a member detector.
+	Join()
+	// Leave removes a member detector, sending the batches that were
+	// waiting only for it.
+	Leave()
+	// WaitsForAll reports whether a batch waits for every member (no
+	// linger: detectors in lockstep).
+	WaitsForAll() bool
+	// Direct is the Syncer the shared one sends through: a closing
+	// detector that has left sends what is left straight through it.
+	Direct() Syncer
 }
 
 type syncResult struct {
@@ -75,17 +65,22 @@ type shardState struct {
 // field but the shards' done channels and health flags, which the senders
 // write.
 type syncState struct {
-	d *Detector
+	// the detector's configuration, counters, models and current step,
+	// which the detector's goroutine shares with this stage
+	cfg    *Config
+	stats  *counters
+	models *modelSet
+	cur    *stepInfo
 	// syncer is the detector's Syncer; a detector closing leaves its node's
-	// NodeSyncer (whose batches would otherwise wait for it) and sends its
+	// SharedSyncer (whose batches would otherwise wait for it) and sends its
 	// last deltas straight through the node's own Syncer.
 	syncer    Syncer
-	node      *NodeSyncer // the node's syncer, when there is one
-	left      bool        // the detector has left node
+	node      SharedSyncer // the node's syncer, when there is one
+	left      bool         // the detector has left node
 	shards    []*shardState
 	summaries []psync.StepSummary
 	// held, with ExactSync, are the step summaries since the last
-	// releaseOutputs (checkpoint): they are sent after it.
+	// ReleaseOutputs (checkpoint): they are sent after it.
 	held     []psync.StepSummary
 	counters map[string]*stats.Moments
 	// incarnation names this sync state in every request (a random
@@ -103,15 +98,15 @@ type syncState struct {
 	wg      sync.WaitGroup
 }
 
-func newSyncState(d *Detector) *syncState {
-	s := &syncState{d: d, syncer: d.cfg.Syncer, counters: map[string]*stats.Moments{}, incarnation: newIncarnation()}
+func newSyncState(cfg *Config, st *counters, models *modelSet, cur *stepInfo) *syncState {
+	s := &syncState{cfg: cfg, stats: st, models: models, cur: cur, syncer: cfg.Syncer, counters: map[string]*stats.Moments{}, incarnation: newIncarnation()}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	for range d.cfg.Shards {
+	for range cfg.Shards {
 		sh := &shardState{done: make(chan syncResult, 1)}
 		sh.healthy.Store(true)
 		s.shards = append(s.shards, sh)
 	}
-	if ns, ok := d.cfg.Syncer.(*NodeSyncer); ok {
+	if ns, ok := cfg.Syncer.(SharedSyncer); ok {
 		ns.Join()
 		s.node = ns
 	}
@@ -128,10 +123,10 @@ func newIncarnation() uint64 {
 }
 
 func (s *syncState) addSummary(sum psync.StepSummary) {
-	if s.d.cfg.Syncer == nil {
+	if s.cfg.Syncer == nil {
 		return
 	}
-	if s.d.cfg.ExactSync {
+	if s.cfg.ExactSync {
 		s.held = append(s.held, sum)
 		return
 	}
@@ -141,10 +136,10 @@ func (s *syncState) addSummary(sum psync.StepSummary) {
 // queueSummary adds sum to the summaries the next request of shard 0
 // carries, dropping (and counting) the oldest beyond MaxStepSummaries.
 func (s *syncState) queueSummary(sum psync.StepSummary) {
-	if len(s.summaries) >= s.d.cfg.MaxStepSummaries {
-		n := len(s.summaries) - s.d.cfg.MaxStepSummaries + 1
+	if len(s.summaries) >= s.cfg.MaxStepSummaries {
+		n := len(s.summaries) - s.cfg.MaxStepSummaries + 1
 		s.summaries = append(s.summaries[:0], s.summaries[n:]...)
-		s.d.stats.droppedSummaries.Add(uint64(n))
+		s.stats.droppedSummaries.Add(uint64(n))
 	}
 	s.summaries = append(s.summaries, sum)
 }
@@ -154,7 +149,7 @@ func (s *syncState) addCounters(step map[string]*stats.Moments) {
 		if m.N == 0 {
 			continue
 		}
-		if s.d.cfg.Syncer != nil {
+		if s.cfg.Syncer != nil {
 			a := s.counters[name]
 			if a == nil {
 				a = &stats.Moments{}
@@ -171,20 +166,19 @@ func (s *syncState) addCounters(step map[string]*stats.Moments) {
 // answering) for their replies. Without a Syncer it merges the local deltas
 // into the global model.
 func (s *syncState) step(ctx context.Context, final bool) {
-	d := s.d
-	if d.cfg.Syncer == nil {
-		for _, m := range d.models.list {
+	if s.cfg.Syncer == nil {
+		for _, m := range s.models.list {
 			if m.accum.N == 0 {
 				continue
 			}
 			m.global.Merge(m.accum)
 			m.accum = stats.Moments{}
 			if err := m.hGlobal.Merge(m.hAccum); err != nil {
-				d.stats.modelErrors.Add(1)
+				s.stats.modelErrors.Add(1)
 			}
 			m.hAccum = stats.Histogram{Counts: m.hAccum.Counts[:0]}
 			if err := m.tGlobal.Merge(m.tAccum); err != nil {
-				d.stats.modelErrors.Add(1)
+				s.stats.modelErrors.Add(1)
 			}
 			m.tAccum.Reset()
 		}
@@ -202,7 +196,7 @@ func (s *syncState) step(ctx context.Context, final bool) {
 		}
 	}
 	if len(sent) > 0 {
-		t := time.NewTimer(d.cfg.SyncWait)
+		t := time.NewTimer(s.cfg.SyncWait)
 		defer t.Stop()
 		for _, i := range sent {
 			sh := s.shards[i]
@@ -225,13 +219,13 @@ func (s *syncState) step(ctx context.Context, final bool) {
 // hold every rank's data up to it, and nothing of the next.
 func (s *syncState) lockstep(ctx context.Context) {
 	defer s.updateLag()
-	b := s.d.cfg.Barrier
+	b := s.cfg.Barrier
 	s.collect(true, ctx)
 	// A node's syncer merges the detectors' requests in rank order itself,
 	// once every detector has sent one to the shard: each sends, even empty.
 	node := s.viaNode()
 	if !node {
-		if err := b.Turn(ctx, s.d.cfg.Rank); err != nil {
+		if err := b.Turn(ctx, s.cfg.Rank); err != nil {
 			return
 		}
 	}
@@ -271,12 +265,11 @@ func (s *syncState) exact(ctx context.Context) {
 // keys in one request with no deltas (Seq 0: the pserver answers without
 // applying anything). Nothing is in flight when it is called.
 func (s *syncState) pull(ctx context.Context) {
-	d := s.d
 	reps := make([]*psync.SyncReply, len(s.shards))
 	var wg sync.WaitGroup
 	for i := range s.shards {
-		req := &psync.SyncRequest{PID: d.cfg.PID, Rank: d.cfg.Rank, Incarnation: s.incarnation, Step: d.cur.step, Algorithm: d.cfg.Algorithm, Hostname: d.cfg.Hostname}
-		for _, m := range d.models.list {
+		req := &psync.SyncRequest{PID: s.cfg.PID, Rank: s.cfg.Rank, Incarnation: s.incarnation, Step: s.cur.step, Algorithm: s.cfg.Algorithm, Hostname: s.cfg.Hostname}
+		for _, m := range s.models.list {
 			if m.shard == i {
 				req.Models = append(req.Models, psync.ModelDelta{Key: m.name})
 			}
@@ -291,7 +284,7 @@ func (s *syncState) pull(ctx context.Context) {
 			defer cancel()
 			rep, err := s.syncer.Sync(actx, i, req)
 			if err != nil || rep == nil || rep.Error != "" {
-				d.stats.syncFailures.Add(1)
+				s.stats.syncFailures.Add(1)
 				return
 			}
 			reps[i] = rep
@@ -304,11 +297,11 @@ func (s *syncState) pull(ctx context.Context) {
 		}
 		for j := range rep.Models {
 			g := &rep.Models[j]
-			k, ok := d.models.keyByName[g.Key]
+			k, ok := s.models.keyByName[g.Key]
 			if !ok {
 				continue
 			}
-			m := d.models.list[k]
+			m := s.models.list[k]
 			if m.inFlight {
 				continue
 			}
@@ -326,8 +319,8 @@ func (s *syncState) pull(ctx context.Context) {
 func (s *syncState) updateLag() {
 	var lag uint64
 	for _, sh := range s.shards {
-		if sh.inflight != nil && s.d.cur.step >= sh.inflight.Step {
-			lag = max(lag, s.d.cur.step-sh.inflight.Step+1)
+		if sh.inflight != nil && s.cur.step >= sh.inflight.Step {
+			lag = max(lag, s.cur.step-sh.inflight.Step+1)
 		}
 	}
 	s.lag.Store(lag)
@@ -364,30 +357,29 @@ func (s *syncState) attempt(ctx context.Context) (context.Context, context.Cance
 	if s.node != nil && s.syncer == Syncer(s.node) {
 		return context.WithCancel(ctx)
 	}
-	return context.WithTimeout(ctx, s.d.cfg.SyncTimeout)
+	return context.WithTimeout(ctx, s.cfg.SyncTimeout)
 }
 
-// node reports whether the detector syncs through its node's NodeSyncer.
+// viaNode reports whether the detector syncs through its node's SharedSyncer.
 func (s *syncState) viaNode() bool { return s.node != nil }
 
 // send builds shard i's next request from the accumulated deltas and starts
 // its sender; it reports whether there was anything to send. With force it
 // sends a request also when there is nothing in it.
 func (s *syncState) send(i int, force bool) bool {
-	d := s.d
 	sh := s.shards[i]
-	req := &psync.SyncRequest{PID: d.cfg.PID, Rank: d.cfg.Rank, Incarnation: s.incarnation, Step: d.cur.step, Algorithm: d.cfg.Algorithm, Hostname: d.cfg.Hostname}
-	if d.models.gated {
-		rule := d.models.rule
+	req := &psync.SyncRequest{PID: s.cfg.PID, Rank: s.cfg.Rank, Incarnation: s.incarnation, Step: s.cur.step, Algorithm: s.cfg.Algorithm, Hostname: s.cfg.Hostname}
+	if s.models.gated {
+		rule := s.models.rule
 		req.TailRule = &rule
 	}
 	sh.keys = sh.keys[:0]
-	for k, m := range d.models.list {
+	for k, m := range s.models.list {
 		if m.shard != i || (m.accum.N == 0 && m.accumAnoms == 0) {
 			continue
 		}
 		md := psync.ModelDelta{Key: m.name, Moments: m.accum, Anomalies: m.accumAnoms}
-		if d.cfg.Algorithm != SSTD && !m.hAccum.Empty() {
+		if s.cfg.Algorithm != SSTD && !m.hAccum.Empty() {
 			h := m.hAccum
 			h.Counts = append([]uint64(nil), h.Counts...)
 			md.Histogram = &h
@@ -425,7 +417,6 @@ func (s *syncState) send(i int, force bool) bool {
 // is answered or the detector closes.
 func (s *syncState) sender(i int, sh *shardState, req *psync.SyncRequest) {
 	defer s.wg.Done()
-	d := s.d
 	backoff := 50 * time.Millisecond
 	for {
 		actx, cancel := s.attempt(s.ctx)
@@ -446,9 +437,9 @@ func (s *syncState) sender(i int, sh *shardState, req *psync.SyncRequest) {
 			sh.done <- syncResult{rep: rep}
 			return
 		}
-		d.stats.syncFailures.Add(1)
+		s.stats.syncFailures.Add(1)
 		if sh.healthy.Swap(false) {
-			d.cfg.Logger.Warn().Err(err).Int("shard", i).Uint64("seq", req.Seq).Msg("pserver sync failed; detecting on the local model and retrying")
+			s.cfg.Logger.Warn().Err(err).Int("shard", i).Uint64("seq", req.Seq).Msg("pserver sync failed; detecting on the local model and retrying")
 		}
 		select {
 		case <-s.ctx.Done():
@@ -456,14 +447,13 @@ func (s *syncState) sender(i int, sh *shardState, req *psync.SyncRequest) {
 			return
 		case <-time.After(backoff):
 		}
-		backoff = min(2*backoff, d.cfg.SyncBackoffMax)
+		backoff = min(2*backoff, s.cfg.SyncBackoffMax)
 	}
 }
 
 // apply installs shard i's reply: the global models replace the AD's copies
 // and the in-flight deltas are dropped (the reply includes them).
 func (s *syncState) apply(i int, r syncResult) {
-	d := s.d
 	sh := s.shards[i]
 	req := sh.inflight
 	sh.inflight = nil
@@ -474,14 +464,14 @@ func (s *syncState) apply(i int, r syncResult) {
 	if r.err != nil || r.rep == nil {
 		// Never answered (closing): keep the deltas locally.
 		for _, k := range sh.keys {
-			m := d.models.list[k]
+			m := s.models.list[k]
 			m.accum.Merge(m.inflight)
 			if err := m.hAccum.Merge(m.hInflight); err != nil {
-				d.stats.modelErrors.Add(1)
+				s.stats.modelErrors.Add(1)
 			}
 			m.accumAnoms += m.inflightAnoms
 			if err := m.tAccum.Merge(m.tInflight); err != nil {
-				d.stats.modelErrors.Add(1)
+				s.stats.modelErrors.Add(1)
 			}
 			m.inflight, m.hInflight, m.inflightAnoms, m.inFlight = stats.Moments{}, stats.Histogram{}, 0, false
 			m.tInflight = stats.TailHist{}
@@ -491,13 +481,13 @@ func (s *syncState) apply(i int, r syncResult) {
 		}
 		return
 	}
-	d.stats.syncs.Add(1)
+	s.stats.syncs.Add(1)
 	got := make(map[string]*psync.GlobalModel, len(r.rep.Models))
 	for j := range r.rep.Models {
 		got[r.rep.Models[j].Key] = &r.rep.Models[j]
 	}
 	for _, k := range sh.keys {
-		m := d.models.list[k]
+		m := s.models.list[k]
 		if g, ok := got[m.name]; ok {
 			m.global = g.Moments
 			if g.Histogram != nil {
@@ -513,11 +503,11 @@ func (s *syncState) apply(i int, r syncResult) {
 			h := m.hGlobal
 			h.Counts = slices.Clone(h.Counts)
 			if err := h.Merge(m.hInflight); err != nil {
-				d.stats.modelErrors.Add(1)
+				s.stats.modelErrors.Add(1)
 			}
 			t := m.tGlobal.Clone()
 			if err := t.Merge(m.tInflight); err != nil {
-				d.stats.modelErrors.Add(1)
+				s.stats.modelErrors.Add(1)
 			}
 			m.hGlobal, m.tGlobal = h, t
 		}
@@ -527,11 +517,11 @@ func (s *syncState) apply(i int, r syncResult) {
 	// Models of keys this request did not carry may come too: take them when
 	// nothing of ours is in flight for them.
 	for name, g := range got {
-		k, ok := d.models.keyByName[name]
+		k, ok := s.models.keyByName[name]
 		if !ok {
 			continue
 		}
-		m := d.models.list[k]
+		m := s.models.list[k]
 		if m.inFlight || m.shard != i {
 			continue
 		}
@@ -552,15 +542,14 @@ func (s *syncState) apply(i int, r syncResult) {
 // refused with it), its step summaries are counted as dropped and the
 // refusal as a sync failure, logged the 1st, 2nd, 4th, 8th... time.
 func (s *syncState) drop(i int, req *psync.SyncRequest, reason string) {
-	d := s.d
 	for _, k := range s.shards[i].keys {
-		m := d.models.list[k]
+		m := s.models.list[k]
 		m.inflight, m.hInflight, m.inflightAnoms, m.inFlight = stats.Moments{}, stats.Histogram{}, 0, false
 		m.tInflight = stats.TailHist{}
 	}
-	d.stats.syncFailures.Add(1)
+	s.stats.syncFailures.Add(1)
 	if req != nil {
-		d.stats.droppedSummaries.Add(uint64(len(req.Steps)))
+		s.stats.droppedSummaries.Add(uint64(len(req.Steps)))
 	}
 	s.refused++
 	if s.refused&(s.refused-1) == 0 {
@@ -568,7 +557,7 @@ func (s *syncState) drop(i int, req *psync.SyncRequest, reason string) {
 		if req != nil {
 			seq = req.Seq
 		}
-		d.cfg.Logger.Error().Int("shard", i).Uint64("seq", seq).Uint64("refused", s.refused).Str("reason", reason).
+		s.cfg.Logger.Error().Int("shard", i).Uint64("seq", seq).Uint64("refused", s.refused).Str("reason", reason).
 			Msg("the pserver refused a sync request as invalid; its deltas and step summaries are dropped (a detector bug or corrupted input: please report it)")
 	}
 }
@@ -581,10 +570,10 @@ func (s *syncState) close(ctx context.Context) error {
 		s.wg.Wait()
 		s.leaveNode()
 	}()
-	if s.d.cfg.Syncer == nil {
+	if s.cfg.Syncer == nil {
 		return nil
 	}
-	if s.node != nil && s.node.linger == 0 {
+	if s.node != nil && s.node.WaitsForAll() {
 		// In lockstep (a node syncer without linger) the node's batches
 		// wait for every detector: a closing one sends exactly one request
 		// per shard through the node (the others, closing too or still
@@ -601,7 +590,7 @@ func (s *syncState) close(ctx context.Context) error {
 		s.collect(true, ctx)
 		if !s.anyInflight() {
 			s.leaveNode()
-			s.syncer = s.node.next
+			s.syncer = s.node.Direct()
 		}
 	}
 	for round := 0; round < 2; round++ {

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/kipimo-hpc/kipimo/internal/ad"
+	"github.com/kipimo-hpc/kipimo/internal/adnode"
 	"github.com/kipimo-hpc/kipimo/internal/natsx"
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
 	"github.com/kipimo-hpc/kipimo/internal/provenance/provstream"
@@ -146,7 +147,7 @@ func benchComponents(ctx context.Context, command []string, dir string, wl workl
 	if err := det.result(); err != nil {
 		return nil, err
 	}
-	var sum ad.Summary
+	var sum adnode.Summary
 	if err := json.Unmarshal(adOut.Bytes(), &sum); err != nil {
 		return nil, fmt.Errorf("ad's summary: %w", err)
 	}

@@ -13,7 +13,7 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/kipimo-hpc/kipimo/internal/ad"
+	"github.com/kipimo-hpc/kipimo/internal/adnode"
 	"github.com/kipimo-hpc/kipimo/internal/natsx"
 	"github.com/kipimo-hpc/kipimo/internal/provenance/service"
 	"github.com/kipimo-hpc/kipimo/internal/pserver"
@@ -80,7 +80,7 @@ func Component(ctx context.Context, name string, args []string, opt ComponentOpt
 	var err error
 	switch name {
 	case ComponentAD:
-		err = ad.Main(ctx, args, stdout, stderr)
+		err = adnode.Main(ctx, args, stdout, stderr)
 	case ComponentPServer:
 		err = pserver.Main(ctx, args, stderr)
 	case ComponentProvDB:

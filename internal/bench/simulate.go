@@ -26,6 +26,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/kipimo-hpc/kipimo/internal/ad"
+	"github.com/kipimo-hpc/kipimo/internal/adnode"
 	"github.com/kipimo-hpc/kipimo/internal/frame"
 	"github.com/kipimo-hpc/kipimo/internal/natsx"
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
@@ -63,7 +64,7 @@ type SimConfig struct {
 	// 250ms) for ranks that have not sent theirs; a rank with nothing for
 	// a shard in a step then sends nothing to it, and one whose previous
 	// request is unanswered adds its deltas to its next. By default each
-	// node's detectors move in lockstep (ad.ServeConfig.Lockstep, as kipimo
+	// node's detectors move in lockstep (adnode.ServeConfig.Lockstep, as kipimo
 	// run's): every rank sends to every shard every step, even empty, as
 	// ranks with many events per step do, so that a node's writes are
 	// exactly one per shard per step; the node then also reads the models
@@ -263,21 +264,12 @@ const (
 // simRun is the run id of the simulation's subjects and streams.
 const simRun = "sim"
 
-// simNode is one ad process: its connection, sink, collector and Serve.
+// simNode is one ad process: its connection and its ad node.
 type simNode struct {
 	id    int
 	nc    *nats.Conn
-	sink  *ad.NATSSink
-	coll  *ad.Collector
+	node  *adnode.Node
 	ranks []uint32
-	done  chan simServed
-	// served is set once done has been received from.
-	served bool
-}
-
-type simServed struct {
-	stats []ad.Stats
-	err   error
 }
 
 // Simulate runs a whole deployment in this process, each part as it is
@@ -601,8 +593,8 @@ func labelled(ctx context.Context, component string, fn func(ctx context.Context
 // defaults.
 func detectorDefaults() ad.Config {
 	var c ad.Config
-	ad.AddFlags(pflag.NewFlagSet("ad", pflag.ContinueOnError), &c)
-	d := ad.DefaultDaemonConfig().Detector
+	adnode.AddFlags(pflag.NewFlagSet("ad", pflag.ContinueOnError), &c)
+	d := adnode.DefaultDaemonConfig().Detector
 	c.SyncWait, c.SyncTimeout = d.SyncWait, d.SyncTimeout
 	return c
 }
@@ -611,7 +603,6 @@ func (s *simulation) startNodes(ctx context.Context, nodes int) error {
 	h0 := liveHeapMiB()
 	sctx, cancel := context.WithCancel(ctx)
 	s.serveCancel = cancel
-	ready := make(chan struct{}, nodes)
 	// Every node's close shares this process's cores with all the others'
 	// (deployed, each node has its own): at its close each detector sends
 	// its last deltas to every shard on its own and flushes its records,
@@ -628,51 +619,35 @@ func (s *simulation) startNodes(ctx context.Context, nodes int) error {
 		if err != nil {
 			return err
 		}
-		n := &simNode{id: i, nc: nc, done: make(chan simServed, 1)}
-		// A node joins s.nodes (which close stops) once its Serve runs;
-		// until then a failure closes what it opened.
-		js, err := jetstream.New(nc)
-		if err != nil {
-			nc.Close()
-			return fmt.Errorf("simulate: node %d: JetStream: %w", i, err)
-		}
-		n.sink, err = ad.NewNATSSink(js, simRun, 0, ad.Block, zerolog.Nop())
-		if err != nil {
-			nc.Close()
-			return err
-		}
-		if err := n.sink.Start(ctx); err != nil {
-			nc.Close()
-			return fmt.Errorf("simulate: node %d: provenance sink: %w", i, err)
-		}
-		n.coll = ad.NewCollector(64, n.sink.Dropped)
+		n := &simNode{id: i, nc: nc}
 		for r := i * s.cfg.RanksPerNode; r < min(s.cfg.Ranks, (i+1)*s.cfg.RanksPerNode); r++ {
 			n.ranks = append(n.ranks, uint32(r))
 		}
 		dc := detectorDefaults()
 		dc.Shards = s.cfg.Shards
 		dc.Hostname = name
-		dc.Sink = n.sink
-		dc.Syncer = &syncMeter{next: &ad.NATSSyncer{Conn: nc, Subjects: natsx.Subjects{Run: simRun}}, m: s.syncs}
-		sc := ad.ServeConfig{
-			Conn: nc, Run: simRun, Ranks: n.ranks, Detector: dc, Collector: n.coll, Lockstep: !s.cfg.Free,
-			NodeSyncLinger: s.cfg.NodeSyncLinger, CloseTimeout: closeTimeout,
-			Ready: func() { ready <- struct{}{} }, Logger: zerolog.Nop(),
+		dc.Syncer = &syncMeter{next: &adnode.NATSSyncer{Conn: nc, Subjects: natsx.Subjects{Run: simRun}}, m: s.syncs}
+		// The node's own sink publishes the records; its goroutines carry
+		// the profile label component=ad.
+		node, err := adnode.New(adnode.Config{
+			Serve: adnode.ServeConfig{
+				Run: simRun, Ranks: n.ranks, Detector: dc, Lockstep: !s.cfg.Free,
+				NodeSyncLinger: s.cfg.NodeSyncLinger, CloseTimeout: closeTimeout,
+			},
+			Overflow: adnode.Block,
+		}, nc, zerolog.Nop(), nil)
+		if err != nil {
+			nc.Close()
+			return fmt.Errorf("simulate: node %d: %w", i, err)
 		}
+		// A node joins s.nodes (which close stops) once it serves; until
+		// then a failure closes what it opened.
+		if err := node.Start(pprof.WithLabels(sctx, pprof.Labels("node", strconv.Itoa(i)))); err != nil {
+			nc.Close()
+			return fmt.Errorf("simulate: node %d: %w", i, err)
+		}
+		n.node = node
 		s.nodes = append(s.nodes, n)
-		go pprof.Do(sctx, pprof.Labels("component", simAD, "node", strconv.Itoa(i)), func(ctx context.Context) {
-			st, err := ad.Serve(ctx, sc)
-			n.done <- simServed{st, err}
-		})
-	}
-	for range nodes {
-		select {
-		case <-ready:
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(2 * time.Minute):
-			return errors.New("simulate: the nodes' detectors did not subscribe within 2 minutes")
-		}
 	}
 	s.heapStart[simAD] = liveHeapMiB() - h0
 	return nil
@@ -685,20 +660,16 @@ func (s *simulation) waitNodes(ctx context.Context) ([]ad.Stats, error) {
 	var errs []error
 	for _, n := range s.nodes {
 		select {
-		case sv := <-n.done:
-			n.served = true
-			all = append(all, sv.stats...)
-			if sv.err != nil {
-				errs = append(errs, fmt.Errorf("node %d: %w", n.id, sv.err))
-			}
+		case <-n.node.Done():
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
-	}
-	for _, n := range s.nodes {
-		if err := n.sink.Flush(ctx); err != nil {
+		// Stopped: Shutdown returns what ended it, once its sink has
+		// published everything.
+		if err := n.node.Shutdown(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("node %d: %w", n.id, err))
 		}
+		all = append(all, n.node.Stats()...)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return all, fmt.Errorf("simulate: detectors: %w", err)
@@ -712,18 +683,9 @@ func (s *simulation) close() {
 	if s.serveCancel != nil {
 		s.serveCancel()
 	}
-	// Every node's Serve has returned before its connection closes.
+	// Every node has stopped before its connection closes.
 	for _, n := range s.nodes {
-		if !n.served {
-			select {
-			case <-n.done:
-				n.served = true
-			case <-ctx.Done():
-			}
-		}
-	}
-	for _, n := range s.nodes {
-		_ = n.sink.Shutdown(ctx)
+		_ = n.node.Shutdown(ctx)
 	}
 	for _, ps := range s.pss {
 		_ = ps.Shutdown(ctx)
@@ -869,7 +831,7 @@ func (w *simWaves) end(ctx context.Context, step int) error {
 	for {
 		taken, lagging := true, false
 		for _, n := range s.nodes {
-			for _, st := range n.coll.Stats() {
+			for _, st := range n.node.Collector().Stats() {
 				if st.Frames+st.BadFrames+st.UnnamedFrames < want {
 					taken = false
 				}
@@ -1053,8 +1015,8 @@ func (s *simulation) measure(ctx context.Context, res *SimResult, stats []ad.Sta
 	}
 	res.FramesMissing += s.cfg.Ranks - len(stats)
 	for _, n := range s.nodes {
-		res.RecordsPublished += n.sink.Published()
-		res.RecordsDropped += n.sink.Dropped()
+		res.RecordsPublished += n.node.Sink().Published()
+		res.RecordsDropped += n.node.Sink().Dropped()
 	}
 	// pserver: requests, latency, per-rank anomalies at shard 0.
 	counters, err := s.psCounters()
@@ -1284,6 +1246,7 @@ func heapByComponent() (map[string]float64, float64) {
 // specific first.
 var componentPackages = []struct{ prefix, comp string }{
 	{"github.com/kipimo-hpc/kipimo/internal/ad.", simAD},
+	{"github.com/kipimo-hpc/kipimo/internal/adnode.", simAD},
 	{"github.com/kipimo-hpc/kipimo/internal/pserver.", simPServer},
 	{"github.com/kipimo-hpc/kipimo/internal/provenance/service.", simProvDB},
 	{"github.com/kipimo-hpc/kipimo/internal/provenance/sqlitestore.", simProvDB},

@@ -16,7 +16,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
-	"github.com/kipimo-hpc/kipimo/internal/ad"
+	"github.com/kipimo-hpc/kipimo/internal/adnode"
 	"github.com/kipimo-hpc/kipimo/internal/config"
 	"github.com/kipimo-hpc/kipimo/internal/daemon"
 	"github.com/kipimo-hpc/kipimo/internal/instrument"
@@ -171,7 +171,7 @@ data was kept, where the results are, and the commands to explore them.`,
 	f.StringVar(&cfg.InputFormat, "format", "", "format of --input, and of --from traces (for --from the default comes from the names): tau, caliper, chrome, otf2 or frames")
 	f.DurationVar(&cfg.Step, "step", 0, "traces: io_step length in trace time (default 1s)")
 	f.StringVar(&cfg.StepMarker, "step-marker", "", "traces: start a new io_step at each entry of this function")
-	ad.AddFlags(f, &cfg.Detector)
+	adnode.AddFlags(f, &cfg.Detector)
 	f.StringVar(&cfg.HTTP, "http", "127.0.0.1:0", "dashboard address (port 0 picks a free port)")
 	f.BoolVar(&keepServing, "keep-serving", false, "keep the dashboard up after the run until interrupted")
 	f.StringVar(&cfg.TaudbDSN, "taudb", "", "PostgreSQL DSN: also store the run as a TAUdb trial (env KIPIMO_TAUDB or KIPIMO_TAUDB_DSN)")

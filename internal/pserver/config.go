@@ -19,6 +19,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/kipimo-hpc/kipimo/internal/daemon"
 )
 
@@ -79,9 +81,13 @@ type Config struct {
 	// ProvDBRecord is the provdb path of one record, with {pid} and
 	// {event_id} placeholders; "": default.
 	ProvDBRecord  string
-	MaxRankSeries int           // --max-rank-series: per-rank Prometheus series limit; 0: default
-	SSEBuffer     int           // per-client SSE queue length; 0: default
-	UpdateEvery   time.Duration // throttle of SSE updates; 0: default
+	MaxRankSeries int // --max-rank-series: per-rank Prometheus series limit; 0: default
+	// Metrics is the registry the server registers its Prometheus metrics
+	// on (the Go and process collectors included) and serves on /metrics;
+	// nil: a registry of its own. The caller owns it (Run makes one).
+	Metrics     *prometheus.Registry
+	SSEBuffer   int           // per-client SSE queue length; 0: default
+	UpdateEvery time.Duration // throttle of SSE updates; 0: default
 
 	// SyncWorkers is the number of subscriptions of the queue group in this
 	// process (parallel decoding); 0: default.

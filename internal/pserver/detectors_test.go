@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/kipimo-hpc/kipimo/internal/ad"
+	"github.com/kipimo-hpc/kipimo/internal/adnode"
 	"github.com/kipimo-hpc/kipimo/internal/frame"
 	"github.com/kipimo-hpc/kipimo/internal/natsx"
 	"github.com/kipimo-hpc/kipimo/internal/workload"
@@ -36,7 +37,7 @@ func TestRealDetectorsTwoShards(t *testing.T) {
 	defer s1.Shutdown(context.Background())
 
 	dnc := connect(t, ns)
-	syncer := &ad.NATSSyncer{Conn: dnc, Subjects: natsx.Subjects{Run: "det"}}
+	syncer := &adnode.NATSSyncer{Conn: dnc, Subjects: natsx.Subjects{Run: "det"}}
 	var mu sync.Mutex
 	var total ad.Stats
 	var wg sync.WaitGroup
@@ -125,7 +126,7 @@ func TestRestartedDetectorIsANewIncarnation(t *testing.T) {
 	ns, nc := startNATS(t)
 	s := startServer(t, nc, Config{Run: "reinc"})
 	defer s.Shutdown(context.Background())
-	syncer := &ad.NATSSyncer{Conn: connect(t, ns), Subjects: natsx.Subjects{Run: "reinc"}}
+	syncer := &adnode.NATSSyncer{Conn: connect(t, ns), Subjects: natsx.Subjects{Run: "reinc"}}
 	g := w.Rank(0)
 	var frames uint64
 	var funcs, ctrs []frame.Name // the names the frames carried so far

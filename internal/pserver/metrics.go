@@ -10,7 +10,8 @@ import (
 	"github.com/kipimo-hpc/kipimo/internal/psync"
 )
 
-// metrics are the Server's Prometheus metrics, in a registry of its own. Every
+// metrics are the Server's Prometheus metrics, in the registry its caller
+// gave (Config.Metrics) or one of its own. Every
 // name starts with kipimo_. Per-rank series exist for at most MaxRankSeries
 // ranks (the first ones seen); nothing is labelled by function.
 type metrics struct {
@@ -47,9 +48,14 @@ type metrics struct {
 	lastMerge uint64
 }
 
-// newMetrics registers the metrics of s; gauges read s's state at scrape time.
+// newMetrics registers the metrics of s on the registry its caller gave
+// (Config.Metrics), or on one of its own; gauges read s's state at scrape
+// time.
 func newMetrics(s *Server) *metrics {
-	reg := prometheus.NewRegistry()
+	reg := s.cfg.Metrics
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
 	pre := prometheus.WrapRegistererWithPrefix("kipimo_", reg)
 	pre.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	f := func(name, help string) prometheus.Counter {

@@ -4,9 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"github.com/spf13/pflag"
 
@@ -49,28 +49,21 @@ func parseArgs(args []string, lookup func(string) (string, bool), stderr io.Writ
 	return c, *proc, nil
 }
 
-// Main is the pserver command: flags (and KIPIMO_* environment, a YAML
-// --config file) into a Config, the logger on stderr, Validate, then Run
-// until ctx is cancelled (SIGINT/SIGTERM in cmd/pserver). It returns
-// pflag.ErrHelp after printing help.
+// command is the pserver command: its flags into a Config, then Run.
+var command = daemon.Command[Config]{Parse: parseArgs, Run: Run}
+
+// Main is the pserver command (daemon.Command): flags (and KIPIMO_*
+// environment, a YAML --config file) into a Config, the logger on stderr,
+// Validate, then Run until ctx is cancelled (SIGINT/SIGTERM in
+// cmd/pserver). It returns pflag.ErrHelp after printing help.
 func Main(ctx context.Context, args []string, stderr io.Writer) error {
-	cfg, proc, err := parseArgs(args, os.LookupEnv, stderr)
-	if err != nil {
-		return err
-	}
-	log, err := proc.Setup(stderr)
-	if err != nil {
-		return err
-	}
-	if err := cfg.Validate(); err != nil {
-		return err
-	}
-	return Run(ctx, cfg, log)
+	return command.Main(ctx, args, stderr)
 }
 
 // Run serves one shard of a run as cfg says: it reads the token files,
 // connects to NATS, starts a Server (state loaded, log replayed, HTTP
-// listening), serves until ctx is cancelled, then shuts down cleanly within
+// listening; its metrics on a registry made here and served on /metrics),
+// serves until ctx is cancelled, then shuts down cleanly within
 // daemon.ShutdownTimeout: requests accepted are applied and answered, a
 // final snapshot is written and the end-of-run statistics are published.
 func Run(ctx context.Context, cfg Config, log zerolog.Logger) error {
@@ -91,6 +84,7 @@ func Run(ctx context.Context, cfg Config, log zerolog.Logger) error {
 	if ptoken != "" {
 		cfg.ProvDBToken, cfg.ProvDBTokenFile = ptoken, ""
 	}
+	cfg.Metrics = prometheus.NewRegistry()
 	s, err := New(cfg, log)
 	if err != nil {
 		return err
@@ -106,14 +100,15 @@ func Run(ctx context.Context, cfg Config, log zerolog.Logger) error {
 		return err
 	}
 	defer nc.Close()
-	if err := s.Start(cctx, nc); err != nil {
-		return err
-	}
-	<-ctx.Done()
-	sctx, scancel := daemon.ShutdownContext(ctx)
-	defer scancel()
-	if err := s.Shutdown(sctx); err != nil {
-		return fmt.Errorf("pserver shutdown: %w", err)
-	}
-	return nil
+	err = daemon.Serve(ctx, daemon.Funcs{
+		// Starting (state loaded, log replayed) is bounded by 30s.
+		StartFunc: func(context.Context) error { return s.Start(cctx, nc) },
+		ShutdownFunc: func(sctx context.Context) error {
+			if err := s.Shutdown(sctx); err != nil {
+				return fmt.Errorf("pserver shutdown: %w", err)
+			}
+			return nil
+		},
+	})
+	return err
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kipimo-hpc/kipimo/internal/ad"
+	"github.com/kipimo-hpc/kipimo/internal/adnode"
 	"github.com/kipimo-hpc/kipimo/internal/natsx"
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
 	"github.com/kipimo-hpc/kipimo/internal/replay"
@@ -54,7 +55,7 @@ func TestChromeGPUThroughDetector(t *testing.T) {
 	ready := make(chan struct{})
 	served := make(chan error, 1)
 	go func() {
-		_, err := ad.Serve(ctx, ad.ServeConfig{
+		_, err := adnode.Serve(ctx, adnode.ServeConfig{
 			Conn: nc, Run: run, PID: 0, Ranks: []uint32{0},
 			Detector:      ad.Config{NormalRate: 1, Sink: sink},
 			PendingFrames: 1 << 16, // the replay below runs at full speed

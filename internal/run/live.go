@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/kipimo-hpc/kipimo/internal/ad"
+	"github.com/kipimo-hpc/kipimo/internal/adnode"
 	"github.com/kipimo-hpc/kipimo/internal/instrument"
 	"github.com/kipimo-hpc/kipimo/internal/natsx"
 	"github.com/kipimo-hpc/kipimo/internal/replay/publish"
@@ -134,15 +135,14 @@ func (p *Pipeline) executeLive(ctx context.Context, progress func(Progress)) (*S
 		return nil, fmt.Errorf("create the status directory: %w", err)
 	}
 	dc := cfg.Detector
-	dc.Syncer = &ad.NATSSyncer{Conn: p.nc, Subjects: natsx.Subjects{Run: cfg.RunID}}
 	dc.Sink = p.sink
-	collector := ad.NewCollector(64, p.sink.Dropped)
 	sctx, cancelServe := context.WithCancel(ctx)
 	defer cancelServe()
-	serveDone, err := p.startDetectors(sctx, ad.ServeConfig{Discover: true, Detector: dc, Collector: collector})
+	node, err := p.startDetectors(sctx, adnode.ServeConfig{Discover: true, Detector: dc})
 	if err != nil {
 		return nil, err
 	}
+	collector := node.Collector()
 
 	cmd := exec.CommandContext(ctx, lc.Command[0], lc.Command[1:]...)
 	cmd.Env = lib.Environ(instrument.Env{
@@ -236,12 +236,12 @@ wait:
 		return nil, fmt.Errorf("run %s: %w", lc.Command[0], runErr)
 	}
 	p.waitStreamsEnded(ctx, collector, lc.EndGrace)
-	if err := p.publishControl(ad.ControlEndOfRun); err != nil {
+	if err := p.publishControl(adnode.ControlEndOfRun); err != nil {
 		return nil, err
 	}
-	s := <-serveDone
-	if s.err != nil {
-		return nil, fmt.Errorf("detectors: %w", s.err)
+	stats, err := detectorsEnded(node)
+	if err != nil {
+		return nil, fmt.Errorf("detectors: %w", err)
 	}
 	detectTime := time.Since(start)
 	if err := p.finishDetection(ctx); err != nil {
@@ -252,7 +252,7 @@ wait:
 		p.log.Warn().Err(serr).Msg("some status files of the instrumented processes could not be read")
 	}
 	var in publish.Counts
-	for _, st := range s.stats {
+	for _, st := range stats {
 		in.Frames += int(st.Frames)
 		in.Events += int(st.Events)
 	}
@@ -265,12 +265,12 @@ wait:
 		truthFn = func() []workload.Truth { return truth }
 		p.truth = truth
 	}
-	if len(s.stats) == 0 {
+	if len(stats) == 0 {
 		for _, why := range lib.ExplainNoEvents(ctx, lc.Command, cmd.Env, status) {
 			p.log.Warn().Msg("no rank streamed a frame: " + why)
 		}
 	}
-	sum, err := p.summarize(ctx, s.stats, truthFn, in, 0, detectTime, time.Since(start))
+	sum, err := p.summarize(ctx, stats, truthFn, in, 0, detectTime, time.Since(start))
 	if err != nil {
 		return nil, err
 	}
@@ -295,7 +295,7 @@ wait:
 		sum.Score = &sc
 	}
 	sum.setInterrupted(p.interrupted())
-	sum.Live = liveReport(lc, lib, exitCode, status, s.stats)
+	sum.Live = liveReport(lc, lib, exitCode, status, stats)
 	sum.Live.FramesWhileRunning = whileRunning
 	sum.Live.CommandSeconds = cmdTime.Seconds()
 	return sum, nil
@@ -335,7 +335,7 @@ func (p *Pipeline) natsClientURL() string {
 
 // waitStreamsEnded waits until every rank discovered so far has ended its
 // stream, or until grace passes without a frame arriving.
-func (p *Pipeline) waitStreamsEnded(ctx context.Context, c *ad.Collector, grace time.Duration) {
+func (p *Pipeline) waitStreamsEnded(ctx context.Context, c *adnode.Collector, grace time.Duration) {
 	if grace <= 0 {
 		grace = 3 * time.Second
 	}
@@ -372,7 +372,7 @@ func (p *Pipeline) waitStreamsEnded(ctx context.Context, c *ad.Collector, grace 
 
 // publishControl sends a run-wide control message.
 func (p *Pipeline) publishControl(kind string) error {
-	b, err := json.Marshal(ad.ControlMessage{Kind: kind})
+	b, err := json.Marshal(adnode.ControlMessage{Kind: kind})
 	if err != nil {
 		return err
 	}

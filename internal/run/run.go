@@ -20,6 +20,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/kipimo-hpc/kipimo/internal/ad"
+	"github.com/kipimo-hpc/kipimo/internal/adnode"
 	"github.com/kipimo-hpc/kipimo/internal/natsx"
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
 	"github.com/kipimo-hpc/kipimo/internal/provenance/provstream"
@@ -42,7 +43,7 @@ type Pipeline struct {
 	store *sqlitestore.Store
 	prov  *service.Service
 	ps    *pserver.Server
-	sink  *ad.NATSSink
+	sink  *adnode.NATSSink
 
 	provHTTP *http.Server
 	provURL  string
@@ -164,7 +165,7 @@ func (p *Pipeline) start(ctx context.Context) error {
 		return err
 	}
 
-	sink, err := ad.NewNATSSink(p.js, cfg.RunID, 0, ad.Block, p.log.With().Str("component", "ad-sink").Logger())
+	sink, err := adnode.NewNATSSink(p.js, cfg.RunID, 0, adnode.Block, p.log.With().Str("component", "ad-sink").Logger())
 	if err != nil {
 		return err
 	}
@@ -398,19 +399,18 @@ func (p *Pipeline) executeInput(ctx context.Context, progress func(Progress)) (*
 		return nil, err
 	}
 	dc := cfg.Detector
-	dc.Syncer = &ad.NATSSyncer{Conn: p.nc, Subjects: natsx.Subjects{Run: cfg.RunID}}
 	dc.Sink = p.sink
 	if h := cfg.hooks; h != nil && h.wrapSink != nil {
 		dc.Sink = h.wrapSink(p.sink)
 	}
-	collector := ad.NewCollector(64, p.sink.Dropped)
 
 	sctx, cancelServe := context.WithCancel(ctx)
 	defer cancelServe()
-	serveDone, err := p.startDetectors(sctx, ad.ServeConfig{PID: p.pid(), Ranks: ranks, Detector: dc, Collector: collector, Lockstep: true, CloseTimeout: closeTimeout(len(ranks))})
+	node, err := p.startDetectors(sctx, adnode.ServeConfig{PID: p.pid(), Ranks: ranks, Detector: dc, Lockstep: true, CloseTimeout: closeTimeout(len(ranks))})
 	if err != nil {
 		return nil, err
 	}
+	collector := node.Collector()
 
 	if h := cfg.hooks; h != nil && h.afterReady != nil {
 		h.afterReady()
@@ -465,7 +465,7 @@ func (p *Pipeline) executeInput(ctx context.Context, progress func(Progress)) (*
 	}
 	if err != nil {
 		cancelServe()
-		<-serveDone
+		<-node.Done()
 		return nil, fmt.Errorf("publish input: %w", err)
 	}
 	for _, r := range ranks {
@@ -473,9 +473,9 @@ func (p *Pipeline) executeInput(ctx context.Context, progress func(Progress)) (*
 			return nil, err
 		}
 	}
-	s := <-serveDone
-	if s.err != nil {
-		return nil, fmt.Errorf("detectors: %w", s.err)
+	stats, err := detectorsEnded(node)
+	if err != nil {
+		return nil, fmt.Errorf("detectors: %w", err)
 	}
 	detectTime := time.Since(start)
 	drainStart := time.Now()
@@ -486,7 +486,7 @@ func (p *Pipeline) executeInput(ctx context.Context, progress func(Progress)) (*
 	if truth != nil {
 		p.truth = truth()
 	}
-	sum, err := p.summarize(ctx, s.stats, truth, counts, inStats.Executions, detectTime, time.Since(start))
+	sum, err := p.summarize(ctx, stats, truth, counts, inStats.Executions, detectTime, time.Since(start))
 	if err != nil {
 		return nil, err
 	}
@@ -503,33 +503,28 @@ func closeTimeout(ranks int) time.Duration {
 	return 10*time.Second + time.Duration(ranks)*5*time.Millisecond
 }
 
-// served is what ad.Serve returned.
-type served struct {
-	stats []ad.Stats
-	err   error
+// startDetectors starts the run's ad node serving sc (its run and queue
+// bound filled in here; it syncs through the run's pserver) and returns
+// once the detectors listen. Cancelling ctx stops it.
+func (p *Pipeline) startDetectors(ctx context.Context, sc adnode.ServeConfig) (*adnode.Node, error) {
+	sc.Run = p.cfg.RunID
+	sc.PendingFrames = max(p.cfg.MaxLag, maxAutoLag) * 4
+	n, err := adnode.New(adnode.Config{Serve: sc}, p.nc, p.log.With().Str("component", "ad").Logger(), nil)
+	if err != nil {
+		return nil, fmt.Errorf("start detectors: %w", err)
+	}
+	if err := n.Start(ctx); err != nil {
+		return nil, err
+	}
+	return n, nil
 }
 
-// startDetectors runs ad.Serve with sc (its connection, run, logger, queue
-// bound and Ready filled in here) on a goroutine of its own, labelled for
-// CPU profiles, and returns once the detectors listen. The channel yields
-// Serve's result when it returns; cancelling ctx stops it.
-func (p *Pipeline) startDetectors(ctx context.Context, sc ad.ServeConfig) (<-chan served, error) {
-	sc.Conn, sc.Run = p.nc, p.cfg.RunID
-	sc.Logger = p.log.With().Str("component", "ad").Logger()
-	sc.PendingFrames = max(p.cfg.MaxLag, maxAutoLag) * 4
-	ready := make(chan struct{})
-	sc.Ready = func() { close(ready) }
-	done := make(chan served, 1)
-	go pprof.Do(ctx, pprof.Labels("component", "ad"), func(ctx context.Context) {
-		st, err := ad.Serve(ctx, sc)
-		done <- served{st, err}
-	})
-	select {
-	case <-ready:
-		return done, nil
-	case s := <-done:
-		return nil, fmt.Errorf("start detectors: %w", s.err)
-	}
+// detectorsEnded waits until the node has stopped and returns its
+// detectors' final counts and what ended it, if that was an error.
+func detectorsEnded(n *adnode.Node) ([]ad.Stats, error) {
+	<-n.Done()
+	err := n.Shutdown(context.Background()) // stopped: returns at once
+	return n.Stats(), err
 }
 
 // finishDetection ends a run's detection once the detectors have stopped:
@@ -548,7 +543,7 @@ func (p *Pipeline) finishDetection(ctx context.Context) error {
 // endOfStream tells rank r's detector its input has ended.
 func (p *Pipeline) endOfStream(r uint32) error {
 	m := nats.NewMsg(natsx.Subjects{Run: p.cfg.RunID}.Frames(p.pid(), r))
-	m.Header.Set(ad.EndOfStreamHeader, "1")
+	m.Header.Set(adnode.EndOfStreamHeader, "1")
 	if err := p.nc.PublishMsg(m); err != nil {
 		return fmt.Errorf("end the stream of rank %d: %w", r, err)
 	}

@@ -16,7 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
-	"github.com/kipimo-hpc/kipimo/internal/ad"
+	"github.com/kipimo-hpc/kipimo/internal/adnode"
 	"github.com/kipimo-hpc/kipimo/internal/frame"
 	"github.com/kipimo-hpc/kipimo/internal/natsx"
 	"github.com/kipimo-hpc/kipimo/internal/replay"
@@ -221,7 +221,7 @@ func PublishWorkload(ctx context.Context, nc *nats.Conn, run string, wl workload
 }
 
 // collectorCounts reads the counts of in-process detectors.
-type collectorCounts struct{ c *ad.Collector }
+type collectorCounts struct{ c *adnode.Collector }
 
 func (cc collectorCounts) Taken(_ context.Context, rank uint32) uint64 {
 	n, _ := cc.c.Taken(rank)

@@ -6,12 +6,15 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
 	"github.com/spf13/pflag"
 
@@ -53,6 +56,10 @@ type Config struct {
 	// RetryDelay is the redelivery delay of a batch whose write failed;
 	// 0: default.
 	RetryDelay time.Duration
+	// Metrics, when set, is where Start registers the service's Prometheus
+	// metrics (kipimo_provdb_*); the caller owns it (Run makes a registry
+	// and serves it on the query API's /metrics).
+	Metrics prometheus.Registerer
 }
 
 // DefaultConfig is the provdb command's defaults (Run is left empty: it is
@@ -190,29 +197,22 @@ func parseArgs(args []string, lookup func(string) (string, bool), stderr io.Writ
 	return c, *proc, nil
 }
 
-// Main is the provdb command: flags (and KIPIMO_* environment, a YAML
-// --config file) into a Config, the logger on stderr, Validate, then Run
-// until ctx ends (SIGINT or SIGTERM in cmd/provdb). It returns
-// pflag.ErrHelp after printing help.
+// command is the provdb command: its flags into a Config, then Run.
+var command = daemon.Command[Config]{Parse: parseArgs, Run: Run}
+
+// Main is the provdb command (daemon.Command): flags (and KIPIMO_*
+// environment, a YAML --config file) into a Config, the logger on stderr,
+// Validate, then Run until ctx ends (SIGINT or SIGTERM in cmd/provdb). It
+// returns pflag.ErrHelp after printing help.
 func Main(ctx context.Context, args []string, stderr io.Writer) error {
-	cfg, proc, err := parseArgs(args, os.LookupEnv, stderr)
-	if err != nil {
-		return err
-	}
-	log, err := proc.Setup(stderr)
-	if err != nil {
-		return err
-	}
-	if err := cfg.Validate(); err != nil {
-		return err
-	}
-	return Run(ctx, cfg, log)
+	return command.Main(ctx, args, stderr)
 }
 
 // Run consumes cfg.Run's provenance stream into the store and serves the
-// query API until ctx ends, then shuts down cleanly within
-// daemon.ShutdownTimeout: the query API stops and the batch being written is
-// written and acknowledged. An HTTP listener that fails also ends it.
+// query API (and the service's Prometheus metrics on its /metrics) until
+// ctx ends, then shuts down cleanly within daemon.ShutdownTimeout: the
+// query API stops and the batch being written is written and acknowledged.
+// An HTTP listener that fails also ends it.
 func Run(ctx context.Context, cfg Config, log zerolog.Logger) error {
 	if err := cfg.Validate(); err != nil {
 		return err
@@ -242,36 +242,65 @@ func Run(ctx context.Context, cfg Config, log zerolog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("JetStream: %w", err)
 	}
-	svc := New(cfg, store, js, log)
-	if err := svc.Start(ctx); err != nil {
+	reg := prometheus.NewRegistry()
+	cfg.Metrics = reg
+	d := &provdbDaemon{svc: New(cfg, store, js, log), addr: cfg.HTTPAddr}
+	if cfg.HTTPAddr != "" {
+		d.log = log.With().Str("component", "provdb-api").Bool("token", token != "").Logger()
+		api := NewHTTPHandler(store, token, WithAllowOrigin(cfg.AllowOrigin), WithStats(d.svc.Stats), WithLogger(d.log))
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", daemon.Bearer(token, daemon.HeaderOnly, promhttp.HandlerFor(reg, promhttp.HandlerOpts{})))
+		mux.Handle("/", api)
+		d.handler = mux
+	}
+	return daemon.Serve(ctx, d)
+}
+
+// provdbDaemon is provdb's work as one daemon.Component: the consumer and,
+// when it has an address, the query API, whose failure also ends it.
+type provdbDaemon struct {
+	svc     *Service
+	addr    string
+	handler http.Handler
+	log     zerolog.Logger
+	api     *daemon.HTTPServer
+}
+
+// Start starts the consumer, then the query API.
+func (d *provdbDaemon) Start(ctx context.Context) error {
+	if err := d.svc.Start(ctx); err != nil {
 		return err
 	}
-	var api *daemon.HTTPServer
-	if cfg.HTTPAddr != "" {
-		apiLog := log.With().Str("component", "provdb-api").Bool("token", token != "").Logger()
-		h := NewHTTPHandler(store, token, WithAllowOrigin(cfg.AllowOrigin), WithStats(svc.Stats), WithLogger(apiLog))
-		if api, err = daemon.Listen("http", cfg.HTTPAddr, h, apiLog); err != nil {
-			_ = svc.Shutdown(context.WithoutCancel(ctx))
-			return err
-		}
+	if d.addr == "" {
+		return nil
 	}
-	var apiDone <-chan struct{}
-	if api != nil {
-		apiDone = api.Done()
+	api, err := daemon.Listen("http", d.addr, d.handler, d.log)
+	if err != nil {
+		_ = d.svc.Shutdown(context.WithoutCancel(ctx))
+		return err
 	}
-	select {
-	case <-ctx.Done():
-	case <-apiDone:
+	d.api = api
+	return nil
+}
+
+// Done is closed when the query API's listener has stopped (never without
+// one).
+func (d *provdbDaemon) Done() <-chan struct{} {
+	if d.api == nil {
+		return nil
 	}
-	sctx, cancel := daemon.ShutdownContext(ctx)
-	defer cancel()
+	return d.api.Done()
+}
+
+// Shutdown stops the query API, then the consumer.
+func (d *provdbDaemon) Shutdown(ctx context.Context) error {
 	var errs []error
-	if api != nil {
-		if err := api.Err(); err != nil {
+	if d.api != nil {
+		if err := d.api.Err(); err != nil {
 			errs = append(errs, fmt.Errorf("query API: %w", err))
 		}
-		errs = append(errs, api.Shutdown(sctx))
+		errs = append(errs, d.api.Shutdown(ctx))
 	}
-	errs = append(errs, svc.Shutdown(sctx))
+	errs = append(errs, d.svc.Shutdown(ctx))
 	return errors.Join(errs...)
 }

@@ -113,6 +113,11 @@ func (s *Service) Start(ctx context.Context) error {
 	if err := s.cfg.Validate(); err != nil {
 		return err
 	}
+	if s.cfg.Metrics != nil {
+		if err := s.register(s.cfg.Metrics); err != nil {
+			return fmt.Errorf("provdb metrics: %w", err)
+		}
+	}
 	stream, err := provstream.EnsureStream(ctx, s.js, s.cfg.Run)
 	if err != nil {
 		return err

@@ -1,4 +1,4 @@
-package ad_test
+package adnode_test
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/kipimo-hpc/kipimo/internal/ad"
+	"github.com/kipimo-hpc/kipimo/internal/adnode"
 	"github.com/kipimo-hpc/kipimo/internal/frame"
 	"github.com/kipimo-hpc/kipimo/internal/pserver"
 	"github.com/kipimo-hpc/kipimo/internal/psync"
@@ -179,7 +180,7 @@ func TestNodeSyncSameModel(t *testing.T) {
 			perRank := newStateSyncer(cfg.Shards)
 			sa := runLockstep(t, byRank, cfg, perRank)
 			node := newStateSyncer(cfg.Shards)
-			ns := ad.NewNodeSyncer(node, "test-node", 0, 10*time.Second)
+			ns := adnode.NewNodeSyncer(node, "test-node", 0, 10*time.Second)
 			ns.MaxParts = tc.maxParts
 			defer ns.Close()
 			sb := runLockstep(t, byRank, cfg, ns)
@@ -261,7 +262,7 @@ func inc(r *psync.SyncRequest, incarnation uint64) *psync.SyncRequest {
 }
 
 // syncAll calls ns.Sync for every request at once and returns the errors.
-func syncAll(ns *ad.NodeSyncer, reqs ...*psync.SyncRequest) []error {
+func syncAll(ns *adnode.NodeSyncer, reqs ...*psync.SyncRequest) []error {
 	errs := make([]error, len(reqs))
 	var wg sync.WaitGroup
 	for i, r := range reqs {
@@ -364,7 +365,7 @@ func TestNodeSyncExactlyOnce(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ps := newStateSyncer(1)
 			ps.legacy = tc.legacy
-			ns := ad.NewNodeSyncer(ps, "test-node", 20*time.Millisecond, 5*time.Second)
+			ns := adnode.NewNodeSyncer(ps, "test-node", 20*time.Millisecond, 5*time.Second)
 			defer ns.Close()
 			for range tc.members {
 				ns.Join()
@@ -419,7 +420,7 @@ func TestNodeSyncLockstepRetriesWholeBatch(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ps := newStateSyncer(1)
 			ps.failCall, ps.loseReply = tc.failCall, tc.loseN
-			ns := ad.NewNodeSyncer(ps, "test-node", 0, time.Second)
+			ns := adnode.NewNodeSyncer(ps, "test-node", 0, time.Second)
 			ns.MaxParts = 6 // two ranks' requests (3 parts each) per request
 			defer ns.Close()
 			for range 4 {

@@ -1,4 +1,4 @@
-package ad
+package adnode
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/kipimo-hpc/kipimo/internal/ad"
 	"github.com/kipimo-hpc/kipimo/internal/frame"
 	"github.com/kipimo-hpc/kipimo/internal/natsx"
 )
@@ -72,7 +73,7 @@ func (f *fakeSource) dropped() int { return f.n }
 // Frames the input dropped because the detector was behind are counted as
 // dropped frames (their steps as missing steps), never as bad frames.
 func TestDroppedFramesAreNotBad(t *testing.T) {
-	d, err := New(Config{Sink: &MemorySink{}})
+	d, err := ad.New(ad.Config{Sink: &MemorySink{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +101,7 @@ func TestDiscoveryBoundsRanks(t *testing.T) {
 	const run = "bounded"
 	subj := natsx.Subjects{Run: run}
 	coll := NewCollector(8, nil)
-	end := serveDiscovering(t, nc, ServeConfig{Run: run, MaxRanks: 2, Collector: coll, Detector: Config{Sink: &MemorySink{}}})
+	end := serveDiscovering(t, nc, ServeConfig{Run: run, MaxRanks: 2, Collector: coll, Detector: ad.Config{Sink: &MemorySink{}}})
 	const ranks, steps = 50, 3
 	for r := range uint32(ranks) {
 		for s := range uint64(steps) {

@@ -1,4 +1,4 @@
-package ad
+package adnode
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
+	"github.com/kipimo-hpc/kipimo/internal/ad"
 	"github.com/kipimo-hpc/kipimo/internal/frame"
 	"github.com/kipimo-hpc/kipimo/internal/natsx"
 	"github.com/kipimo-hpc/kipimo/internal/workload"
@@ -54,7 +55,7 @@ func TestServeDiscoversRanks(t *testing.T) {
 		t.Fatal(err)
 	}
 	coll := NewCollector(8, nil)
-	end := serveDiscovering(t, nc, ServeConfig{Run: run, Collector: coll, Detector: Config{Algorithm: SSTD, Sink: &MemorySink{}}})
+	end := serveDiscovering(t, nc, ServeConfig{Run: run, Collector: coll, Detector: ad.Config{Algorithm: ad.SSTD, Sink: &MemorySink{}}})
 	type key struct{ pid, rank uint32 }
 	targets := []key{{0, 0}, {0, 1}, {0, 2}, {5, 0}}
 	var f frame.Frame
@@ -116,12 +117,12 @@ func TestServeDiscoversRanks(t *testing.T) {
 // serveDiscovering starts Serve with discovery on cfg.Run (its connection,
 // logger and readiness filled in) and waits until it subscribed; the
 // function it returns sends end_of_run and returns Serve's counts.
-func serveDiscovering(t *testing.T, nc *nats.Conn, cfg ServeConfig) func() []Stats {
+func serveDiscovering(t *testing.T, nc *nats.Conn, cfg ServeConfig) func() []ad.Stats {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
 	type result struct {
-		stats []Stats
+		stats []ad.Stats
 		err   error
 	}
 	done := make(chan result, 1)
@@ -132,7 +133,7 @@ func serveDiscovering(t *testing.T, nc *nats.Conn, cfg ServeConfig) func() []Sta
 		done <- result{st, err}
 	}()
 	<-ready
-	return func() []Stats {
+	return func() []ad.Stats {
 		t.Helper()
 		b, _ := json.Marshal(ControlMessage{Kind: ControlEndOfRun})
 		if err := nc.Publish(natsx.Subjects{Run: cfg.Run}.Control(), b); err != nil {

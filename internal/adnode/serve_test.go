@@ -1,4 +1,4 @@
-package ad
+package adnode
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
+	"github.com/kipimo-hpc/kipimo/internal/ad"
 	"github.com/kipimo-hpc/kipimo/internal/frame"
 	"github.com/kipimo-hpc/kipimo/internal/natsx"
 	"github.com/kipimo-hpc/kipimo/internal/psync"
@@ -107,7 +108,7 @@ func TestEightRanksSurvivePServerOutage(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	type result struct {
-		stats []Stats
+		stats []ad.Stats
 		err   error
 	}
 	done := make(chan result, 1)
@@ -115,7 +116,7 @@ func TestEightRanksSurvivePServerOutage(t *testing.T) {
 	go func() {
 		st, err := Serve(ctx, ServeConfig{
 			Conn: nc, Run: run, Ranks: ranks, Collector: coll, Logger: zerolog.Nop(), Ready: func() { close(ready) },
-			Detector: Config{Algorithm: SSTD, Sink: sink, Syncer: &NATSSyncer{Conn: nc, Subjects: subj},
+			Detector: ad.Config{Algorithm: ad.SSTD, Sink: sink, Syncer: &NATSSyncer{Conn: nc, Subjects: subj},
 				SyncWait: 2 * time.Second, SyncTimeout: 500 * time.Millisecond, SyncBackoffMax: 200 * time.Millisecond},
 		})
 		done <- result{st, err}
@@ -214,7 +215,7 @@ func TestEightRanksSurvivePServerOutage(t *testing.T) {
 	if res.err != nil {
 		t.Fatal(res.err)
 	}
-	var total Stats
+	var total ad.Stats
 	for _, s := range res.stats {
 		total.Add(s)
 		if s.Frames != uint64(wcfg.Steps) || s.BadFrames != 0 {

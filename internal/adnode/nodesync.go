@@ -1,10 +1,11 @@
-package ad
+package adnode
 
 import (
 	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"github.com/kipimo-hpc/kipimo/internal/ad"
 	"os"
 	"slices"
 	"strconv"
@@ -48,7 +49,7 @@ type NodeSyncer struct {
 	// entries) of one request (default maxNodeParts); set it before use.
 	MaxParts int
 
-	next   Syncer
+	next   ad.Syncer
 	node   string
 	linger time.Duration
 	// timeout bounds each round trip to the pserver.
@@ -64,6 +65,8 @@ type NodeSyncer struct {
 	retries atomic.Uint64 // requests of complete batches sent again
 }
 
+var _ ad.SharedSyncer = (*NodeSyncer)(nil)
+
 type nodeShard struct {
 	open [2]*nodeBatch // writes, reads
 }
@@ -73,16 +76,23 @@ type nodeBatch struct {
 	timer *time.Timer
 }
 
+// nodeResult is the answer a member's call gets: the pserver's reply, or
+// why there is none.
+type nodeResult struct {
+	rep *psync.SyncReply
+	err error
+}
+
 type nodeCall struct {
 	req  *psync.SyncRequest
-	done chan syncResult // buffered: a sender never blocks on it
+	done chan nodeResult // buffered: a sender never blocks on it
 }
 
 // NewNodeSyncer returns a NodeSyncer sending through next on behalf of the
 // node named node (informative, sent in each request). With linger 0 a
 // batch waits for every member: detectors in lockstep send a request per
 // shard every step, so their batches are complete and reproducible.
-func NewNodeSyncer(next Syncer, node string, linger, timeout time.Duration) *NodeSyncer {
+func NewNodeSyncer(next ad.Syncer, node string, linger, timeout time.Duration) *NodeSyncer {
 	if timeout <= 0 {
 		timeout = 2 * time.Second
 	}
@@ -134,9 +144,16 @@ func (ns *NodeSyncer) Close() {
 	}
 	ns.mu.Unlock()
 	for _, c := range failed {
-		c.done <- syncResult{err: errors.New("node syncer closed")}
+		c.done <- nodeResult{err: errors.New("node syncer closed")}
 	}
 }
+
+// WaitsForAll implements ad.SharedSyncer: with no linger a batch waits
+// for every member.
+func (ns *NodeSyncer) WaitsForAll() bool { return ns.linger == 0 }
+
+// Direct implements ad.SharedSyncer: the Syncer the batches go through.
+func (ns *NodeSyncer) Direct() ad.Syncer { return ns.next }
 
 // Syncs returns the requests the pserver answered and the ranks' requests
 // they carried.
@@ -151,7 +168,7 @@ func (ns *NodeSyncer) Retries() uint64 { return ns.retries.Load() }
 // Sync implements Syncer: it adds req to the shard's open batch and waits
 // for the batch's answer.
 func (ns *NodeSyncer) Sync(ctx context.Context, shard int, req *psync.SyncRequest) (*psync.SyncReply, error) {
-	c := &nodeCall{req: req, done: make(chan syncResult, 1)}
+	c := &nodeCall{req: req, done: make(chan nodeResult, 1)}
 	kind := 0
 	if req.Reads() {
 		kind = 1
@@ -324,7 +341,7 @@ func (ns *NodeSyncer) sendChunk(ctx context.Context, shard int, calls []*nodeCal
 		}
 		if err != nil || rep.Error != "" {
 			for _, c := range calls {
-				c.done <- syncResult{rep: rep, err: err}
+				c.done <- nodeResult{rep: rep, err: err}
 			}
 			return
 		}
@@ -354,7 +371,7 @@ func (ns *NodeSyncer) sendChunk(ctx context.Context, shard int, calls []*nodeCal
 		if len(done) == 0 {
 			err := fmt.Errorf("pserver shard %d: stale ranks not in the request", shard)
 			for _, c := range calls {
-				c.done <- syncResult{err: err}
+				c.done <- nodeResult{err: err}
 			}
 			return
 		}
@@ -380,7 +397,7 @@ func deliver(calls []*nodeCall, rep *psync.SyncReply, applied bool) {
 			}
 			out.Models = append(out.Models, *g)
 		}
-		c.done <- syncResult{rep: out}
+		c.done <- nodeResult{rep: out}
 	}
 }
 
@@ -444,7 +461,7 @@ func mergeRequests(node string, calls []*nodeCall) (*psync.SyncRequest, error) {
 	return out, nil
 }
 
-var _ Syncer = (*NodeSyncer)(nil)
+var _ ad.Syncer = (*NodeSyncer)(nil)
 
 var (
 	nodeSyncsDesc       = prometheus.NewDesc("kipimo_ad_node_syncs_total", "Sync requests the node's syncer sent for all its ranks and the pserver answered (per step: shards, when every rank syncs).", nil, nil)

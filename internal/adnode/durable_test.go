@@ -1,4 +1,4 @@
-package ad
+package adnode
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/kipimo-hpc/kipimo/internal/ad"
 	"github.com/kipimo-hpc/kipimo/internal/frame"
 	"github.com/kipimo-hpc/kipimo/internal/natsx"
 	"github.com/kipimo-hpc/kipimo/internal/workload"
@@ -82,13 +83,13 @@ func publishFrames(tb testing.TB, nc *nats.Conn, run string, byRank [][][]byte, 
 }
 
 type serveResult struct {
-	stats []Stats
+	stats []ad.Stats
 	err   error
 }
 
 // serveDurable starts Serve on ranks with durable frames (every when > 0,
 // file storage) or core ones, and returns once it listens.
-func serveDurable(tb testing.TB, ctx context.Context, nc *nats.Conn, run string, ranks []uint32, every int, sink Sink) <-chan serveResult {
+func serveDurable(tb testing.TB, ctx context.Context, nc *nats.Conn, run string, ranks []uint32, every int, sink ad.Sink) <-chan serveResult {
 	tb.Helper()
 	return serveWith(tb, ctx, nc, run, ranks, every, false, sink)
 }
@@ -131,7 +132,7 @@ func TestDurableStopAndResume(t *testing.T) {
 			for r := range uint32(tc.ranks) {
 				ranks = append(ranks, r)
 			}
-			run := func(name string, stopAt int) ([]string, *fakePServer, []Stats) {
+			run := func(name string, stopAt int) ([]string, *fakePServer, []ad.Stats) {
 				double := &natsDouble{ps: newFakePServer(), nc: nc, subj: natsx.Subjects{Run: name}}
 				double.start(t)
 				defer double.stop(t)
@@ -239,7 +240,7 @@ func BenchmarkServeFrames(b *testing.B) {
 
 // serveWith starts Serve on ranks with durable frames (every when > 0,
 // in memory or files) or core ones, and returns once it listens.
-func serveWith(tb testing.TB, ctx context.Context, nc *nats.Conn, run string, ranks []uint32, every int, memory bool, sink Sink) <-chan serveResult {
+func serveWith(tb testing.TB, ctx context.Context, nc *nats.Conn, run string, ranks []uint32, every int, memory bool, sink ad.Sink) <-chan serveResult {
 	tb.Helper()
 	subj := natsx.Subjects{Run: run}
 	var dur *Durable
@@ -256,7 +257,7 @@ func serveWith(tb testing.TB, ctx context.Context, nc *nats.Conn, run string, ra
 		st, err := Serve(ctx, ServeConfig{
 			Conn: nc, Run: run, Ranks: ranks, Logger: zerolog.Nop(), Ready: func() { close(ready) }, Durable: dur,
 			PendingFrames: 1024,
-			Detector:      Config{Sink: sink, Syncer: &NATSSyncer{Conn: nc, Subjects: subj}, SyncTimeout: 5 * time.Second},
+			Detector:      ad.Config{Sink: sink, Syncer: &NATSSyncer{Conn: nc, Subjects: subj}, SyncTimeout: 5 * time.Second},
 		})
 		done <- serveResult{st, err}
 	}()
@@ -301,7 +302,7 @@ func TestDurableStreamBoundCountsLoss(t *testing.T) {
 	stats, err := Serve(ctx, ServeConfig{
 		Conn: nc, Run: run, Ranks: []uint32{0}, Logger: zerolog.Nop(),
 		Durable:  &Durable{JS: js, Stream: bound},
-		Detector: Config{Sink: &MemorySink{}, Syncer: &NATSSyncer{Conn: nc, Subjects: natsx.Subjects{Run: run}}},
+		Detector: ad.Config{Sink: &MemorySink{}, Syncer: &NATSSyncer{Conn: nc, Subjects: natsx.Subjects{Run: run}}},
 	})
 	if err != nil {
 		t.Fatal(err)

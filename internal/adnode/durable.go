@@ -1,4 +1,4 @@
-package ad
+package adnode
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/kipimo-hpc/kipimo/internal/ad"
 	"hash/fnv"
 	"math"
 	"strconv"
@@ -222,7 +223,7 @@ func (dn *durableNode) openConsumer(ctx context.Context, cfg ServeConfig, from u
 type storedCheckpoint struct {
 	seq     uint64
 	ckpt    []byte
-	batches []*Batch
+	batches []*ad.Batch
 }
 
 func (c *storedCheckpoint) encode() ([]byte, error) {
@@ -238,17 +239,17 @@ func (c *storedCheckpoint) encode() ([]byte, error) {
 
 func decodeStoredCheckpoint(b []byte) (*storedCheckpoint, error) {
 	if len(b) < 9 {
-		return nil, fmt.Errorf("stored checkpoint of %d bytes: %w", len(b), ErrBadCheckpoint)
+		return nil, fmt.Errorf("stored checkpoint of %d bytes: %w", len(b), ad.ErrBadCheckpoint)
 	}
 	c := &storedCheckpoint{seq: binary.LittleEndian.Uint64(b)}
 	n, k := binary.Uvarint(b[8:])
 	if k <= 0 || n > uint64(len(b)-8-k) {
-		return nil, fmt.Errorf("stored checkpoint: length at byte 8: %w", ErrBadCheckpoint)
+		return nil, fmt.Errorf("stored checkpoint: length at byte 8: %w", ad.ErrBadCheckpoint)
 	}
 	off := 8 + k
 	c.ckpt = b[off : off+int(n)]
 	if err := json.Unmarshal(b[off+int(n):], &c.batches); err != nil {
-		return nil, fmt.Errorf("stored checkpoint: held records at byte %d: %v: %w", off+int(n), err, ErrBadCheckpoint)
+		return nil, fmt.Errorf("stored checkpoint: held records at byte %d: %v: %w", off+int(n), err, ad.ErrBadCheckpoint)
 	}
 	return c, nil
 }
@@ -279,12 +280,12 @@ func (dn *durableNode) load(ctx context.Context, pid, rank uint32) (*storedCheck
 // storedCheckpoint), so that no record leaves before the state that
 // labelled it is stored. Used by the rank's goroutine only.
 type holdSink struct {
-	next Sink
-	held []*Batch
+	next ad.Sink
+	held []*ad.Batch
 }
 
 // Publish implements Sink: it holds b.
-func (h *holdSink) Publish(_ context.Context, b *Batch) error {
+func (h *holdSink) Publish(_ context.Context, b *ad.Batch) error {
 	h.held = append(h.held, b)
 	return nil
 }
@@ -402,7 +403,7 @@ type rankDurable struct {
 
 // skip reports whether a frame of io_step step was processed before the
 // detector's checkpoint (a frame delivered again after a restart).
-func (r *rankDurable) skip(d *Detector, step uint64) bool {
+func (r *rankDurable) skip(d *ad.Detector, step uint64) bool {
 	last, ok := d.LastStep()
 	if ok && step <= last {
 		r.node.replayed.Add(1)
@@ -413,7 +414,7 @@ func (r *rankDurable) skip(d *Detector, step uint64) bool {
 
 // processed counts a processed io_step and checkpoints every
 // CheckpointEvery of them.
-func (r *rankDurable) processed(ctx context.Context, d *Detector) error {
+func (r *rankDurable) processed(ctx context.Context, d *ad.Detector) error {
 	r.steps++
 	if r.steps < r.node.cfg.CheckpointEvery {
 		return nil
@@ -424,9 +425,9 @@ func (r *rankDurable) processed(ctx context.Context, d *Detector) error {
 // checkpoint releases the outputs held since the last one, stores the
 // detector's checkpoint with the records not yet published, publishes
 // them, and then acknowledges the frames it covers.
-func (r *rankDurable) checkpoint(ctx context.Context, d *Detector) error {
+func (r *rankDurable) checkpoint(ctx context.Context, d *ad.Detector) error {
 	r.steps = 0
-	d.releaseOutputs()
+	d.ReleaseOutputs()
 	ck, err := d.Checkpoint()
 	if err != nil {
 		return err
@@ -444,8 +445,8 @@ func (r *rankDurable) checkpoint(ctx context.Context, d *Detector) error {
 	}
 	r.node.checkpoints.Add(1)
 	r.node.checkpointBytes.Add(uint64(len(data)))
-	if d.cfg.Sink != nil {
-		if err := d.cfg.Sink.Flush(ctx); err != nil {
+	if sink := d.Config().Sink; sink != nil {
+		if err := sink.Flush(ctx); err != nil {
 			return fmt.Errorf("checkpoint of rank %d: publish records: %w", r.rank, err)
 		}
 	}
@@ -464,7 +465,7 @@ func (r *rankDurable) ended(ctx context.Context) error {
 }
 
 var (
-	checkpointsDesc     = prometheus.NewDesc("kipimo_ad_checkpoints_total", "Detector checkpoints stored (durable frames).", nil, nil)
+	checkpointsDesc     = prometheus.NewDesc("kipimo_ad_checkpoints_total", "ad.Detector checkpoints stored (durable frames).", nil, nil)
 	checkpointBytesDesc = prometheus.NewDesc("kipimo_ad_checkpoint_bytes_total", "Bytes of the detector checkpoints stored.", nil, nil)
 	restoredDesc        = prometheus.NewDesc("kipimo_ad_restored_ranks_total", "Ranks whose detector was restored from a checkpoint at start.", nil, nil)
 	replayedDesc        = prometheus.NewDesc("kipimo_ad_replayed_frames_total", "Frames delivered again after a restart that the checkpoint already covered (skipped).", nil, nil)
@@ -479,45 +480,11 @@ func (dn *durableNode) collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// releaseOutputs lets the step summaries and per-key anomaly counts held
-// since the last call (Config.ExactSync) go with the next sync requests.
-// With durable frames it is called just before each checkpoint: what a
-// detector sends after a checkpoint is then a function of the checkpoint
-// and the frames after it, labels included, so a restored detector sends
-// the pserver exactly what the lost one did (and the pserver applies each
-// Seq once).
-func (d *Detector) releaseOutputs() {
-	for _, m := range d.models.list {
-		m.accumAnoms += m.heldAnoms
-		m.heldAnoms = 0
-	}
-	for _, sum := range d.sync.held {
-		d.sync.queueSummary(sum)
-	}
-	d.sync.held = nil
-}
-
-// suspend stops the detector's pserver senders and leaves its node's syncer
-// without ending its steps or flushing anything: the state stays as its last
-// checkpoint left it, for a restarted ad to resume. The detector is closed
-// to further use.
-func (d *Detector) suspend() {
-	d.closeMu.Lock()
-	defer d.closeMu.Unlock()
-	if d.closed {
-		return
-	}
-	d.closed = true
-	d.sync.cancel()
-	d.sync.wg.Wait()
-	d.sync.leaveNode()
-}
-
 // setDurable makes the collector report the node's checkpoints.
 func (c *Collector) setDurable(dn *durableNode) { c.durable.Store(dn) }
 
 // republish hands batches saved with a checkpoint to sink again.
-func republish(ctx context.Context, sink Sink, batches []*Batch) error {
+func republish(ctx context.Context, sink ad.Sink, batches []*ad.Batch) error {
 	if sink == nil || len(batches) == 0 {
 		return nil
 	}

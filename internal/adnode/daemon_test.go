@@ -1,4 +1,4 @@
-package ad
+package adnode
 
 import (
 	"bytes"

@@ -1,9 +1,10 @@
-package ad
+package adnode
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/kipimo-hpc/kipimo/internal/ad"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -16,50 +17,6 @@ import (
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
 	"github.com/kipimo-hpc/kipimo/internal/provenance/provstream"
 )
-
-// Batch is one detector's records of one step (or of Close).
-type Batch struct {
-	PID       uint32
-	Rank      uint32
-	Step      uint64
-	Anomalies []provenance.Exec
-	Normal    []provenance.Exec
-	Metadata  []provenance.Metadata
-	Profiles  []provenance.ThreadProfile
-}
-
-// Len is the number of records in b.
-func (b *Batch) Len() int {
-	return len(b.Anomalies) + len(b.Normal) + len(b.Metadata) + len(b.Profiles)
-}
-
-// Sink receives the records of detectors. Publish takes ownership of b. A
-// Sink shared by several detectors must be safe for concurrent use. Publish
-// must not grow without bound: it either blocks (back-pressure) or drops and
-// counts; an error means the batch was not accepted (the detector counts its
-// records as dropped).
-type Sink interface {
-	Publish(ctx context.Context, b *Batch) error
-	Flush(ctx context.Context) error
-}
-
-// emit hands the step's batch to the sink.
-func (d *Detector) emit(ctx context.Context) {
-	b := d.batch
-	d.batch = Batch{}
-	b.PID, b.Rank, b.Step = d.cfg.PID, d.cfg.Rank, d.cur.step
-	n := b.Len()
-	if n == 0 {
-		return
-	}
-	d.stats.records.Add(uint64(n))
-	if d.cfg.Sink == nil {
-		return
-	}
-	if err := d.cfg.Sink.Publish(ctx, &b); err != nil {
-		d.stats.droppedRecords.Add(uint64(n))
-	}
-}
 
 // Overflow says what a full NATSSink queue does.
 type Overflow int
@@ -79,7 +36,7 @@ type NATSSink struct {
 	js       jetstream.JetStream
 	run      string
 	overflow Overflow
-	queue    chan *Batch
+	queue    chan *ad.Batch
 	flushReq chan chan error
 	log      zerolog.Logger
 
@@ -121,7 +78,7 @@ func NewNATSSink(js jetstream.JetStream, run string, queueLen int, overflow Over
 	if queueLen <= 0 {
 		queueLen = 64
 	}
-	return &NATSSink{js: js, run: run, incarnation: strconv.FormatInt(time.Now().UnixNano(), 36), overflow: overflow, queue: make(chan *Batch, queueLen),
+	return &NATSSink{js: js, run: run, incarnation: strconv.FormatInt(time.Now().UnixNano(), 36), overflow: overflow, queue: make(chan *ad.Batch, queueLen),
 		flushReq: make(chan chan error), log: log, pubs: map[pubKey]*provstream.Publisher{},
 		unflushed: map[pubKey]*provstream.Publisher{}, done: make(chan struct{})}, nil
 }
@@ -142,7 +99,7 @@ func (s *NATSSink) Start(ctx context.Context) error {
 }
 
 // Publish implements Sink.
-func (s *NATSSink) Publish(ctx context.Context, b *Batch) error {
+func (s *NATSSink) Publish(ctx context.Context, b *ad.Batch) error {
 	select {
 	case s.queue <- b:
 		return nil
@@ -236,7 +193,7 @@ func (s *NATSSink) loop() {
 	}
 }
 
-func (s *NATSSink) publish(ctx context.Context, b *Batch) {
+func (s *NATSSink) publish(ctx context.Context, b *ad.Batch) {
 	add := func(kind provenance.Kind, n int, rec func(i int) any) {
 		if n == 0 {
 			return

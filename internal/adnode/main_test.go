@@ -1,4 +1,4 @@
-package ad
+package adnode
 
 import (
 	"bytes"
@@ -14,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/kipimo-hpc/kipimo/internal/ad"
 	"github.com/kipimo-hpc/kipimo/internal/frame"
 	"github.com/kipimo-hpc/kipimo/internal/natsx"
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
@@ -157,7 +158,7 @@ func TestMainEndToEnd(t *testing.T) {
 			if m.Headers().Get(provstream.EncodingHeader) != provstream.EncodingBlocks {
 				t.Errorf("anomaly batch not in the block encoding")
 			}
-			if a := recs.Execs; len(a) == 0 || a[0].EventID == "" || a[0].Algorithm != SSTD {
+			if a := recs.Execs; len(a) == 0 || a[0].EventID == "" || a[0].Algorithm != ad.SSTD {
 				t.Errorf("anomaly batch: %+v", a)
 			}
 		}

@@ -1,4 +1,4 @@
-package ad
+package adnode
 
 import (
 	"context"
@@ -7,13 +7,14 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/kipimo-hpc/kipimo/internal/ad"
 	"github.com/kipimo-hpc/kipimo/internal/frame"
 )
 
 func TestCollectorLimitsRankLabels(t *testing.T) {
 	coll := NewCollector(2, func() uint64 { return 7 })
 	for r := uint32(0); r < 4; r++ {
-		d, err := New(Config{Rank: r, Algorithm: SSTD})
+		d, err := ad.New(ad.Config{Rank: r, Algorithm: ad.SSTD})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -76,7 +77,7 @@ func TestRejectsForeignAndMalformedFrames(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			d, err := New(Config{})
+			d, err := ad.New(ad.Config{})
 			if err != nil {
 				t.Fatal(err)
 			}

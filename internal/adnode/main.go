@@ -1,4 +1,4 @@
-package ad
+package adnode
 
 import (
 	"context"
@@ -8,11 +8,12 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/kipimo-hpc/kipimo/internal/ad"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
@@ -26,13 +27,13 @@ import (
 
 // Summary is what Main prints with --json at the end.
 type Summary struct {
-	Run             string  `json:"run"`
-	Ranks           []Stats `json:"ranks"`
-	Total           Stats   `json:"total"`
-	SinkPublished   uint64  `json:"sink_published"`
-	SinkDropped     uint64  `json:"sink_dropped"`
-	SinkLagSeconds  float64 `json:"sink_lag_seconds"`
-	DurationSeconds float64 `json:"duration_seconds"`
+	Run             string     `json:"run"`
+	Ranks           []ad.Stats `json:"ranks"`
+	Total           ad.Stats   `json:"total"`
+	SinkPublished   uint64     `json:"sink_published"`
+	SinkDropped     uint64     `json:"sink_dropped"`
+	SinkLagSeconds  float64    `json:"sink_lag_seconds"`
+	DurationSeconds float64    `json:"duration_seconds"`
 }
 
 // ParseRanks parses a rank list such as "0-3,8,10-11".
@@ -81,7 +82,7 @@ type DaemonConfig struct {
 	Ranks string // --ranks: a rank list ("0-7", "0,4,8") or "auto"
 	// Detector holds the detector options (AddFlags) and --shards,
 	// --sync-wait, --sync-timeout; Run adds the sink and the syncer.
-	Detector      Config
+	Detector      ad.Config
 	NoPServer     bool   // --no-pserver: local models only
 	Queue         int    // --queue: provenance batches queued before Overflow applies
 	Overflow      string // --overflow: "block" or "drop"
@@ -117,7 +118,7 @@ func DefaultDaemonConfig() DaemonConfig {
 	return DaemonConfig{
 		NATS:            "nats://127.0.0.1:4222",
 		Ranks:           "0",
-		Detector:        Config{Shards: 1, SyncWait: time.Second, SyncTimeout: 2 * time.Second},
+		Detector:        ad.Config{Shards: 1, SyncWait: time.Second, SyncTimeout: 2 * time.Second},
 		Queue:           64,
 		Overflow:        "block",
 		PendingFrames:   256,
@@ -298,38 +299,41 @@ func jetStreamOffered(ctx context.Context, js jetstream.JetStream, log zerolog.L
 	return true
 }
 
-// Main is the ad command: flags (and KIPIMO_* environment, a YAML --config
-// file) into a DaemonConfig, the logger on stderr, Validate, then Run until
-// the ranks' streams end or ctx is cancelled (SIGINT/SIGTERM in cmd/ad).
-// With --json it prints the Summary on stdout. It returns pflag.ErrHelp
-// after printing help.
-func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	cfg, proc, jsonOut, err := parseArgs(args, os.LookupEnv, stderr)
-	if err != nil {
-		return err
-	}
-	log, err := proc.Setup(stderr)
-	if err != nil {
-		return err
-	}
-	if err := cfg.Validate(); err != nil {
-		return err
-	}
-	sum, err := Run(ctx, cfg, log)
-	if jsonOut && (err == nil || sum.Ranks != nil) {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if werr := enc.Encode(sum); werr != nil {
-			err = errors.Join(err, fmt.Errorf("write summary: %w", werr))
-		}
-	}
-	return err
+// mainSettings are the ad command's settings: the daemon's, and --json.
+type mainSettings struct {
+	DaemonConfig
+	json bool
 }
 
-// Run connects to NATS and serves cfg's ranks until their streams end or
-// ctx is cancelled, then flushes the provenance records pending, within
-// daemon.ShutdownTimeout. The Summary counts what was served, also when
-// serving failed.
+// Main is the ad command (daemon.Command): flags (and KIPIMO_* environment,
+// a YAML --config file) into a DaemonConfig, the logger on stderr,
+// Validate, then Run until the ranks' streams end or ctx is cancelled
+// (SIGINT/SIGTERM in cmd/ad). With --json it prints the Summary on stdout.
+// It returns pflag.ErrHelp after printing help.
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return daemon.Command[mainSettings]{
+		Parse: func(args []string, lookup func(string) (string, bool), stderr io.Writer) (mainSettings, daemon.Process, error) {
+			c, proc, jsonOut, err := parseArgs(args, lookup, stderr)
+			return mainSettings{c, jsonOut}, proc, err
+		},
+		Run: func(ctx context.Context, s mainSettings, log zerolog.Logger) error {
+			sum, err := Run(ctx, s.DaemonConfig, log)
+			if s.json && (err == nil || sum.Ranks != nil) {
+				enc := json.NewEncoder(stdout)
+				enc.SetIndent("", "  ")
+				if werr := enc.Encode(sum); werr != nil {
+					err = errors.Join(err, fmt.Errorf("write summary: %w", werr))
+				}
+			}
+			return err
+		},
+	}.Main(ctx, args, stderr)
+}
+
+// Run connects to NATS and serves cfg's ranks as a Node (daemon.Serve)
+// until their streams end or ctx is cancelled, then flushes the provenance
+// records pending, within daemon.ShutdownTimeout. The Summary counts what
+// was served, also when serving failed.
 func Run(ctx context.Context, cfg DaemonConfig, log zerolog.Logger) (Summary, error) {
 	sum := Summary{Run: cfg.Run}
 	if err := cfg.Validate(); err != nil {
@@ -342,7 +346,6 @@ func Run(ctx context.Context, cfg DaemonConfig, log zerolog.Logger) (Summary, er
 		ranks, _ = ParseRanks(cfg.Ranks) // checked by Validate
 	}
 	ov, _ := parseOverflow(cfg.Overflow)
-	dc := cfg.Detector
 	start := time.Now()
 	authOpts, err := cfg.NATSAuth.Options()
 	if err != nil {
@@ -362,24 +365,6 @@ func Run(ctx context.Context, cfg DaemonConfig, log zerolog.Logger) (Summary, er
 		if pjs, err = jetstream.NewWithDomain(nc, cfg.ProvDomain); err != nil {
 			return sum, fmt.Errorf("jetstream domain %s: %w", cfg.ProvDomain, err)
 		}
-	}
-	sink, err := NewNATSSink(pjs, cfg.Run, cfg.Queue, ov, log)
-	if err != nil {
-		return sum, err
-	}
-	if err := sink.Start(ctx); err != nil {
-		return sum, err
-	}
-	dc.Sink = sink
-	if !cfg.NoPServer {
-		dc.Syncer = &NATSSyncer{Conn: nc, Subjects: natsx.Subjects{Run: cfg.Run}}
-	}
-	coll := NewCollector(cfg.RankLabels, sink.Dropped)
-	metrics, err := serveMetrics(cfg.MetricsAddr, coll, log)
-	if err != nil {
-		sctx, cancel := daemon.ShutdownContext(ctx)
-		defer cancel()
-		return sum, errors.Join(err, sink.Shutdown(sctx))
 	}
 	var durable *Durable
 	if cfg.Frames != FramesCore && !discover {
@@ -401,21 +386,32 @@ func Run(ctx context.Context, cfg DaemonConfig, log zerolog.Logger) (Summary, er
 		log.Info().Str("frames", FramesCore).Msg("frames read as core NATS messages: frames published while this ad is down are lost")
 	}
 	pendingBytes, _ := daemon.ParseSize(cfg.PendingBytes) // checked by Validate
-	stats, serr := Serve(ctx, ServeConfig{
-		Conn: nc, Run: cfg.Run, PID: cfg.PID, Ranks: ranks, Discover: discover, Detector: dc,
-		PendingFrames: cfg.PendingFrames, PendingBytes: int(pendingBytes), MaxRanks: cfg.MaxRanks, PerRankSync: cfg.PerRankSync, NodeSyncLinger: cfg.NodeSyncLinger,
-		Durable: durable, Collector: coll, Logger: log,
-	})
-	sctx, cancel := daemon.ShutdownContext(ctx)
-	defer cancel()
-	if err := sink.Shutdown(sctx); err != nil {
-		serr = errors.Join(serr, fmt.Errorf("flush provenance: %w", err))
+	reg := prometheus.NewRegistry()                       // served on --metrics-addr, when given
+	node, err := New(Config{
+		Serve: ServeConfig{
+			Run: cfg.Run, PID: cfg.PID, Ranks: ranks, Discover: discover, Detector: cfg.Detector,
+			PendingFrames: cfg.PendingFrames, PendingBytes: int(pendingBytes), MaxRanks: cfg.MaxRanks, PerRankSync: cfg.PerRankSync, NodeSyncLinger: cfg.NodeSyncLinger,
+			Durable: durable,
+		},
+		Queue: cfg.Queue, Overflow: ov, ProvJS: pjs, NoPServer: cfg.NoPServer, RankLabels: cfg.RankLabels,
+	}, nc, log, reg)
+	if err != nil {
+		return sum, err
 	}
+	metrics, err := serveMetrics(cfg.MetricsAddr, reg, log)
+	if err != nil {
+		return sum, err
+	}
+	serr := daemon.Serve(ctx, node)
 	if metrics != nil {
+		sctx, cancel := daemon.ShutdownContext(ctx)
+		defer cancel()
 		if err := metrics.Shutdown(sctx); err != nil {
 			serr = errors.Join(serr, err)
 		}
 	}
+	stats := node.Stats()
+	sink := node.Sink()
 	sum.Ranks, sum.SinkPublished, sum.SinkDropped = stats, sink.Published(), sink.Dropped()
 	sum.SinkLagSeconds, sum.DurationSeconds = sink.Lag().Seconds(), time.Since(start).Seconds()
 	for _, s := range stats {
@@ -426,15 +422,11 @@ func Run(ctx context.Context, cfg DaemonConfig, log zerolog.Logger) (Summary, er
 	return sum, serr
 }
 
-// serveMetrics serves /metrics on addr (nothing, and a nil server, when
-// addr is empty).
-func serveMetrics(addr string, coll *Collector, log zerolog.Logger) (*daemon.HTTPServer, error) {
+// serveMetrics serves reg on addr's /metrics (nothing, and a nil server,
+// when addr is empty).
+func serveMetrics(addr string, reg *prometheus.Registry, log zerolog.Logger) (*daemon.HTTPServer, error) {
 	if addr == "" {
 		return nil, nil
-	}
-	reg := prometheus.NewRegistry()
-	if err := reg.Register(coll); err != nil {
-		return nil, fmt.Errorf("register metrics: %w", err)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))

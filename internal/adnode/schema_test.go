@@ -1,4 +1,4 @@
-package ad
+package adnode
 
 import (
 	"bytes"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
+	"github.com/kipimo-hpc/kipimo/internal/ad"
 	"github.com/kipimo-hpc/kipimo/internal/frame"
 	"github.com/kipimo-hpc/kipimo/internal/psync"
 	"github.com/kipimo-hpc/kipimo/internal/workload"
@@ -73,7 +74,7 @@ func (r *recordingSyncer) Sync(ctx context.Context, shard int, req *psync.SyncRe
 }
 
 func TestSyncMessagesMatchSchema(t *testing.T) {
-	for _, algo := range []string{SSTD, HBOS} {
+	for _, algo := range []string{ad.SSTD, ad.HBOS} {
 		t.Run(algo, func(t *testing.T) {
 			wcfg := workload.DefaultConfig()
 			wcfg.Ranks, wcfg.Steps, wcfg.EventsPerStep, wcfg.GPU = 1, 3, 3000, true
@@ -83,7 +84,7 @@ func TestSyncMessagesMatchSchema(t *testing.T) {
 				t.Fatal(err)
 			}
 			rec := &recordingSyncer{ps: newFakePServer()}
-			d, err := New(Config{Algorithm: algo, Syncer: rec, Shards: 3})
+			d, err := ad.New(ad.Config{Algorithm: algo, Syncer: rec, Shards: 3})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -114,7 +115,7 @@ func TestSyncMessagesMatchSchema(t *testing.T) {
 			for _, r := range rec.reps {
 				validate(t, repSch, r)
 			}
-			if len(rec.reqs) == 0 || !steps || !counters || hist != (algo == HBOS) {
+			if len(rec.reqs) == 0 || !steps || !counters || hist != (algo == ad.HBOS) {
 				t.Errorf("%d requests; histograms %v, step summaries %v, counters %v", len(rec.reqs), hist, steps, counters)
 			}
 		})
@@ -135,7 +136,7 @@ func TestNodeSyncMessagesMatchSchema(t *testing.T) {
 	var calls []*nodeCall
 	for r := range uint32(wcfg.Ranks) {
 		rec := &recordingSyncer{ps: newFakePServer()}
-		d, err := New(Config{Algorithm: HBOS, Rank: r, Syncer: rec})
+		d, err := ad.New(ad.Config{Algorithm: ad.HBOS, Rank: r, Syncer: rec})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package ad
+package adnode
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kipimo-hpc/kipimo/internal/ad"
 	"github.com/kipimo-hpc/kipimo/internal/frame"
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
 	"github.com/kipimo-hpc/kipimo/internal/provenance/provstream"
@@ -28,7 +29,7 @@ func TestProfilesOfManyCallPaths(t *testing.T) {
 		ts += 10
 	}
 	f.Events = append(f.Events, ex(0, 1, ts), en(0, 2, ts+5), ex(0, 2, ts+7))
-	d, err := New(Config{ProfilePaths: 1000})
+	d, err := ad.New(ad.Config{ProfilePaths: 1000})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,4 +83,13 @@ func TestProfilesOfManyCallPaths(t *testing.T) {
 	if top := flat["leaf"].Calls - pathCalls - over; over == 0 || top != 1 {
 		t.Errorf("leaf: %d calls on paths, %d overflowed, so %d top-level; want some overflowed and 1 top-level", pathCalls, over, top)
 	}
+}
+
+// ev builds a function event.
+func en(tid, fid uint32, ts uint64) frame.FuncEvent {
+	return frame.FuncEvent{Tid: tid, Kind: frame.Entry, FID: fid, TS: ts}
+}
+
+func ex(tid, fid uint32, ts uint64) frame.FuncEvent {
+	return frame.FuncEvent{Tid: tid, Kind: frame.Exit, FID: fid, TS: ts}
 }

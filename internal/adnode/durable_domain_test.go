@@ -1,4 +1,4 @@
-package ad
+package adnode
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/kipimo-hpc/kipimo/internal/ad"
 	"github.com/kipimo-hpc/kipimo/internal/natsx"
 	"github.com/kipimo-hpc/kipimo/internal/workload"
 )
@@ -97,7 +98,7 @@ func TestDurableFramesStayOnTheLeaf(t *testing.T) {
 		st, err := Serve(ctx, ServeConfig{
 			Conn: nc, Run: run, Ranks: []uint32{0, 1}, Logger: zerolog.Nop(), Ready: func() { close(ready) },
 			Durable:  &Durable{JS: js, CheckpointEvery: 4},
-			Detector: Config{Sink: sink, Syncer: &NATSSyncer{Conn: nc, Subjects: natsx.Subjects{Run: run}}},
+			Detector: ad.Config{Sink: sink, Syncer: &NATSSyncer{Conn: nc, Subjects: natsx.Subjects{Run: run}}},
 		})
 		done <- serveResult{st, err}
 	}()

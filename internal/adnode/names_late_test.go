@@ -1,4 +1,4 @@
-package ad
+package adnode
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/kipimo-hpc/kipimo/internal/ad"
 	"github.com/kipimo-hpc/kipimo/internal/frame"
 	"github.com/kipimo-hpc/kipimo/internal/natsx"
 	"github.com/kipimo-hpc/kipimo/internal/replay"
@@ -108,11 +109,11 @@ func entered(byRank map[uint32][]*frame.Frame, from int) []string {
 	})
 }
 
-func modelKeys(ds []*Detector) []string {
+func modelKeys(ds []*ad.Detector) []string {
 	set := map[string]bool{}
 	for _, d := range ds {
-		for _, m := range d.models.list {
-			set[m.name] = true
+		for _, k := range d.ModelKeys() {
+			set[k] = true
 		}
 	}
 	out := make([]string, 0, len(set))
@@ -168,14 +169,14 @@ func TestLateDetectorLearnsEveryName(t *testing.T) {
 				}
 			}
 			slices.Sort(ranks)
-			cfg := Config{Algorithm: SSTD, Logger: zerolog.Nop()}
+			cfg := ad.Config{Algorithm: ad.SSTD, Logger: zerolog.Nop()}
 
 			// On time: every frame, in order.
-			var onTime []*Detector
+			var onTime []*ad.Detector
 			for _, r := range ranks {
 				c := cfg
 				c.Rank = r
-				d, err := New(c)
+				d, err := ad.New(c)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -199,7 +200,7 @@ func TestLateDetectorLearnsEveryName(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
 			type result struct {
-				stats []Stats
+				stats []ad.Stats
 				err   error
 			}
 			done := make(chan result, 1)
@@ -282,7 +283,7 @@ func TestLateDetectorLearnsEveryName(t *testing.T) {
 			}
 			held := 0
 			for _, d := range coll.detectors {
-				if d.heldOnce {
+				if d.WaitedForNames() {
 					held++
 				}
 			}

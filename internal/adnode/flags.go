@@ -1,6 +1,7 @@
-package ad
+package adnode
 
 import (
+	"github.com/kipimo-hpc/kipimo/internal/ad"
 	"strconv"
 
 	"github.com/spf13/pflag"
@@ -9,18 +10,18 @@ import (
 // AddFlags registers the detector's options on fs, writing into c: the one
 // definition `ad` and `kipimo run` share, so that both have the same flags,
 // defaults and meanings. Defaults are those Validate fills in.
-func AddFlags(fs *pflag.FlagSet, c *Config) {
-	fs.StringVar(&c.Algorithm, "algorithm", Tail, "outlier algorithm: tail, sstd, hbos or copod")
+func AddFlags(fs *pflag.FlagSet, c *ad.Config) {
+	fs.StringVar(&c.Algorithm, "algorithm", ad.Tail, "outlier algorithm: tail, sstd, hbos or copod")
 	fs.BoolVar(&c.Chimbuko, "chimbuko", false, "apply Chimbuko's rules exactly, for comparison: no natural-range gate (so real runtimes' recurring tails are flagged), HBOS by default, no end-of-run relabelling")
-	fs.Float64Var(&c.TailRatio, "tail-ratio", DefaultTailRatio, "how far beyond its function's natural maximum a runtime must lie to be flagged")
-	fs.Uint64Var(&c.TailRecur, "tail-recur", DefaultTailRecur, "runtimes in one bin (9% wide) that make it natural whatever the gap below it")
-	fs.Float64Var(&c.RecurFrac, "recur-frac", DefaultRecurFrac, "fraction of a function's runtimes one bin needs (at least --tail-recur) to be natural beyond a gap")
-	fs.Float64Var(&c.SettleCount, "settle-count", DefaultSettleCount, "runtimes a model needs before an execution beyond its natural range is flagged; earlier ones wait (at most 8 steps) for the model's tail to show (negative: never wait)")
-	fs.Float64Var(&c.Resolution, "resolution", DefaultResolution, "timer resolution in µs: one tick beyond the natural maximum is still natural")
+	fs.Float64Var(&c.TailRatio, "tail-ratio", ad.DefaultTailRatio, "how far beyond its function's natural maximum a runtime must lie to be flagged")
+	fs.Uint64Var(&c.TailRecur, "tail-recur", ad.DefaultTailRecur, "runtimes in one bin (9% wide) that make it natural whatever the gap below it")
+	fs.Float64Var(&c.RecurFrac, "recur-frac", ad.DefaultRecurFrac, "fraction of a function's runtimes one bin needs (at least --tail-recur) to be natural beyond a gap")
+	fs.Float64Var(&c.SettleCount, "settle-count", ad.DefaultSettleCount, "runtimes a model needs before an execution beyond its natural range is flagged; earlier ones wait (at most 8 steps) for the model's tail to show (negative: never wait)")
+	fs.Float64Var(&c.Resolution, "resolution", ad.DefaultResolution, "timer resolution in µs: one tick beyond the natural maximum is still natural")
 	fs.Float64Var(&c.Sigma, "sigma", 0, "SSTD threshold in standard deviations (default 3; 6 with --chimbuko)")
 	fs.Float64Var(&c.Threshold, "threshold", 0.99, "HBOS/COPOD threshold as a fraction of the score range")
 	fs.IntVar(&c.Bins, "bins", 200, "HBOS/COPOD histogram bins")
-	fs.StringVar(&c.Statistic, "statistic", Exclusive, "runtime the models are built on: exclusive or inclusive")
+	fs.StringVar(&c.Statistic, "statistic", ad.Exclusive, "runtime the models are built on: exclusive or inclusive")
 	fs.BoolVar(&c.SlowOnly, "slow-only", false, "flag only executions slower than the model's mean (with --chimbuko; the natural range is one-sided already)")
 	fs.BoolVar(&c.ByCallPath, "by-call-path", false, "key models by call path instead of by function")
 	fs.IntVar(&c.CallPathDepth, "call-path-depth", 0, "frames kept in the profiles' call paths (0: full paths from the root, as Hatchet needs; a limit cuts frames on the root side, as TAU does)")
@@ -34,7 +35,7 @@ func AddFlags(fs *pflag.FlagSet, c *Config) {
 	fs.Var((*windowFlag)(&c.Window), "window", "executions before and after an anomaly kept in its exec_window (0: none)")
 	fs.Float64Var(&c.NormalRate, "normal-rate", 0, "fraction of normal executions sampled into normalexecs, besides Chimbuko's rule")
 	fs.IntVar(&c.ProfileEvery, "profile-every", 0, "publish per-thread profiles every K steps (0: at the end only)")
-	fs.IntVar(&c.MaxHeldFrames, "max-held-frames", DefaultMaxHeldFrames, "frames of a rank held while their events use function or counter ids whose names have not arrived yet (a detector started late learns them from the dictionary publishers re-send); beyond it the oldest is dropped and counted")
+	fs.IntVar(&c.MaxHeldFrames, "max-held-frames", ad.DefaultMaxHeldFrames, "frames of a rank held while their events use function or counter ids whose names have not arrived yet (a detector started late learns them from the dictionary publishers re-send); beyond it the oldest is dropped and counted")
 }
 
 // windowFlag is Config.Window as a flag: an explicit 0 means no window (the

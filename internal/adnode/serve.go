@@ -1,4 +1,4 @@
-package ad
+package adnode
 
 import (
 	"context"
@@ -8,9 +8,12 @@ import (
 	"math"
 	"math/bits"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/kipimo-hpc/kipimo/internal/ad"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -67,7 +70,7 @@ type ServeConfig struct {
 	Discover bool
 	// Detector is the configuration of every detector (PID and Rank are set
 	// per rank; Sink and Syncer are shared).
-	Detector Config
+	Detector ad.Config
 	// PendingFrames and PendingBytes bound the frames buffered per rank, in
 	// number (default 256) and in bytes (default DefaultPendingBytes); more
 	// are dropped and counted (Stats.DroppedFrames; their steps are then
@@ -108,7 +111,7 @@ type ServeConfig struct {
 // control message) or ctx is cancelled; either way every detector is closed
 // (records and profiles flushed within CloseTimeout). It returns the
 // detectors' final counts.
-func Serve(ctx context.Context, cfg ServeConfig) ([]Stats, error) {
+func Serve(ctx context.Context, cfg ServeConfig) ([]ad.Stats, error) {
 	if cfg.Conn == nil {
 		return nil, errors.New("serve detectors: no NATS connection")
 	}
@@ -154,17 +157,199 @@ func Serve(ctx context.Context, cfg ServeConfig) ([]Stats, error) {
 			cfg.Collector.SetNode(ns)
 		}
 	}
+	// The control subscription comes first: a detector started by the
+	// first frame of a discovered rank already ends on end_of_run.
+	ctl, err := subscribeControl(cfg)
+	if err != nil {
+		return nil, err
+	}
+	subs := []*nats.Subscription{ctl.sub}
+	set := &rankSet{cfg: cfg, endAll: ctl.endAll}
+	defer func() {
+		for _, s := range subs {
+			_ = s.Unsubscribe()
+		}
+		set.unsubscribe()
+	}()
+	var in rankInput
 	if cfg.Discover {
-		return serveDiscovered(ctx, cfg)
+		in, err = discoverRanks(ctx, cfg, set)
+	} else {
+		in, err = givenRanks(ctx, cfg, set)
 	}
+	if err != nil {
+		return nil, err
+	}
+	all, err := subscribeAllCallstacks(cfg, set.detectors)
+	if err != nil {
+		return nil, errors.Join(err, in.stop())
+	}
+	subs = append(subs, all)
+	if err := ready(ctx, cfg); err != nil {
+		return nil, errors.Join(err, in.stop())
+	}
+	done := in.start(ctx, ctl.endAll)
+wait:
+	for {
+		select {
+		case <-ctl.snapshot:
+			// Each detector's goroutine adds its profiles at its next step.
+			set.requestProfiles()
+		case <-done:
+			break wait
+		}
+	}
+	inErr := in.stop()
+	out, err := set.wait()
+	cfg.Logger.Info().Int("ranks", len(out)).Msg("detectors stopped")
+	return out, errors.Join(err, inErr)
+}
+
+// rankInput is where the ranks of a Serve come from: given (their
+// detectors made, or restored from checkpoints, before Serve is ready) or
+// discovered on the run's frame subjects.
+type rankInput interface {
+	// start starts serving once every subscription is in place; the
+	// channel it returns is closed when the Serve is to end: every given
+	// rank's stream has ended, or with discovery end_of_run (endAll) or
+	// ctx done.
+	start(ctx context.Context, endAll <-chan struct{}) <-chan struct{}
+	// stop stops the input (no new frame, no new rank) and returns what
+	// failed in it.
+	stop() error
+}
+
+// rankSet is the detectors of one Serve, each served by serveRank on a
+// goroutine of its own. Safe for concurrent use.
+type rankSet struct {
+	cfg    ServeConfig
+	endAll <-chan struct{}
+
+	mu     sync.Mutex
+	list   []*ad.Detector // in the order they were added
+	probes []*nats.Subscription
+	errs   []error
+	wg     sync.WaitGroup
+}
+
+// add adds d, of program pid, to the set: its call-stack probe is answered from its
+// snapshot (never waiting for processing) and the collector counts it.
+func (s *rankSet) add(pid uint32, d *ad.Detector) error {
+	subj := natsx.Subjects{Run: s.cfg.Run}
+	sub, err := s.cfg.Conn.Subscribe(subj.Callstack(pid, d.Rank()), func(m *nats.Msg) { respondCallstack(m, d) })
+	if err != nil {
+		return fmt.Errorf("subscribe to the call-stack probe of rank %d: %w", d.Rank(), err)
+	}
+	s.mu.Lock()
+	s.list = append(s.list, d)
+	s.probes = append(s.probes, sub)
+	s.mu.Unlock()
+	if s.cfg.Collector != nil {
+		s.cfg.Collector.Add(d)
+	}
+	return nil
+}
+
+// run serves d from src (with durable frames, dur) on a goroutine of its
+// own, labelled for CPU profiles, until its stream ends or ctx is done.
+func (s *rankSet) run(ctx context.Context, d *ad.Detector, src msgSource, dur *rankDurable) {
+	s.wg.Add(1)
+	labels := pprof.Labels("component", "ad", "rank", strconv.FormatUint(uint64(d.Rank()), 10))
+	go pprof.Do(ctx, labels, func(ctx context.Context) {
+		defer s.wg.Done()
+		if dur != nil {
+			defer close(dur.src.done)
+		}
+		if err := serveRank(ctx, d, src, s.endAll, s.cfg.CloseTimeout, dur); err != nil {
+			s.fail(err)
+		}
+	})
+}
+
+// fail records an error of the Serve.
+func (s *rankSet) fail(err error) {
+	s.mu.Lock()
+	s.errs = append(s.errs, err)
+	s.mu.Unlock()
+}
+
+// detectors returns the detectors added so far.
+func (s *rankSet) detectors() []*ad.Detector {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.list)
+}
+
+// requestProfiles makes every detector publish its profiles at its next
+// step (a snapshot control message).
+func (s *rankSet) requestProfiles() {
+	for _, d := range s.detectors() {
+		d.RequestProfiles()
+	}
+}
+
+// done returns a channel closed once every goroutine started so far has
+// returned.
+func (s *rankSet) done() <-chan struct{} {
+	ch := make(chan struct{})
+	go func() {
+		s.wg.Wait()
+		close(ch)
+	}()
+	return ch
+}
+
+// wait waits for every goroutine, then returns every detector's final
+// counts and the errors recorded.
+func (s *rankSet) wait() ([]ad.Stats, error) {
+	s.wg.Wait()
+	ds := s.detectors()
+	out := make([]ad.Stats, len(ds))
+	for i, d := range ds {
+		out[i] = d.Stats()
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return out, errors.Join(s.errs...)
+}
+
+// unsubscribe ends the detectors' call-stack probes.
+func (s *rankSet) unsubscribe() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, sub := range s.probes {
+		_ = sub.Unsubscribe()
+	}
+}
+
+// given is the input of given ranks: a subscription per rank, or with
+// durable frames the node's consumer.
+type given struct {
+	cfg   ServeConfig
+	set   *rankSet
+	ranks []*givenRank
+	subs  []*nats.Subscription
+	dn    *durableNode
+	srcs  map[uint32]*durableSource
+
+	cancelRanks context.CancelFunc
+	stopped     chan struct{} // closed when the consumer has returned
+	consumeErr  error
+	stopConsume context.CancelFunc
+}
+
+type givenRank struct {
+	d     *ad.Detector
+	sub   *nats.Subscription
+	dur   *rankDurable
+	ckSeq uint64 // stream sequence its checkpoint covers
+	hold  *holdSink
+}
+
+// givenRanks makes (or with durable frames restores) the detectors of
+// cfg.Ranks and subscribes to their frames.
+func givenRanks(ctx context.Context, cfg ServeConfig, set *rankSet) (in *given, err error) {
 	subj := natsx.Subjects{Run: cfg.Run}
-	type rankState struct {
-		d     *Detector
-		sub   *nats.Subscription
-		dur   *rankDurable
-		ckSeq uint64 // stream sequence its checkpoint covers
-		hold  *holdSink
-	}
 	seen := map[uint32]bool{}
 	for _, r := range cfg.Ranks {
 		if seen[r] {
@@ -172,25 +357,29 @@ func Serve(ctx context.Context, cfg ServeConfig) ([]Stats, error) {
 		}
 		seen[r] = true
 	}
-	var dn *durableNode
+	g := &given{cfg: cfg, set: set, srcs: map[uint32]*durableSource{}}
+	defer func() {
+		if err != nil {
+			_ = g.stop()
+		}
+	}()
 	if cfg.Durable != nil {
-		var err error
-		if dn, err = openDurable(ctx, cfg); err != nil {
+		if g.dn, err = openDurable(ctx, cfg); err != nil {
 			return nil, fmt.Errorf("serve detectors: %w", err)
 		}
 		cfg.Detector.ExactSync = true
 		if cfg.Collector != nil {
-			cfg.Collector.setDurable(dn)
+			cfg.Collector.setDurable(g.dn)
 		}
 	}
-	ranks := make([]*rankState, 0, len(cfg.Ranks))
+	dn := g.dn
 	// With durable frames, the stream sequence the consumer starts at: the
 	// first frame some rank's checkpoint does not cover (1, the stream's
 	// start, for a rank without one).
 	fromSeq := uint64(math.MaxUint64)
-	var barrier *Barrier
+	var barrier *ad.Barrier
 	if cfg.Lockstep {
-		barrier = NewBarrier()
+		barrier = ad.NewBarrier()
 	}
 	for _, r := range cfg.Ranks {
 		dc := cfg.Detector
@@ -222,17 +411,17 @@ func Serve(ctx context.Context, cfg ServeConfig) ([]Stats, error) {
 			}
 			fromSeq = min(fromSeq, ckSeq+1) // ckSeq is 0 without a checkpoint
 		}
-		var d *Detector
+		var d *ad.Detector
 		var err error
 		if ckpt != nil {
-			d, err = Restore(dc, ckpt)
+			d, err = ad.Restore(dc, ckpt)
 			if err == nil {
 				dn.restored.Add(1)
 				last, _ := d.LastStep()
 				dc.Logger.Info().Uint64("io_step", last).Int("bytes", len(ckpt)).Msg("detector restored from its checkpoint")
 			}
 		} else {
-			d, err = New(dc)
+			d, err = ad.New(dc)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("serve detectors: rank %d: %w", r, err)
@@ -240,134 +429,82 @@ func Serve(ctx context.Context, cfg ServeConfig) ([]Stats, error) {
 		if barrier != nil {
 			barrier.Join(r)
 		}
-		if cfg.Collector != nil {
-			cfg.Collector.Add(d)
-		}
-		ranks = append(ranks, &rankState{d: d, ckSeq: ckSeq, hold: hold})
+		g.ranks = append(g.ranks, &givenRank{d: d, ckSeq: ckSeq, hold: hold})
 	}
-	var subs []*nats.Subscription
-	defer func() {
-		for _, s := range subs {
-			_ = s.Unsubscribe()
-		}
-	}()
 	if dn != nil {
 		if err := dn.openConsumer(ctx, cfg, fromSeq); err != nil {
 			return nil, fmt.Errorf("serve detectors: %w", err)
 		}
 	}
 	// Frames first: a detector answering its probe is receiving frames.
-	srcs := map[uint32]*durableSource{}
-	for _, rs := range ranks {
+	for _, rs := range g.ranks {
 		if dn != nil {
 			src := &durableSource{ch: make(chan jetstream.Msg, cfg.PendingFrames), done: make(chan struct{}), lastSeq: rs.ckSeq}
-			srcs[rs.d.cfg.Rank] = src
-			rs.dur = &rankDurable{node: dn, src: src, hold: rs.hold, pid: cfg.PID, rank: rs.d.cfg.Rank}
+			g.srcs[rs.d.Rank()] = src
+			rs.dur = &rankDurable{node: dn, src: src, hold: rs.hold, pid: cfg.PID, rank: rs.d.Rank()}
 			continue
 		}
-		s, err := cfg.Conn.SubscribeSync(subj.Frames(cfg.PID, rs.d.cfg.Rank))
+		s, err := cfg.Conn.SubscribeSync(subj.Frames(cfg.PID, rs.d.Rank()))
 		if err != nil {
-			return nil, fmt.Errorf("subscribe to the frames of rank %d: %w", rs.d.cfg.Rank, err)
+			return nil, fmt.Errorf("subscribe to the frames of rank %d: %w", rs.d.Rank(), err)
 		}
+		g.subs = append(g.subs, s)
 		if err := s.SetPendingLimits(cfg.PendingFrames, cfg.PendingBytes); err != nil {
 			return nil, fmt.Errorf("frame subscription limits: %w", err)
 		}
 		rs.sub = s
-		subs = append(subs, s)
 	}
-	// Live call-stack probes: served from each detector's snapshot, never
-	// waiting for processing.
-	for _, rs := range ranks {
-		d := rs.d
-		s, err := cfg.Conn.Subscribe(subj.Callstack(cfg.PID, d.cfg.Rank), func(m *nats.Msg) {
-			respondCallstack(m, d)
-		})
-		if err != nil {
-			return nil, fmt.Errorf("subscribe to the call-stack probe of rank %d: %w", d.cfg.Rank, err)
+	for _, rs := range g.ranks {
+		if err := set.add(cfg.PID, rs.d); err != nil {
+			return nil, err
 		}
-		subs = append(subs, s)
 	}
-	detectors := make([]*Detector, len(ranks))
-	for i, rs := range ranks {
-		detectors[i] = rs.d
-	}
-	all, err := subscribeAllCallstacks(cfg, func() []*Detector { return detectors })
-	if err != nil {
-		return nil, err
-	}
-	subs = append(subs, all)
-	ctl, err := subscribeControl(cfg)
-	if err != nil {
-		return nil, err
-	}
-	subs = append(subs, ctl.sub)
-	endAll, snapshot := ctl.endAll, ctl.snapshot
-	if err := ready(ctx, cfg); err != nil {
-		return nil, err
-	}
-	cfg.Logger.Info().Str("run", cfg.Run).Uint32("pid", cfg.PID).Int("ranks", len(ranks)).Str("algorithm", cfg.Detector.Algorithm).Msg("detectors started")
+	return g, nil
+}
 
-	var wg sync.WaitGroup
-	errs := make([]error, len(ranks))
+// start starts every rank's goroutine, and with durable frames the
+// consumer: it stops once every rank's goroutine has returned, and if it
+// fails, the ranks stop too (checkpointed, to resume later).
+func (g *given) start(ctx context.Context, _ <-chan struct{}) <-chan struct{} {
+	cfg := g.cfg
+	cfg.Logger.Info().Str("run", cfg.Run).Uint32("pid", cfg.PID).Int("ranks", len(g.ranks)).Str("algorithm", cfg.Detector.Algorithm).Msg("detectors started")
 	rankCtx, cancelRanks := context.WithCancel(ctx)
-	defer cancelRanks()
-	for i, rs := range ranks {
-		wg.Add(1)
-		labels := pprof.Labels("component", "ad", "rank", strconv.FormatUint(uint64(rs.d.cfg.Rank), 10))
-		go pprof.Do(rankCtx, labels, func(ctx context.Context) {
-			defer wg.Done()
-			var src msgSource = subSource{rs.sub}
-			if rs.dur != nil {
-				src = rs.dur.src
-				defer close(rs.dur.src.done)
-			}
-			errs[i] = serveRank(ctx, rs.d, src, endAll, cfg.CloseTimeout, rs.dur)
-		})
+	g.cancelRanks = cancelRanks
+	for _, rs := range g.ranks {
+		var src msgSource = subSource{rs.sub}
+		if rs.dur != nil {
+			src = rs.dur.src
+		}
+		g.set.run(rankCtx, rs.d, src, rs.dur)
 	}
-	done := make(chan struct{})
-	go func() {
-		wg.Wait()
-		close(done)
-	}()
-	var consumeErr error
-	stopConsumer := func() {}
-	if dn != nil {
-		// The consumer stops once every rank's goroutine has returned; if
-		// it fails, the ranks stop too (checkpointed, to resume later).
+	if g.dn != nil {
 		cctx, stop := context.WithCancel(ctx)
-		consumed := make(chan struct{})
+		g.stopConsume, g.stopped = stop, make(chan struct{})
 		go pprof.Do(cctx, pprof.Labels("component", "ad-frames"), func(cctx context.Context) {
-			defer close(consumed)
-			if err := dn.consume(cctx, cfg.Run, srcs, 4*len(ranks)+64); err != nil {
-				consumeErr = err
+			defer close(g.stopped)
+			if err := g.dn.consume(cctx, cfg.Run, g.srcs, 4*len(g.ranks)+64); err != nil {
+				g.consumeErr = err
 				cfg.Logger.Error().Err(err).Msg("frame consumer stopped; stopping the detectors")
 				cancelRanks()
 			}
 		})
-		stopConsumer = func() {
-			stop()
-			<-consumed
-		}
 	}
-wait:
-	for {
-		select {
-		case <-snapshot:
-			// Each detector's goroutine adds its profiles at its next step.
-			for _, rs := range ranks {
-				rs.d.requestProfiles.Store(true)
-			}
-		case <-done:
-			break wait
-		}
+	return g.set.done()
+}
+
+// stop stops the consumer and unsubscribes from the frames.
+func (g *given) stop() error {
+	if g.stopConsume != nil {
+		g.stopConsume()
+		<-g.stopped
 	}
-	stopConsumer()
-	out := make([]Stats, len(ranks))
-	for i, rs := range ranks {
-		out[i] = rs.d.Stats()
+	if g.cancelRanks != nil {
+		g.cancelRanks()
 	}
-	cfg.Logger.Info().Int("ranks", len(ranks)).Msg("detectors stopped")
-	return out, errors.Join(append(errs, consumeErr)...)
+	for _, s := range g.subs {
+		_ = s.Unsubscribe()
+	}
+	return g.consumeErr
 }
 
 // control is the run's control subscription: endAll closes on end_of_run,
@@ -423,7 +560,7 @@ func ready(ctx context.Context, cfg ServeConfig) error {
 // subscribeAllCallstacks answers the run-wide call-stack probe with the
 // call stacks of the detectors list returns (all, or the rank asked for).
 // list is called on the subscription's goroutine, once per probe.
-func subscribeAllCallstacks(cfg ServeConfig, list func() []*Detector) (*nats.Subscription, error) {
+func subscribeAllCallstacks(cfg ServeConfig, list func() []*ad.Detector) (*nats.Subscription, error) {
 	subject := natsx.Subjects{Run: cfg.Run}.AllCallstacks()
 	sub, err := cfg.Conn.Subscribe(subject, func(m *nats.Msg) {
 		var req psync.CallstackRequest
@@ -431,7 +568,7 @@ func subscribeAllCallstacks(cfg ServeConfig, list func() []*Detector) (*nats.Sub
 			return
 		}
 		for _, d := range list() {
-			if req.Rank == nil || *req.Rank == d.cfg.Rank {
+			if req.Rank == nil || *req.Rank == d.Rank() {
 				respondCallstack(m, d)
 			}
 		}
@@ -442,7 +579,7 @@ func subscribeAllCallstacks(cfg ServeConfig, list func() []*Detector) (*nats.Sub
 	return sub, nil
 }
 
-func respondCallstack(m *nats.Msg, d *Detector) {
+func respondCallstack(m *nats.Msg, d *ad.Detector) {
 	if m.Reply == "" {
 		return
 	}
@@ -462,7 +599,8 @@ func respondCallstack(m *nats.Msg, d *Detector) {
 // Durable.CheckpointEvery steps, and when ctx is cancelled before the
 // stream ends the detector is checkpointed and left open (not closed): a
 // restarted ad resumes it.
-func serveRank(ctx context.Context, d *Detector, sub msgSource, endAll <-chan struct{}, closeTimeout time.Duration, dur *rankDurable) error {
+func serveRank(ctx context.Context, d *ad.Detector, sub msgSource, endAll <-chan struct{}, closeTimeout time.Duration, dur *rankDurable) error {
+	log := d.Config().Logger
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
@@ -510,36 +648,34 @@ func serveRank(ctx context.Context, d *Detector, sub msgSource, endAll <-chan st
 			}
 		}
 		if n := sub.dropped(); n > dropped {
-			total := d.stats.droppedFrames.Add(uint64(n - dropped))
+			total := d.DroppedFrames(uint64(n - dropped))
 			if bits.Len64(total-uint64(n-dropped)) != bits.Len64(total) {
-				d.cfg.Logger.Warn().Uint64("dropped_frames", total).
+				log.Warn().Uint64("dropped_frames", total).
 					Msg("frames dropped: the detector is slower than its input (--pending-frames, --pending-bytes)")
 			}
 			dropped = n
 		}
 		if v := msg.Header.Get(SourceDroppedHeader); v != "" {
 			if n, err := strconv.ParseUint(v, 10, 64); err == nil {
-				if old := d.stats.sourceDropped.Load(); n > old {
-					d.stats.sourceDropped.Store(n)
+				if old := d.SourceDropped(n); n > old {
 					if bits.Len64(old) != bits.Len64(n) {
-						d.cfg.Logger.Warn().Uint64("source_dropped_frames", n).Msg("the rank's event source dropped frames")
+						log.Warn().Uint64("source_dropped_frames", n).Msg("the rank's event source dropped frames")
 					}
 				}
 			}
 		}
 		if msg.Header.Get(EndOfStreamHeader) != "" || len(msg.Data) == 0 {
-			d.stats.ended.Store(true)
+			d.EndOfStream()
 			break
 		}
 		f := frames.Get().(*frame.Frame)
-		if err := decodeFrame(msg.Data, f); err != nil {
+		if err := frame.DecodeMessage(msg.Data, f); err != nil {
 			frames.Put(f)
-			n := d.stats.badFrames.Add(1)
-			d.stepBad++
+			n := d.RejectBadFrame()
 			// Logged at the 1st, 2nd, 4th, 8th... so a flood cannot flood
 			// the log; every one is counted in the metrics.
 			if n&(n-1) == 0 {
-				d.cfg.Logger.Warn().Err(err).Uint64("bad_frames", n).Msg("bad frame rejected")
+				log.Warn().Err(err).Uint64("bad_frames", n).Msg("bad frame rejected")
 			}
 			continue
 		}
@@ -549,38 +685,39 @@ func serveRank(ctx context.Context, d *Detector, sub msgSource, endAll <-chan st
 			continue
 		}
 		if err := d.ProcessLent(pctx, f, putFrame); err != nil {
-			if errors.Is(err, ErrClosed) {
+			if errors.Is(err, ad.ErrClosed) {
 				break
 			}
 			// Logged at the 1st, 2nd, 4th... of each kind; all counted.
-			n := d.stats.badFrames.Load()
-			if errors.Is(err, ErrStaleFrame) {
-				n = d.stats.staleFrames.Load()
+			st := d.Stats()
+			n := st.BadFrames
+			if errors.Is(err, ad.ErrStaleFrame) {
+				n = st.StaleFrames
 			}
 			if n&(n-1) == 0 {
-				d.cfg.Logger.Warn().Err(err).Uint64("io_step", step).Uint64("count", n).Msg("frame rejected")
+				log.Warn().Err(err).Uint64("io_step", step).Uint64("count", n).Msg("frame rejected")
 			}
 		}
 		if dur != nil {
 			if err := dur.processed(ctx, d); err != nil && ctx.Err() == nil {
 				// The frames stay unacknowledged: the next checkpoint
 				// covers them.
-				d.cfg.Logger.Warn().Err(err).Msg("checkpoint failed")
+				log.Warn().Err(err).Msg("checkpoint failed")
 			}
 		}
 	}
 	cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
 	defer ccancel()
-	if dur != nil && ctx.Err() != nil && !d.stats.ended.Load() {
+	if dur != nil && ctx.Err() != nil && !d.Stats().Ended {
 		err := dur.checkpoint(cctx, d)
-		d.suspend()
+		d.Suspend()
 		if err != nil {
-			return fmt.Errorf("final checkpoint of rank %d: %w", d.cfg.Rank, err)
+			return fmt.Errorf("final checkpoint of rank %d: %w", d.Rank(), err)
 		}
 		return nil
 	}
 	if err := d.Close(cctx); err != nil {
-		return fmt.Errorf("close detector of rank %d: %w", d.cfg.Rank, err)
+		return fmt.Errorf("close detector of rank %d: %w", d.Rank(), err)
 	}
 	if dur != nil {
 		return dur.ended(cctx)
@@ -595,19 +732,3 @@ func serveRank(ctx context.Context, d *Detector, sub msgSource, endAll <-chan st
 var frames = sync.Pool{New: func() any { return new(frame.Frame) }}
 
 func putFrame(f *frame.Frame) { frames.Put(f) }
-
-// decodeFrame decodes a binary frame, or a JSON one when the body starts with
-// '{'.
-func decodeFrame(b []byte, f *frame.Frame) error {
-	if len(b) > 0 && b[0] == '{' {
-		return frame.DecodeJSON(b, f)
-	}
-	n, err := frame.DecodeBinary(b, f)
-	if err != nil {
-		return err
-	}
-	if n != len(b) {
-		return fmt.Errorf("frame message has %d bytes after the frame", len(b)-n)
-	}
-	return nil
-}

@@ -1,0 +1,183 @@
+package adnode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/kipimo-hpc/kipimo/internal/psync"
+	"github.com/kipimo-hpc/kipimo/internal/stats"
+)
+
+// fakePServer is a test double of one pserver shard set: it merges deltas
+// exactly (Seq-idempotent per detector and shard) and answers with the merged
+// models of the keys a request carried. down makes it refuse every request.
+type fakePServer struct {
+	mu       sync.Mutex
+	models   map[string]*psync.GlobalModel
+	lastSeq  map[[3]uint64]uint64
+	steps    map[[2]uint64]psync.StepSummary
+	requests int
+	dups     int
+	down     atomic.Bool
+}
+
+func newFakePServer() *fakePServer {
+	return &fakePServer{models: map[string]*psync.GlobalModel{}, lastSeq: map[[3]uint64]uint64{}, steps: map[[2]uint64]psync.StepSummary{}}
+}
+
+var errDown = errors.New("pserver double is down")
+
+func (p *fakePServer) Sync(ctx context.Context, shard int, req *psync.SyncRequest) (*psync.SyncReply, error) {
+	if p.down.Load() {
+		<-ctx.Done()
+		return nil, errDown
+	}
+	return p.handle(shard, req), nil
+}
+
+func (p *fakePServer) handle(shard int, req *psync.SyncRequest) *psync.SyncReply {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.requests++
+	// A node's request carries its ranks' Seqs: applied whole when none was
+	// applied before.
+	parts := req.Ranks
+	if len(parts) == 0 {
+		parts = []psync.RankPart{{PID: req.PID, Rank: req.Rank, Seq: req.Seq, Steps: req.Steps}}
+	}
+	rep := &psync.SyncReply{}
+	fresh := req.Seq > 0 || len(req.Ranks) > 0
+	for _, rp := range parts {
+		id := [3]uint64{uint64(rp.PID), uint64(rp.Rank), uint64(shard)}
+		if rp.Seq <= p.lastSeq[id] {
+			fresh = false
+			if len(req.Ranks) > 0 && rp.Seq > 0 {
+				rep.Stale = append(rep.Stale, psync.RankSeq{PID: rp.PID, Rank: rp.Rank, Seq: rp.Seq})
+			}
+		}
+	}
+	if fresh {
+		for _, d := range req.Models {
+			g := p.models[d.Key]
+			if g == nil {
+				g = &psync.GlobalModel{Key: d.Key}
+				p.models[d.Key] = g
+			}
+			if d.Tail != nil {
+				if g.Tail == nil {
+					g.Tail = &stats.TailHist{}
+				}
+				if err := g.Tail.Merge(*d.Tail); err != nil {
+					rep.Error = err.Error()
+					return rep
+				}
+			}
+			more := append([]psync.ModelPart{{Moments: d.Moments, Histogram: d.Histogram}}, d.More...)
+			for _, m := range more {
+				g.Moments.Merge(m.Moments)
+				if m.Histogram != nil {
+					if g.Histogram == nil {
+						g.Histogram = &stats.Histogram{}
+					}
+					if err := g.Histogram.Merge(*m.Histogram); err != nil {
+						rep.Error = err.Error()
+						return rep
+					}
+				}
+			}
+		}
+		for _, rp := range parts {
+			for _, s := range rp.Steps {
+				// An applied summary of a step already summarized (the
+				// end of the run closes the last step again) adds to it.
+				k := [2]uint64{uint64(rp.Rank), s.Step}
+				if prev, ok := p.steps[k]; ok {
+					s.Anomalies += prev.Anomalies
+					s.Executions += prev.Executions
+				}
+				p.steps[k] = s
+			}
+			p.lastSeq[[3]uint64{uint64(rp.PID), uint64(rp.Rank), uint64(shard)}] = rp.Seq
+		}
+		rep.Applied = true
+	} else {
+		p.dups++
+	}
+	rep.LastSeq = p.lastSeq[[3]uint64{uint64(req.PID), uint64(req.Rank), uint64(shard)}]
+	for _, d := range req.Models {
+		gm := p.models[d.Key]
+		if gm == nil {
+			continue
+		}
+		g := *gm
+		if g.Tail != nil {
+			t := g.Tail.Clone()
+			g.Tail = &t
+		}
+		if g.Histogram != nil {
+			h := *g.Histogram
+			h.Counts = append([]uint64(nil), h.Counts...)
+			g.Histogram = &h
+		}
+		rep.Models = append(rep.Models, g)
+	}
+	return rep
+}
+
+func (p *fakePServer) total(key string) float64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if g := p.models[key]; g != nil {
+		return g.Moments.N
+	}
+	return 0
+}
+
+// stepCount is the number of (rank, step) summaries received.
+func (p *fakePServer) stepCount() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.steps)
+}
+
+// summaryString lists, by rank, the step summaries received and their
+// anomalies and executions.
+func (p *fakePServer) summaryString() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	type tot struct{ steps, anomalies, executions uint64 }
+	by := map[uint64]*tot{}
+	for k, s := range p.steps {
+		t := by[k[0]]
+		if t == nil {
+			t = &tot{}
+			by[k[0]] = t
+		}
+		t.steps++
+		t.anomalies += s.Anomalies
+		t.executions += s.Executions
+	}
+	ranks := slices.Sorted(maps.Keys(by))
+	var b strings.Builder
+	for _, r := range ranks {
+		fmt.Fprintf(&b, "rank %d: %+v; ", r, *by[r])
+	}
+	return b.String()
+}
+
+// anomalies is the sum of the anomalies of every step summary received.
+func (p *fakePServer) anomalies() uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var n uint64
+	for _, s := range p.steps {
+		n += s.Anomalies
+	}
+	return n
+}

@@ -1,0 +1,37 @@
+package adnode
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/kipimo-hpc/kipimo/internal/natsx"
+	"github.com/kipimo-hpc/kipimo/internal/psync"
+)
+
+// NATSSyncer is a Syncer over NATS request/reply on Subjects.Sync(shard),
+// with JSON bodies (schemas/sync.schema.json).
+type NATSSyncer struct {
+	Conn     *nats.Conn
+	Subjects natsx.Subjects
+}
+
+// Sync implements Syncer.
+func (s *NATSSyncer) Sync(ctx context.Context, shard int, req *psync.SyncRequest) (*psync.SyncReply, error) {
+	data, err := json.Marshal(req)
+	if err != nil {
+		return nil, fmt.Errorf("encode sync request: %w", err)
+	}
+	subj := s.Subjects.Sync(shard)
+	msg, err := s.Conn.RequestWithContext(ctx, subj, data)
+	if err != nil {
+		return nil, fmt.Errorf("sync request on %s: %w", subj, err)
+	}
+	var rep psync.SyncReply
+	if err := json.Unmarshal(msg.Data, &rep); err != nil {
+		return nil, fmt.Errorf("decode sync reply from %s: %w", subj, err)
+	}
+	return &rep, nil
+}
