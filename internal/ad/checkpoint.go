@@ -37,10 +37,14 @@ import (
 const (
 	// CheckpointMagic starts every checkpoint.
 	CheckpointMagic = "KPCK"
-	// CheckpointVersion is the format version Checkpoint writes and Restore
-	// reads (2: the sync state's incarnation, each thread's first
-	// timestamp).
-	CheckpointVersion = 2
+	// CheckpointVersion is the format version Checkpoint writes (2: the
+	// sync state's incarnation, each thread's first timestamp; 3: the
+	// false-alarm rate, in the configuration and in queued requests'
+	// rules). Restore reads it and every version from
+	// minCheckpointVersion on.
+	CheckpointVersion = 3
+	// minCheckpointVersion is the oldest format Restore reads.
+	minCheckpointVersion = 2
 	// maxCheckpointSize bounds what Restore accepts (1 GiB).
 	maxCheckpointSize = 1 << 30
 )
@@ -248,6 +252,7 @@ func identity(c *Config) [][2]string {
 		{"tail-ratio", f(c.TailRatio)},
 		{"tail-recur", strconv.FormatUint(c.TailRecur, 10)},
 		{"recur-frac", f(c.RecurFrac)},
+		{"false-alarm-rate", f(c.FalseAlarmRate)},
 		{"resolution", f(c.Resolution)},
 		{"settle-count", f(c.SettleCount)},
 		{"sigma", f(c.Sigma)},
@@ -726,6 +731,7 @@ func (w *ckWriter) request(q *psync.SyncRequest) error {
 		w.uvarint(r.Recur)
 		w.f64(r.RecurFrac)
 		w.f64(r.Resolution)
+		w.f64(r.Alpha)
 	}
 	optLen(w, q.Models)
 	for i := range q.Models {
@@ -825,9 +831,10 @@ func counterFields(c *counters) []*atomic.Uint64 {
 // read returns zero values, so decoding code reads straight through and
 // checks r.err once.
 type ckReader struct {
-	b   []byte
-	off int
-	err error
+	b       []byte
+	off     int
+	err     error
+	version uint64 // the checkpoint's format version
 }
 
 func openCheckpoint(data []byte) (*ckReader, error) {
@@ -848,8 +855,9 @@ func openCheckpoint(data []byte) (*ckReader, error) {
 		return nil, bad(end, "checksum %08x, the content's is %08x (truncated or corrupted)", got, want)
 	}
 	r := &ckReader{b: data[:end], off: len(CheckpointMagic)}
-	if v := r.uvarint(); r.err == nil && v != CheckpointVersion {
-		return nil, bad(len(CheckpointMagic), "version %d, this detector reads version %d", v, CheckpointVersion)
+	r.version = r.uvarint()
+	if r.err == nil && (r.version < minCheckpointVersion || r.version > CheckpointVersion) {
+		return nil, bad(len(CheckpointMagic), "version %d, this detector reads versions %d to %d", r.version, minCheckpointVersion, CheckpointVersion)
 	}
 	return r, r.err
 }
@@ -998,6 +1006,11 @@ func (r *ckReader) delta(prev *uint64) uint64 {
 
 func (r *ckReader) identity(c *Config) error {
 	want := identity(c)
+	if r.version < 3 {
+		// version 2 predates the false-alarm rate: its state holds
+		// histograms the rate only reads
+		want = slices.DeleteFunc(want, func(kv [2]string) bool { return kv[0] == "false-alarm-rate" })
+	}
 	n := r.count(2)
 	got := make([][2]string, 0, n)
 	for range n {
@@ -1564,6 +1577,9 @@ func (r *ckReader) request() *psync.SyncRequest {
 	q := &psync.SyncRequest{PID: r.u32(), Rank: r.u32(), Seq: r.uvarint(), Step: r.uvarint(), Algorithm: r.str(), Hostname: r.str()}
 	if r.bool() {
 		q.TailRule = &stats.TailRule{Ratio: r.f64(), Recur: r.uvarint(), RecurFrac: r.f64(), Resolution: r.f64()}
+		if r.version >= 3 {
+			q.TailRule.Alpha = r.f64()
+		}
 	}
 	q.Models = optMake[psync.ModelDelta](r.optCount(5))
 	for i := range q.Models {

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"os"
 	"reflect"
 	"slices"
 	"sort"
@@ -765,7 +766,7 @@ func TestCheckpointCoversEveryField(t *testing.T) {
 			held heldOnce lent giveBack batch stats requestProfiles snap closeMu closed`},
 		// a setting the state depends on goes into identity(); these are
 		// the restoring process's (Hostname is the checkpoint's)
-		{Config{}, `PID Rank Algorithm Chimbuko TailRatio TailRecur RecurFrac SettleCount Resolution Sigma Threshold Bins
+		{Config{}, `PID Rank Algorithm Chimbuko TailRatio TailRecur RecurFrac FalseAlarmRate SettleCount Resolution Sigma Threshold Bins
 			Statistic SlowOnly ByCallPath ModelPathDepth ProfilePaths CallPathDepth MinRuntime Ignore MinCount Isolation
 			MaxMass Window MaxPendingSteps NormalRate Shards Syncer
 			ProfileEvery MaxHeldFrames Hostname Barrier SyncWait ExactSync SyncTimeout SyncBackoffMax MaxStepSummaries Sink Logger`},
@@ -900,4 +901,64 @@ func BenchmarkCheckpointSynthetic(b *testing.B) {
 		b.Fatal(err)
 	}
 	benchCheckpoint(b, Config{}, w.frames[0], 15)
+}
+
+// TestRestoreVersion2 restores a checkpoint written by the previous format
+// (version 2, before the false-alarm rate: testdata/checkpoint/
+// v2-synthetic-hbos.kpck, ckSample's state taken by that version): it
+// restores under today's configuration, goes on with the next frames, and
+// its own checkpoint is of today's version and restores again.
+func TestRestoreVersion2(t *testing.T) {
+	old, err := os.ReadFile("testdata/checkpoint/v2-synthetic-hbos.kpck")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := binary.Uvarint(old[len(CheckpointMagic):]); v != 2 {
+		t.Fatalf("the sample is version %d, want 2", v)
+	}
+	cfg, fresh, _ := ckSample(t)
+	restore := func(cp []byte) *Detector {
+		t.Helper()
+		c := cfg
+		c.Syncer = newFakePServer()
+		d, err := Restore(c, cp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	a, b := restore(old), restore(fresh)
+	if !slices.Equal(a.ModelKeys(), b.ModelKeys()) {
+		t.Errorf("models restored from version 2: %v; from today's: %v", a.ModelKeys(), b.ModelKeys())
+	}
+	w := loadCkWorkloads(t)["synthetic"]
+	var f frame.Frame
+	for _, d := range []*Detector{a, b} {
+		for _, raw := range w.frames[0][5:8] {
+			if _, err := frame.DecodeBinary(raw, &f); err != nil {
+				t.Fatal(err)
+			}
+			if err := d.Process(context.Background(), &f); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if sa, sb := a.Stats(), b.Stats(); sa.Anomalies != sb.Anomalies || sa.Executions != sb.Executions {
+		t.Errorf("after 3 more steps: %d anomalies in %d executions from version 2, %d in %d from today's", sa.Anomalies, sa.Executions, sb.Anomalies, sb.Executions)
+	}
+	again, err := a.Checkpoint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := binary.Uvarint(again[len(CheckpointMagic):]); v != CheckpointVersion {
+		t.Errorf("checkpoint of a detector restored from version 2 is version %d, want %d", v, CheckpointVersion)
+	}
+	for _, d := range []*Detector{a, b} {
+		if err := d.Close(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := restore(again).Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -20,7 +20,8 @@
 // Semantics (docs/detection.md):
 //   - An execution is flagged when its runtime lies outside its model's
 //     natural range (stats.TailHist): the body of runtimes, continuous within
-//     TailRatio, plus modes that recur (TailRecur, RecurFrac). Tail, the
+//     TailRatio, plus modes that recur (TailRecur, RecurFrac), up to the
+//     (1-FalseAlarmRate) quantile short of a clear gap. Tail, the
 //     default algorithm, uses the range alone; SSTD, HBOS and COPOD flag only
 //     what they flag outside it. Chimbuko's rules (Config.Chimbuko) drop the
 //     range, for comparison.
@@ -71,13 +72,15 @@ const (
 // Algorithms lists the algorithm names, the default first.
 var Algorithms = []string{Tail, SSTD, HBOS, COPOD}
 
-// Default tail rule (Config.TailRatio, TailRecur, Resolution).
+// Default tail rule (Config.TailRatio, TailRecur, RecurFrac,
+// FalseAlarmRate, Resolution).
 const (
-	DefaultTailRatio   = 1.4
-	DefaultTailRecur   = 5
-	DefaultRecurFrac   = 0.005
-	DefaultSettleCount = 1000
-	DefaultResolution  = 1.0
+	DefaultTailRatio      = 1.4
+	DefaultTailRecur      = 5
+	DefaultRecurFrac      = 0.005
+	DefaultFalseAlarmRate = 1e-4
+	DefaultSettleCount    = 1000
+	DefaultResolution     = 1.0
 )
 
 // Statistic names: which runtime the models are built on.
@@ -109,12 +112,22 @@ type Config struct {
 	// be outside the natural range, and how far apart two runtimes may be
 	// and still belong to one body (default 1.4).
 	TailRatio float64
-	// TailRecur is how many runtimes in one bin (about 9% wide) make them
-	// natural whatever the gap below them (default 5).
+	// TailRecur is how many runtimes per bin (about 9% wide) it occupies a
+	// mode beyond a gap needs to be natural whatever the gap below it
+	// (default 5).
 	TailRecur uint64
-	// RecurFrac raises TailRecur to this fraction of the model's runtimes
-	// (default 0.005): a cluster of rare anomalies is not behaviour.
+	// RecurFrac is the share of the model's runtimes such a mode must also
+	// hold, all its bins together, or 0.3 of it (stats.DenseShare; 0.5 for
+	// a mode 4x beyond) within TailRatio of each other (default 0.005): a
+	// cluster of rare anomalies is not behaviour.
 	RecurFrac float64
+	// FalseAlarmRate is the share of a function's calls that may lie beyond
+	// its natural range (per call, per function; default 1e-4, in (0,
+	// 0.1)): the range never ends below the (1-FalseAlarmRate) quantile of
+	// the model's runtimes, except across a clear gap (1.5x beyond,
+	// stats.ClearGapRatio), so rare far stalls stay anomalies
+	// (docs/detection.md).
+	FalseAlarmRate float64
 	// SettleCount is how many runtimes a model needs before an execution
 	// beyond its natural range is flagged (default 1000): earlier, the
 	// execution waits (at most MaxPendingSteps steps) for the model to
@@ -241,7 +254,7 @@ type Config struct {
 
 // TailRule is the rule the natural range is read with.
 func (c *Config) TailRule() stats.TailRule {
-	return stats.TailRule{Ratio: c.TailRatio, Recur: c.TailRecur, RecurFrac: c.RecurFrac, Resolution: c.Resolution}
+	return stats.TailRule{Ratio: c.TailRatio, Recur: c.TailRecur, RecurFrac: c.RecurFrac, Resolution: c.Resolution, Alpha: c.FalseAlarmRate}
 }
 
 // gated reports whether executions must lie beyond the natural range to be
@@ -282,6 +295,12 @@ func (c *Config) Validate() error {
 	}
 	if c.RecurFrac < 0 || c.RecurFrac >= 1 {
 		return fmt.Errorf("recurring fraction %v must be in [0, 1)", c.RecurFrac)
+	}
+	if c.FalseAlarmRate == 0 {
+		c.FalseAlarmRate = DefaultFalseAlarmRate
+	}
+	if !(c.FalseAlarmRate > 0 && c.FalseAlarmRate < 0.1) {
+		return fmt.Errorf("false-alarm rate %v must be in (0, 0.1): the share of a function's calls that may be flagged, e.g. 1e-4", c.FalseAlarmRate)
 	}
 	if c.Resolution == 0 {
 		c.Resolution = DefaultResolution

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 
+	"github.com/kipimo-hpc/kipimo/internal/daemon"
 	"github.com/kipimo-hpc/kipimo/internal/natsx"
 	"github.com/kipimo-hpc/kipimo/internal/psync"
 )
@@ -28,6 +29,7 @@ type callstackOpts struct {
 	timeout  time.Duration
 	quiet    time.Duration
 	json     bool
+	auth     *daemon.NATSAuth
 }
 
 func newCallstackCmd() *cobra.Command {
@@ -72,6 +74,7 @@ NATS server and run id (from its endpoints.json).`,
 	f.DurationVar(&o.timeout, "timeout", 3*time.Second, "longest wait for answers")
 	f.DurationVar(&o.quiet, "quiet", 300*time.Millisecond, "stop collecting once no answer arrived for this long")
 	f.BoolVar(&o.json, "json", false, "print the answers as a JSON array instead of text")
+	o.auth = addNATSAuth(f)
 	return cmd
 }
 
@@ -91,9 +94,16 @@ func runCallstack(ctx context.Context, w io.Writer, o callstackOpts) error {
 	if o.timeout <= 0 || o.quiet <= 0 || (o.watch && o.interval <= 0) {
 		return errors.New("--timeout, --quiet and --interval must be positive")
 	}
-	nc, err := natsx.Connect(ctx, o.natsURL, "kipimo-callstack")
+	if o.auth == nil {
+		o.auth = &daemon.NATSAuth{}
+	}
+	authOpts, err := o.auth.Options()
 	if err != nil {
 		return err
+	}
+	nc, err := natsx.Connect(ctx, o.natsURL, "kipimo-callstack", authOpts...)
+	if err != nil {
+		return natsAuthHint(err, o.auth)
 	}
 	defer nc.Close()
 	for {

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kipimo-hpc/kipimo/internal/config"
+	"github.com/kipimo-hpc/kipimo/internal/daemon"
 	"github.com/kipimo-hpc/kipimo/internal/instrument"
 	"github.com/kipimo-hpc/kipimo/internal/natsx"
 )
@@ -21,6 +22,7 @@ func newExecCmd() *cobra.Command {
 		env     instrument.Env
 		injects []string
 		noMPI   bool
+		auth    *daemon.NATSAuth
 	)
 	cmd := &cobra.Command{
 		Use:   "exec --run ID [flags] -- COMMAND [ARGS...]",
@@ -53,6 +55,11 @@ environment variable, the same ones the library itself reads.`,
 			if err := natsx.ValidRun(env.Run); err != nil {
 				return fmt.Errorf("--run: %w", err)
 			}
+			url, err := libraryNATSURL(env.NATSURL, auth)
+			if err != nil {
+				return err
+			}
+			env.NATSURL = url
 			for _, s := range injects {
 				in, err := instrument.ParseInjection(s)
 				if err != nil {
@@ -75,7 +82,8 @@ environment variable, the same ones the library itself reads.`,
 	}
 	f := cmd.Flags()
 	config.AddConfigFlag(f)
-	f.StringVar(&env.NATSURL, "nats", "nats://127.0.0.1:4222", "NATS server the frames go to (the node-local one)")
+	f.StringVar(&env.NATSURL, "nats", "nats://127.0.0.1:4222", "NATS server the frames go to (the node-local one); a token as nats://TOKEN@host:4222")
+	auth = addNATSAuth(f)
 	f.StringVar(&env.Run, "run", "", "run id on the NATS subjects (required)")
 	f.Uint32Var(&env.PID, "pid", 0, "program id on the subjects (one per program of an MPMD job)")
 	f.DurationVar(&env.Period, "period", time.Second, "io_step period (like TAU_ADIOS2_PERIOD)")
@@ -105,7 +113,7 @@ func buildForExec(cmd *cobra.Command, noMPI bool, command []string) (*instrument
 			return lib, err
 		}
 	}
-	return instrument.Build(ctx, instrument.BuildOptions{})
+	return instrument.Build(ctx, instrument.BuildOptions{Command: command})
 }
 
 func newLibCmd() *cobra.Command {

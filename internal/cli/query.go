@@ -99,7 +99,7 @@ mongodb:// URI) or asks a running provdb over HTTP (--url).`,
 	pf.StringVar(&o.store, "store", "", "store to read: a SQLite file, a run's directory or a mongodb:// URI (default: the latest run's store under ./kipimo-out, else the provdb daemon's ./kipimo-prov.db)")
 	pf.StringVar(&o.tokenFile, "token-file", "", "file holding the bearer token of the provdb HTTP API")
 	pf.BoolVar(&o.json, "json", false, "print JSON lines instead of a table")
-	cmd.AddCommand(newQueryListCmd(o), newQueryShowCmd(o), newQueryCountCmd(o), newQueryAggCmd(o))
+	cmd.AddCommand(newQueryListCmd(o), newQueryShowCmd(o), newQueryCountCmd(o), newQueryAggCmd(o), newQueryRecurringCmd(o))
 	return cmd
 }
 
@@ -203,10 +203,9 @@ which it is (the LABEL column, final_label in JSON).`,
 				return err
 			}
 			defer b.Close()
-			switch labels {
-			case labelsFinal, labelsUnflagged, labelsAll:
-			default:
-				return fmt.Errorf("--labels %q: use final, unflagged or all", labels)
+			labels, err := parseLabels(labels)
+			if err != nil {
+				return err
 			}
 			// Records whose stored documents are bad are left out of
 			// the listing; a warning on stderr says how many.
@@ -223,7 +222,7 @@ which it is (the LABEL column, final_label in JSON).`,
 		},
 	}
 	filterFlags(cmd.Flags(), true)
-	cmd.Flags().StringVar(&labels, "labels", labelsFinal, "anomalies after the end-of-run relabelling: final (those that stand), unflagged or all")
+	cmd.Flags().StringVar(&labels, "labels", labelsFinal, labelsUsage)
 	return cmd
 }
 
@@ -281,10 +280,15 @@ EVENT_ID is "<rank>:<io_step>:<idx>".`,
 }
 
 func newQueryCountCmd(o *queryOpts) *cobra.Command {
+	var labels string
 	cmd := &cobra.Command{
 		Use:   "count",
 		Short: "Count records matching filters",
-		Args:  cobra.NoArgs,
+		Long: `Count records matching filters. Anomalies are counted as list shows them:
+once a run has ended, those the final models still flag (--labels final, the
+default); --labels unflagged counts the others, --labels all every anomaly
+flagged during the run.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			q, err := queryFromFlags(cmd)
 			if err != nil {
@@ -295,7 +299,19 @@ func newQueryCountCmd(o *queryOpts) *cobra.Command {
 				return err
 			}
 			defer b.Close()
-			n, err := b.Count(cmd.Context(), q)
+			var skips provenance.Skips
+			ctx := provenance.WithSkips(cmd.Context(), &skips)
+			defer warnSkipped(cmd.ErrOrStderr(), &skips)
+			labels, ranges, err := labelRanges(cmd, b, q.Kind, labels)
+			if err != nil {
+				return err
+			}
+			var n int64
+			if ranges != nil {
+				n, err = countLabelled(ctx, b, q, labels, ranges)
+			} else {
+				n, err = b.Count(ctx, q)
+			}
 			if err != nil {
 				return err
 			}
@@ -307,15 +323,20 @@ func newQueryCountCmd(o *queryOpts) *cobra.Command {
 		},
 	}
 	filterFlags(cmd.Flags(), false)
+	cmd.Flags().StringVar(&labels, "labels", labelsFinal, labelsUsage)
 	return cmd
 }
 
 func newQueryAggCmd(o *queryOpts) *cobra.Command {
-	var by string
+	var by, labels string
 	cmd := &cobra.Command{
 		Use:   "agg",
 		Short: "Count executions grouped by rank, function, io_step or (rank, function)",
-		Args:  cobra.NoArgs,
+		Long: `Count executions grouped by rank, function, io_step or (rank, function).
+Anomalies are counted as list shows them: once a run has ended, those the
+final models still flag (--labels final, the default); --labels unflagged
+counts the others, --labels all every anomaly flagged during the run.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			g, err := provenance.ParseGroupBy(by)
 			if err != nil {
@@ -333,7 +354,19 @@ func newQueryAggCmd(o *queryOpts) *cobra.Command {
 				return err
 			}
 			defer b.Close()
-			gs, err := b.Aggregate(cmd.Context(), q, g)
+			var skips provenance.Skips
+			ctx := provenance.WithSkips(cmd.Context(), &skips)
+			defer warnSkipped(cmd.ErrOrStderr(), &skips)
+			labels, ranges, err := labelRanges(cmd, b, q.Kind, labels)
+			if err != nil {
+				return err
+			}
+			var gs []provenance.Group
+			if ranges != nil {
+				gs, err = aggregateLabelled(ctx, b, q, g, labels, ranges)
+			} else {
+				gs, err = b.Aggregate(ctx, q, g)
+			}
 			if err != nil {
 				return err
 			}
@@ -345,6 +378,7 @@ func newQueryAggCmd(o *queryOpts) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&by, "by", "func", "grouping: rank, func, step or rank,func")
 	filterFlags(cmd.Flags(), false)
+	cmd.Flags().StringVar(&labels, "labels", labelsFinal, labelsUsage)
 	return cmd
 }
 
@@ -366,7 +400,9 @@ func listExecs(ctx context.Context, w io.Writer, b queryBackend, q provenance.Qu
 	var fn func(provenance.Exec) error
 	var t *streamTable
 	n := 0
-	labelled := q.Kind == provenance.KindAnomalies && len(ranges) > 0
+	// With --labels unflagged and no final models, nothing was unflagged:
+	// every record is left out.
+	labelled := q.Kind == provenance.KindAnomalies && (len(ranges) > 0 || labels == labelsUnflagged)
 	if asJSON {
 		enc := json.NewEncoder(bw)
 		enc.SetEscapeHTML(false)

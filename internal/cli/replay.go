@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 
+	"github.com/kipimo-hpc/kipimo/internal/daemon"
 	"github.com/kipimo-hpc/kipimo/internal/natsx"
 	"github.com/kipimo-hpc/kipimo/internal/replay"
 	"github.com/kipimo-hpc/kipimo/internal/replay/publish"
@@ -26,6 +27,7 @@ func newReplayCmd() *cobra.Command {
 		asJSON   bool
 		progress bool
 		endMark  bool
+		auth     *daemon.NATSAuth
 	)
 	cmd := &cobra.Command{
 		Use:   "replay [--format tau|caliper|chrome|otf2|frames] [flags] FILE...",
@@ -68,6 +70,10 @@ convert" reports it: one line per kind, and "losses" in --json.`,
 			if err != nil {
 				return fmt.Errorf("replay: %w", err)
 			}
+			authOpts, err := auth.Options()
+			if err != nil {
+				return err
+			}
 			url := natsURL
 			if url == "" {
 				dir, err := os.MkdirTemp("", "kipimo-replay-nats-")
@@ -87,10 +93,10 @@ convert" reports it: one line per kind, and "losses" in --json.`,
 			// Like an instrumented application, replay rides out a NATS
 			// restart: frames wait in the client's buffer (64 MiB) and go
 			// out on reconnecting; it gives up after 30 s without a server.
-			nc, err := natsx.Connect(cctx, url, "kipimo-replay", nats.MaxReconnects(120))
+			nc, err := natsx.Connect(cctx, url, "kipimo-replay", append(authOpts, nats.MaxReconnects(120))...)
 			cancel()
 			if err != nil {
-				return err
+				return natsAuthHint(err, auth)
 			}
 			defer nc.Close()
 			pace := publish.Pace{Speed: sp, EndOfStream: endMark}
@@ -135,6 +141,7 @@ convert" reports it: one line per kind, and "losses" in --json.`,
 	tf.register(cmd, replay.Formats, replay.FormatFrames)
 	f := cmd.Flags()
 	f.StringVar(&natsURL, "nats", "", "NATS server URL (nats://host:port); empty starts an embedded server")
+	auth = addNATSAuth(f)
 	f.StringVar(&run, "run", "default", "run id: the <run> of the frame subjects")
 	f.StringVar(&speed, "speed", "max", "max, realtime, or a factor of recorded time such as 10x")
 	f.BoolVar(&asJSON, "json", false, "print the summary as one JSON line")

@@ -35,6 +35,7 @@ func newRunCmd() *cobra.Command {
 		injects     []string
 		ev          evalFlags
 		memLimit    string
+		natsAuth    *daemon.NATSAuth
 	)
 	cmd := &cobra.Command{
 		Use:   "run [flags] [--format FORMAT FILE... | --exec -- COMMAND [ARGS...]]",
@@ -109,6 +110,21 @@ data was kept, where the results are, and the commands to explore them.`,
 					return err
 				}
 			}
+			if *natsAuth != (daemon.NATSAuth{}) {
+				if cfg.NATSURL == "" {
+					return errors.New("the --nats-* credentials and TLS flags are for the server of --nats: the embedded NATS server asks for none")
+				}
+				cfg.NATSAuth = *natsAuth
+				if execMode {
+					// The event library in the command's processes
+					// reads its credentials from its URL.
+					u, err := libraryNATSURL(cfg.NATSURL, natsAuth)
+					if err != nil {
+						return err
+					}
+					cfg.NATSURL = u
+				}
+			}
 			if execMode {
 				cfg.Live.Command = args
 				for _, s := range injects {
@@ -176,7 +192,8 @@ data was kept, where the results are, and the commands to explore them.`,
 	f.BoolVar(&keepServing, "keep-serving", false, "keep the dashboard up after the run until interrupted")
 	f.StringVar(&cfg.TaudbDSN, "taudb", "", "PostgreSQL DSN: also store the run as a TAUdb trial (env KIPIMO_TAUDB or KIPIMO_TAUDB_DSN)")
 	f.IntVar(&cfg.MaxLag, "max-lag", 0, "io_steps a rank's input may run ahead of its detector before the input waits (back-pressure); 0: 16, fewer beyond 256 ranks so that at most 4,096 frames wait in all (at least 2)")
-	f.StringVar(&cfg.NATSURL, "nats", "", "use this NATS server instead of an embedded one")
+	f.StringVar(&cfg.NATSURL, "nats", "", "use this NATS server instead of an embedded one (a token as nats://TOKEN@host:4222; credentials with --nats-user, --nats-creds...)")
+	natsAuth = addNATSAuth(f)
 	f.BoolVar(&cfg.KeepNATS, "keep-nats", false, "keep the embedded NATS server's data (<out>/<run>/nats) after the run; by default it is deleted, everything kept being in the provenance store")
 	f.StringVar(&memLimit, "memory-limit", "auto", daemon.MemoryLimitUsage)
 	f.BoolVar(&jsonOut, "json", false, "print the summary as JSON (with --exec: the last line of stdout, after the command's output)")
@@ -205,7 +222,7 @@ func runPipeline(ctx context.Context, stdout, stderr io.Writer, cfg run.Config, 
 	ctx = context.WithoutCancel(ctx)
 	p, err := run.Start(ctx, cfg, log)
 	if err != nil {
-		return err
+		return natsAuthHint(err, &cfg.NATSAuth)
 	}
 	tty := isTerminal(stderr)
 	stopped, stopWatch := watchSignals(sigs, p, stderr, tty)

@@ -197,6 +197,31 @@ type GlobalFuncStats struct {
 	// thresholds below and above which runtimes are anomalies (absent with
 	// Chimbuko's rules): the end-of-run relabelling reads it.
 	NaturalRange *Range `json:"natural_range,omitempty"`
+	// Recurring is the key's recurring slow mode, when it has one: natural
+	// runtimes beyond a gap above the body of its runtimes that hold at
+	// least 10% of its time (docs/detection.md).
+	Recurring *RecurringMode `json:"recurring,omitempty"`
+}
+
+// RecurringMode is a recurring slow mode of a model key (a function, or a
+// call path): reported whether or not any of its executions were flagged.
+type RecurringMode struct {
+	// Calls is how many executions the mode holds, CallsFraction their
+	// share of the key's executions.
+	Calls         uint64  `json:"calls"`
+	CallsFraction float64 `json:"calls_fraction"`
+	// TypicalUs is the mode's median runtime, LowUs and HighUs its
+	// smallest and largest (µs).
+	TypicalUs float64 `json:"typical_us"`
+	LowUs     float64 `json:"low_us"`
+	HighUs    float64 `json:"high_us"`
+	// TimeShare is the mode's share of the key's total runtime.
+	TimeShare float64 `json:"time_share"`
+	// FirstIOStep is the first io_step whose statistics carried a runtime
+	// in the mode; Ranks the ranks that sent some (at most 64, the
+	// smallest).
+	FirstIOStep uint64   `json:"first_io_step"`
+	Ranks       []uint32 `json:"ranks"`
 }
 
 // GlobalCounterStats is the run's final statistics of one counter (collection

@@ -49,11 +49,13 @@ type blockKey struct {
 
 func blockOf(id DetectorID) blockKey { return blockKey{id.PID, id.Rank >> blockShift} }
 
-// blockCell is a block's counts in one io_step: the anomalies of its ranks
-// and how many of its ranks had any.
+// blockCell is a block's counts in one io_step: the anomalies of its ranks,
+// how many of its ranks had any, and the most one of them had (a rank's
+// cell only grows, so the largest is kept as cells change).
 type blockCell struct {
 	Anomalies uint64
 	HotRanks  uint64
+	Peak      uint64
 }
 
 // blockInfo is what is known of a block's ranks over the run.
@@ -75,6 +77,7 @@ func (st *StepAgg) addCell(id DetectorID, before, after Cell) {
 		st.blocks[k] = b
 	}
 	b.Anomalies += after.Anomalies - before.Anomalies
+	b.Peak = max(b.Peak, after.Anomalies)
 	if before.Anomalies == 0 && after.Anomalies > 0 {
 		b.HotRanks++
 	}
@@ -157,6 +160,10 @@ type Aggregates struct {
 	HaveStep bool
 	Folded   Totals // steps evicted from the window
 	Late     uint64 // summaries older than the window when they arrived
+	// StartTS is the earliest timestamp a step summary reported (µs, the
+	// trace's clock): the run's start, which the dashboard shows times
+	// relative to.
+	StartTS  uint64
 	Ranks    map[DetectorID]*RankTotals
 	RankFunc map[RankFunc]*AnomalyMetrics
 	Funcs    map[string]*AnomalyMetrics
@@ -205,6 +212,9 @@ func (a *Aggregates) AddStep(id DetectorID, s *psync.StepSummary) {
 		a.addRank(id)
 	}
 	defer a.bumpTop(id)
+	if s.MinTS > 0 && (a.StartTS == 0 || s.MinTS < a.StartTS) {
+		a.StartTS = s.MinTS
+	}
 	// A frame is a (rank, io_step): a second summary of the rank's latest
 	// step (the detector's final flush at close) adds to it without counting
 	// another frame or step.

@@ -105,6 +105,11 @@ func storedRun(t testing.TB, ranks, steps, funcs int, slow uint32) (*sqlitestore
 func TestStoreDashboardViews(t *testing.T) {
 	const ranks, steps, slow = 6, 10, 2
 	st, fs := storedRun(t, ranks, steps, 5, slow)
+	for i := range fs {
+		// The final models' natural ranges, as the default algorithm
+		// keeps them (the records have no explanation, so all stand).
+		fs[i].NaturalRange = &provenance.Range{Low: 20, High: 140}
+	}
 	d, err := NewStoreDashboard(context.Background(), st, StoreOptions{Run: "old", FuncStats: fs})
 	if err != nil {
 		t.Fatal(err)
@@ -151,8 +156,19 @@ func TestStoreDashboardViews(t *testing.T) {
 	if code := getJSON(t, ts.URL+"/api/function?func="+funcName(0), &fv); code != 200 {
 		t.Fatalf("function view: %d", code)
 	}
-	if len(fv.Bins) == 0 || fv.Total == 0 || fv.Anomalies.Count == 0 || fv.ThresholdRuntime <= fv.Row.Mean {
-		t.Errorf("function view %+v: want bins, anomalies and a threshold above the mean", fv)
+	normals, err := st.Count(context.Background(), provenance.Query{Kind: provenance.KindNormalExecs, Func: funcName(0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Drawn from the stored normal executions alone, labelled by the final
+	// model's natural range.
+	if len(fv.Bins) == 0 || fv.Total != uint64(normals) || fv.Anomalies.Count == 0 || fv.Model != ModelNaturalRange || fv.ThresholdRuntime != 140 || fv.LowThreshold != 20 {
+		t.Errorf("function view %+v: want bins of the %d normal executions, anomalies and the natural range 20..140", fv, normals)
+	}
+	for _, b := range fv.Bins {
+		if b.Anomalous != (b.Lo > 140 || b.Hi < 20) {
+			t.Errorf("bin %+v labelled against the range 20..140", b)
+		}
 	}
 	for _, tc := range []struct {
 		url  string

@@ -15,12 +15,17 @@ import (
 
 // FuncStatsRecords returns the final func_stats records of this shard's model
 // keys, in key order, with each key's final natural range when detectors
-// send them (the end-of-run relabelling reads it). FID is the FNV-1a 32 hash of the key, the same on every
+// send them (the end-of-run relabelling reads it) and its recurring slow
+// mode, if any (State.Recurring). FID is the FNV-1a 32 hash of the key, the same on every
 // shard, since keys are names (or call paths) rather than per-rank ids.
 func (s *Server) FuncStatsRecords() []provenance.GlobalFuncStats {
 	var out []provenance.GlobalFuncStats
 	s.View(func(st *State) {
 		ranges := st.NaturalRanges()
+		recurring := map[string]*provenance.RecurringMode{}
+		for _, r := range st.Recurring() {
+			recurring[r.Func] = &r.RecurringMode
+		}
 		for _, k := range st.ModelKeys() {
 			m := st.Models[k]
 			f := provenance.GlobalFuncStats{
@@ -29,6 +34,7 @@ func (s *Server) FuncStatsRecords() []provenance.GlobalFuncStats {
 			if r, ok := ranges[k]; ok {
 				f.NaturalRange = &r
 			}
+			f.Recurring = recurring[k]
 			out = append(out, f)
 		}
 	})

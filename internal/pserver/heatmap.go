@@ -31,9 +31,57 @@ type HeatMap struct {
 	// HotRanks holds, when Banded, how many of the band's ranks had
 	// anomalies in each cell, in the order of Cells.
 	HotRanks []uint64 `json:"hot_ranks,omitempty"`
-	Max      uint64   `json:"max"`
+	// Peaks holds, when Banded, the most anomalies one rank of the band
+	// had in each cell, in the order of Cells: what a band's cell is
+	// coloured by, so that one slow rank stands out of its band however
+	// many ranks the band sums.
+	Peaks []uint64 `json:"peaks,omitempty"`
+	Max   uint64   `json:"max"`
+	// Scale is the colour scale of the cells.
+	Scale HeatScale `json:"scale"`
 	// RankCount is the number of ranks that reported, over all rows.
 	RankCount int `json:"rank_count"`
+}
+
+// HeatScale is the heat map's colour scale. A cell is coloured by one
+// rank's anomalies in one io_step (a band's cell by its busiest rank's),
+// in one of HeatClasses classes measured against Typical, the median of
+// every cell of the map (empty cells included; at least 1): class 0 holds
+// values up to Typical, class 1 up to Edges[1] = 2×Typical, class 2 up to
+// Edges[2] = 4×Typical, class 3 everything beyond. Ranks that are as noisy
+// as the rest stay in the pale classes whatever the noise's level or the
+// number of ranks, and one rank far beyond them takes the top class, at 8
+// ranks or 4,096; the maximum of noisy counts never sets the colours.
+type HeatScale struct {
+	Typical uint64   `json:"typical"`
+	Edges   []uint64 `json:"edges"` // upper bounds of classes 0..HeatClasses-2
+}
+
+// HeatClasses is the number of colour classes of a HeatScale.
+const HeatClasses = 4
+
+// newHeatScale builds the scale of a map of cells cells whose non-zero
+// values are vals (reordered).
+func newHeatScale(vals []uint64, cells int) HeatScale {
+	slices.Sort(vals)
+	typical := uint64(0)
+	if zeros := cells - len(vals); cells > 0 {
+		if mid := cells / 2; mid >= zeros {
+			typical = vals[mid-zeros]
+		}
+	}
+	typical = max(typical, 1)
+	return HeatScale{Typical: typical, Edges: []uint64{typical, 2 * typical, 4 * typical}}
+}
+
+// Class is the colour class (0..HeatClasses-1) of a cell of value v > 0.
+func (s HeatScale) Class(v uint64) int {
+	for i, e := range s.Edges {
+		if v <= e {
+			return i
+		}
+	}
+	return len(s.Edges)
 }
 
 // Band is a row of a banded heat map: the ranks First..Last of program PID
@@ -116,7 +164,7 @@ func heatMap(st *State, last int) HeatMap {
 	if len(ids) <= maxHeatRanks {
 		return rankHeatMap(st, last, ids, nil)
 	}
-	h := HeatMap{Banded: true, Ranks: []DetectorID{}, Cells: [][3]uint64{}, Steps: []uint64{}, HotRanks: []uint64{}, RankCount: len(ids)}
+	h := HeatMap{Banded: true, Ranks: []DetectorID{}, Cells: [][3]uint64{}, Steps: []uint64{}, HotRanks: []uint64{}, Peaks: []uint64{}, RankCount: len(ids)}
 	var idx map[blockKey]int
 	h.Bands, idx = bands(a)
 	sums := make([]blockCell, len(h.Bands))
@@ -127,6 +175,7 @@ func heatMap(st *State, last int) HeatMap {
 			s := &sums[idx[k]]
 			s.Anomalies += c.Anomalies
 			s.HotRanks += c.HotRanks
+			s.Peak = max(s.Peak, c.Peak)
 		}
 		for bi, s := range sums {
 			if s.Anomalies == 0 {
@@ -134,9 +183,11 @@ func heatMap(st *State, last int) HeatMap {
 			}
 			h.Cells = append(h.Cells, [3]uint64{uint64(bi), uint64(si), s.Anomalies})
 			h.HotRanks = append(h.HotRanks, s.HotRanks)
+			h.Peaks = append(h.Peaks, s.Peak)
 			h.Max = max(h.Max, s.Anomalies)
 		}
 	}
+	h.Scale = newHeatScale(slices.Clone(h.Peaks), len(h.Bands)*len(h.Steps))
 	return h
 }
 
@@ -169,6 +220,11 @@ func rankHeatMap(st *State, last int, ids []DetectorID, band *Band) HeatMap {
 			}
 		}
 	}
+	vals := make([]uint64, len(h.Cells))
+	for i, c := range h.Cells {
+		vals[i] = c[2]
+	}
+	h.Scale = newHeatScale(vals, len(ids)*len(h.Steps))
 	return h
 }
 

@@ -17,7 +17,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/kipimo-hpc/kipimo/internal/daemon"
-	"github.com/kipimo-hpc/kipimo/internal/stats"
 )
 
 //go:embed web
@@ -26,14 +25,14 @@ var webFS embed.FS
 // dashboard is what the dashboard's HTTP API reads: a live Server's state
 // or a finished run's state rebuilt from its provenance store.
 type dashboard struct {
-	cfg     Config                                                             // run, shard, window, provdb paths
-	view    func(f func(st *State))                                            // runs f on the state under its lock
-	summary func(st *State) Summary                                            // GET /api/summary
-	hist    func(r *http.Request, fn string) (*stats.Histogram, string, error) // a function's histogram and its source
-	events  http.HandlerFunc                                                   // GET /api/events
-	metrics http.Handler                                                       // GET /metrics; nil: none
-	provdb  http.Handler                                                       // /provdb/...
-	hasProv bool                                                               // whether provdb answers
+	cfg     Config                                              // run, shard, window, provdb paths
+	view    func(f func(st *State))                             // runs f on the state under its lock
+	summary func(st *State) Summary                             // GET /api/summary
+	hist    func(r *http.Request, fn string) (funcModel, error) // what a function's view is drawn from
+	events  http.HandlerFunc                                    // GET /api/events
+	metrics http.Handler                                        // GET /metrics; nil: none
+	provdb  http.Handler                                        // /provdb/...
+	hasProv bool                                                // whether provdb answers
 }
 
 // newHandler builds the HTTP API of a live server (see dashboard.handler).
@@ -43,15 +42,9 @@ func (s *Server) newHandler() http.Handler {
 		metrics: promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}),
 		provdb:  s.provdbProxy(), hasProv: s.cfg.ProvDBURL != "",
 	}
-	d.hist = func(_ *http.Request, fn string) (h *stats.Histogram, src string, err error) {
-		s.View(func(st *State) {
-			if m := st.Models[fn]; m != nil && m.Histogram != nil {
-				c := *m.Histogram
-				c.Counts = append([]uint64(nil), m.Histogram.Counts...)
-				h = &c
-			}
-		})
-		return h, "merged model histogram of all ranks", nil
+	d.hist = func(_ *http.Request, fn string) (fm funcModel, err error) {
+		s.View(func(st *State) { fm = liveFuncModel(st, fn) })
+		return fm, nil
 	}
 	return d.handler()
 }
@@ -153,14 +146,14 @@ func (d *dashboard) handler() http.Handler {
 			httpError(w, http.StatusBadRequest, "func is required: GET /api/function?func=NAME")
 			return
 		}
-		h, src, err := d.hist(r, fn)
+		fm, err := d.hist(r, fn)
 		if err != nil {
 			httpError(w, http.StatusInternalServerError, err.Error())
 			return
 		}
 		var v FuncView
 		found := false
-		d.view(func(st *State) { v, found = funcView(st, fn, h, src) })
+		d.view(func(st *State) { v, found = funcView(st, fn, fm) })
 		if !found {
 			httpError(w, http.StatusNotFound, fmt.Sprintf("no function %q in this run", fn))
 			return

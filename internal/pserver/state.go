@@ -2,6 +2,7 @@ package pserver
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
@@ -26,6 +27,65 @@ type Model struct {
 	Merges    uint64 // deltas merged into this key
 }
 
+// BinsSeen says, per natural-range bin (stats.TailBin) of one model, when
+// and where its values came from: what a recurring mode's finding reports.
+type BinsSeen map[int]*BinSeen
+
+// MaxSeenRanks bounds the ranks a BinSeen lists: the smallest ones.
+const MaxSeenRanks = 64
+
+// BinSeen is where the values of one natural-range bin of a model came
+// from: the first io_step a delta carried some (the Step of the request)
+// and the ranks that sent them (the smallest MaxSeenRanks). Both are the
+// same whatever the order the deltas are merged in. A node's request
+// carries its ranks' values merged, so it counts for all its ranks: with
+// per-node requests a mode's ranks are those of the nodes that sent it.
+type BinSeen struct {
+	First uint64
+	Ranks []uint32
+}
+
+// noteSeen records that ranks sent values of model key in the bins of t
+// at io_step step.
+func (s *State) noteSeen(key string, t *stats.TailHist, step uint64, ranks []uint32) {
+	if s.Seen == nil {
+		s.Seen = map[string]BinsSeen{}
+	}
+	seen := s.Seen[key]
+	if seen == nil {
+		seen = BinsSeen{}
+		s.Seen[key] = seen
+	}
+	for i, c := range t.Counts {
+		if c == 0 {
+			continue
+		}
+		b := seen[t.Lo+i]
+		if b == nil {
+			b = &BinSeen{First: step}
+			seen[t.Lo+i] = b
+		}
+		b.First = min(b.First, step)
+		for _, r := range ranks {
+			b.Ranks = addRank(b.Ranks, r)
+		}
+	}
+}
+
+// addRank inserts r into the sorted list rs, keeping the smallest
+// MaxSeenRanks.
+func addRank(rs []uint32, r uint32) []uint32 {
+	i, found := slices.BinarySearch(rs, r)
+	if found || i >= MaxSeenRanks {
+		return rs
+	}
+	rs = slices.Insert(rs, i, r)
+	if len(rs) > MaxSeenRanks {
+		rs = rs[:MaxSeenRanks]
+	}
+	return rs
+}
+
 // State is one shard's global state: the merged models, the last applied Seq
 // of every detector, counter statistics and the run aggregates. It is plain
 // data owned by one goroutine at a time (the Server guards it with a lock);
@@ -48,6 +108,10 @@ type State struct {
 	// TailRule is the last natural-range rule a detector sent (nil before
 	// any, and with Chimbuko's rules).
 	TailRule *stats.TailRule
+	// Seen is where each model's natural-range bins got their values (see
+	// BinsSeen); kept apart from Models, which are the same whether ranks
+	// sync on their own or through their node, while Seen's ranks are not.
+	Seen map[string]BinsSeen
 
 	Applied    uint64 // requests applied
 	Duplicates uint64 // requests skipped because their Seq was already applied
@@ -195,6 +259,10 @@ func (s *State) Apply(req *psync.SyncRequest) (bool, error) {
 	if err := checkHistograms(req.Models); err != nil {
 		return false, fmt.Errorf("sync request of %s: %w", requester(req), err)
 	}
+	ranks := make([]uint32, len(parts))
+	for i := range parts {
+		ranks[i] = parts[i].Rank
+	}
 	for i := range req.Models {
 		d := &req.Models[i]
 		m := s.Models[d.Key]
@@ -212,6 +280,7 @@ func (s *State) Apply(req *psync.SyncRequest) (bool, error) {
 			if err := m.Tail.Merge(*d.Tail); err != nil {
 				return false, fmt.Errorf("sync request of %s: key %q: %w", requester(req), d.Key, err)
 			}
+			s.noteSeen(d.Key, d.Tail, req.Step, ranks)
 		}
 		m.Anomalies += d.Anomalies
 		m.Merges += uint64(1 + len(d.More))
@@ -356,5 +425,52 @@ func (s *State) NaturalRanges() map[string]provenance.Range {
 			out[k] = provenance.Range{Low: s.TailRule.LowThreshold(lo), High: s.TailRule.Threshold(hi)}
 		}
 	}
+	return out
+}
+
+// Recurring is a recurring slow mode of a model key: natural runtimes
+// beyond a gap above the body of its runtimes that hold at least
+// stats.DefaultRecurringShare of its time (stats.TailHist.SlowMode),
+// reported whether or not any of them were flagged.
+type Recurring struct {
+	Func string `json:"func"`
+	provenance.RecurringMode
+}
+
+// Recurring returns the recurring slow modes of the model keys, the
+// largest share of time first (ties in key order), read with the last
+// TailRule a detector sent; none with Chimbuko's rules.
+func (s *State) Recurring() []Recurring {
+	out := []Recurring{}
+	if s.TailRule == nil {
+		return out
+	}
+	for _, k := range s.ModelKeys() {
+		m := s.Models[k]
+		if m.Tail == nil {
+			continue
+		}
+		mode, ok := m.Tail.SlowMode(*s.TailRule, stats.DefaultRecurringShare)
+		if !ok {
+			continue
+		}
+		r := Recurring{Func: k, RecurringMode: provenance.RecurringMode{Calls: mode.Calls, CallsFraction: mode.CallsFraction,
+			TypicalUs: mode.Typical, LowUs: mode.Lo, HighUs: mode.Hi, TimeShare: mode.TimeShare, Ranks: []uint32{}}}
+		first := true
+		for b := mode.LoBin; b <= mode.HiBin; b++ {
+			seen := s.Seen[k][b]
+			if seen == nil {
+				continue
+			}
+			if first || seen.First < r.FirstIOStep {
+				r.FirstIOStep, first = seen.First, false
+			}
+			for _, rk := range seen.Ranks {
+				r.Ranks = addRank(r.Ranks, rk)
+			}
+		}
+		out = append(out, r)
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].TimeShare > out[j].TimeShare })
 	return out
 }

@@ -33,11 +33,15 @@ type StoreOptions struct {
 // histograms from the stored executions on demand, and the anomaly list, call
 // stacks and event windows are the store's query API under /provdb/.
 type StoreDashboard struct {
-	st        *State
-	cfg       Config
-	store     provenance.Store
-	execs     float64 // executions over the run, from func_stats
-	Truncated int64   // anomaly records not read because one io_step held more than provenance.MaxLimit
+	st    *State
+	cfg   Config
+	store provenance.Store
+	execs float64 // executions over the run, from func_stats
+	// ranges are the final models' natural ranges by key (empty with
+	// Chimbuko's rules): anomalies inside them are unflagged and left out.
+	ranges    map[string]provenance.Range
+	Unflagged int64 // stored anomalies the final relabelling unflagged
+	Truncated int64 // anomaly records not read because one io_step held more than provenance.MaxLimit
 }
 
 // NewStoreDashboard reads store's anomaly records and builds the dashboard's
@@ -53,9 +57,13 @@ func NewStoreDashboard(ctx context.Context, store provenance.Store, opt StoreOpt
 	cfg.Shards = 1
 	cfg.ProvDBList = "/api/v1/records"
 	cfg.ProvDBRecord = "/api/v1/records/anomalies/{pid}/{event_id}"
-	d := &StoreDashboard{st: NewState(cfg.Window), cfg: cfg, store: store}
+	d := &StoreDashboard{st: NewState(cfg.Window), cfg: cfg, store: store, ranges: provenance.FinalRanges(opt.FuncStats)}
 	for _, f := range opt.FuncStats {
-		d.st.Models[f.Func] = &Model{Key: f.Func, PID: f.PID, Moments: momentsOf(f.Stats), Anomalies: f.Anomalies}
+		m := &Model{Key: f.Func, PID: f.PID, Moments: momentsOf(f.Stats), Anomalies: f.Anomalies}
+		if len(d.ranges) > 0 {
+			m.Anomalies = 0 // flagged live; the final ones are counted from the records
+		}
+		d.st.Models[f.Func] = m
 		d.execs += f.Stats.Count
 	}
 	if err := d.load(ctx); err != nil {
@@ -98,7 +106,7 @@ func (d *StoreDashboard) load(ctx context.Context) error {
 			return fmt.Errorf("read anomalies of io_steps %d..%d: %w", lo, hi, err)
 		}
 		d.Truncated += max(0, n-int64(len(execs)))
-		d.add(execs)
+		d.add(d.final(execs))
 		i = j
 	}
 	// Ranks without anomalies are known from their stored normal executions
@@ -188,6 +196,9 @@ func (d *StoreDashboard) Handler() http.Handler {
 		cfg: d.cfg, view: view, hasProv: true,
 		summary: func(st *State) Summary {
 			s := summarize(d.cfg, st, StatusStored)
+			if len(d.ranges) > 0 {
+				s.Labels, s.Unflagged = LabelsFinal, d.Unflagged
+			}
 			if d.execs > 0 {
 				s.Totals.Executions = uint64(d.execs)
 			}
@@ -215,27 +226,32 @@ func (d *StoreDashboard) Handler() http.Handler {
 	return dash.handler()
 }
 
-// histogram builds fn's runtime histogram from the stored executions of fn,
-// normal and anomalous (at most provenance.MaxLimit of each), on the
-// exclusive runtime.
-func (d *StoreDashboard) histogram(r *http.Request, fn string) (*stats.Histogram, string, error) {
-	var vals []float64
-	n := 0
-	for _, kind := range []provenance.Kind{provenance.KindNormalExecs, provenance.KindAnomalies} {
-		execs, err := d.store.Query(r.Context(), provenance.Query{Kind: kind, Func: fn, Limit: provenance.MaxLimit})
-		if err != nil {
-			return nil, "", fmt.Errorf("read %s of %s: %w", kind, fn, err)
-		}
-		for i := range execs {
-			vals = append(vals, float64(execs[i].RuntimeExclusive))
-		}
-		n += len(execs)
+// histogram is what fn's view is drawn from in a store, which keeps a
+// model's statistics and natural range but not its histogram: the
+// exclusive runtimes of fn's stored normal executions (at most
+// provenance.MaxLimit), labelled by the final model's natural range. The
+// anomalies are not counted in: they are the executions the view marks,
+// and in a sample that is mostly anomalies a rebuilt model would call the
+// normal runtimes the outliers.
+func (d *StoreDashboard) histogram(r *http.Request, fn string) (funcModel, error) {
+	execs, err := d.store.Query(r.Context(), provenance.Query{Kind: provenance.KindNormalExecs, Func: fn, Limit: provenance.MaxLimit})
+	if err != nil {
+		return funcModel{}, fmt.Errorf("read the normal executions of %s: %w", fn, err)
 	}
-	if len(vals) == 0 {
-		return nil, "", nil
+	if len(execs) == 0 {
+		return funcModel{}, nil
+	}
+	vals := make([]float64, len(execs))
+	for i := range execs {
+		vals[i] = float64(execs[i].RuntimeExclusive)
 	}
 	h := stats.BuildHistogram(vals, stats.DefaultBins)
-	return &h, fmt.Sprintf("%d stored executions (normal and anomalous)", n), nil
+	fm := funcModel{hist: &h, source: fmt.Sprintf("%d stored normal executions", len(execs))}
+	if rng, ok := d.ranges[fn]; ok {
+		fm.rng = &rng
+		fm.source += ", labelled by the final model's natural range"
+	}
+	return fm, nil
 }
 
 // withoutToken drops a ?token= the page sends when the dashboard has no
@@ -251,4 +267,22 @@ func withoutToken(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// final keeps the anomalies of execs that stand after the end-of-run
+// relabelling (all of them without final natural ranges), as kipimo query
+// counts them, and counts the others in Unflagged.
+func (d *StoreDashboard) final(execs []provenance.Exec) []provenance.Exec {
+	if len(d.ranges) == 0 {
+		return execs
+	}
+	kept := execs[:0]
+	for i := range execs {
+		if provenance.FinalAnomaly(&execs[i], d.ranges) {
+			kept = append(kept, execs[i])
+		} else {
+			d.Unflagged++
+		}
+	}
+	return kept
 }

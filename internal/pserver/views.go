@@ -4,6 +4,7 @@ import (
 	"math"
 	"sort"
 
+	"github.com/kipimo-hpc/kipimo/internal/provenance"
 	"github.com/kipimo-hpc/kipimo/internal/stats"
 )
 
@@ -36,7 +37,23 @@ type Summary struct {
 	// once the run's final statistics are published, StatusStored for a
 	// finished run rebuilt from its provenance store.
 	Status string `json:"status"`
+	// Labels says which anomalies the counts are: LabelsLive, as the
+	// detectors flagged them during the run, or LabelsFinal, those that
+	// stand after the end-of-run relabelling (a stored run's, as kipimo
+	// query counts them; Unflagged the others).
+	Labels    string `json:"labels"`
+	Unflagged int64  `json:"unflagged,omitempty"`
+	// StartTS is the run's start on the trace's clock (µs; 0 before any
+	// step): the dashboard shows times relative to it, and as dates when
+	// the clock is the epoch's.
+	StartTS uint64 `json:"start_ts"`
 }
+
+// Values of Summary.Labels.
+const (
+	LabelsLive  = "live"
+	LabelsFinal = "final"
+)
 
 // Values of Summary.Status.
 const (
@@ -61,13 +78,13 @@ func summarize(cfg Config, st *State, status string) Summary {
 		Totals: st.Agg.Total(), IOStep: st.Agg.MaxStep, Ranks: len(st.Agg.Ranks),
 		Detectors: len(st.LastSeq), Models: len(st.Models), Counters: len(st.Counters),
 		Applied: st.Applied, Duplicates: st.Duplicates, Merges: st.Merges, WALSeq: st.WALSeq, Incarnations: st.Incarnations,
-		Window: st.Agg.Window, Late: st.Agg.Late,
+		Window: st.Agg.Window, Late: st.Agg.Late, Labels: LabelsLive, StartTS: st.Agg.StartTS,
 	}
 }
 
 // FuncBin is one bin of a function's runtime histogram: runtimes in
-// (Lo, Hi], how many, and whether the detector's HBOS threshold labels the
-// bin anomalous.
+// (Lo, Hi], how many, and whether the model labels the bin's runtimes
+// anomalous (beyond the natural range, or past the HBOS threshold).
 type FuncBin struct {
 	Lo        float64 `json:"lo"`
 	Hi        float64 `json:"hi"`
@@ -76,27 +93,76 @@ type FuncBin struct {
 }
 
 // FuncView is one function's runtime distribution over all ranks (GET
-// /api/function?func=F): its statistics, the non-empty bins of its merged
-// histogram, the HBOS score threshold at the default fraction and the
-// smallest runtime above the mean that it labels anomalous, and its anomaly
-// metrics over the run.
+// /api/function?func=F), drawn from the model its algorithm keeps: the
+// natural-range histogram (algorithm tail, the default) with the runtimes
+// below and above which it flags, or an HBOS/COPOD histogram with the HBOS
+// score threshold at the default fraction and the smallest runtime above
+// the mean that it labels anomalous; and its anomaly metrics over the run.
 type FuncView struct {
 	Func string  `json:"func"`
 	Row  FuncRow `json:"stats"`
 	// Source says where the histogram comes from: the merged model of a live
 	// server, or the executions kept in a provenance store.
-	Source           string         `json:"source"`
-	Bins             []FuncBin      `json:"bins"`
-	Total            uint64         `json:"total"`
-	ScoreThreshold   float64        `json:"score_threshold"`
-	ThresholdRuntime float64        `json:"threshold_runtime"` // 0: no bin above the mean is anomalous
+	Source string `json:"source"`
+	// Model is how bins are labelled: ModelNaturalRange or ModelHBOS ("" when
+	// there is no histogram).
+	Model          string    `json:"model"`
+	Bins           []FuncBin `json:"bins"`
+	Total          uint64    `json:"total"`
+	ScoreThreshold float64   `json:"score_threshold"`
+	// LowThreshold and ThresholdRuntime are the runtimes below and above
+	// which the model flags (natural range); with HBOS, ThresholdRuntime is
+	// the first anomalous bin above the mean. 0: none.
+	LowThreshold     float64        `json:"low_threshold"`
+	ThresholdRuntime float64        `json:"threshold_runtime"`
 	Anomalies        AnomalyMetrics `json:"anomalies"`
 	Ranks            int            `json:"ranks"` // ranks with anomalies of the function
 }
 
+// Values of FuncView.Model.
+const (
+	ModelNaturalRange = "natural range"
+	ModelHBOS         = "hbos"
+)
+
+// funcModel is what a function's view is drawn from: the natural-range
+// histogram of its model (tail), or a runtime histogram (an HBOS or COPOD
+// model's, or one of a store's normal executions), and the natural range's
+// thresholds when known.
+type funcModel struct {
+	tail   *stats.TailHist
+	hist   *stats.Histogram
+	rng    *provenance.Range
+	source string
+}
+
+// liveFuncModel is fn's model on a live server: its natural-range
+// histogram when detectors send one, else its merged histogram (copies).
+func liveFuncModel(st *State, fn string) funcModel {
+	m := st.Models[fn]
+	if m == nil {
+		return funcModel{}
+	}
+	if m.Tail != nil && !m.Tail.Empty() {
+		t := m.Tail.Clone()
+		fm := funcModel{tail: &t, source: "natural-range histogram of the merged model of all ranks"}
+		if r := st.TailRule; r != nil {
+			lo, hi := t.NaturalRange(*r)
+			fm.rng = &provenance.Range{Low: r.LowThreshold(lo), High: r.Threshold(hi)}
+		}
+		return fm
+	}
+	if m.Histogram != nil {
+		c := *m.Histogram
+		c.Counts = append([]uint64(nil), m.Histogram.Counts...)
+		return funcModel{hist: &c, source: "merged model histogram of all ranks"}
+	}
+	return funcModel{}
+}
+
 // funcView builds fn's view from its row of the function table and its
-// histogram h (nil when there is none); found is false for an unknown fn.
-func funcView(st *State, fn string, h *stats.Histogram, src string) (v FuncView, found bool) {
+// model fm; found is false for an unknown fn.
+func funcView(st *State, fn string, fm funcModel) (v FuncView, found bool) {
 	for _, r := range funcTable(st) {
 		if r.Func == fn {
 			v.Row, found = r, true
@@ -111,10 +177,31 @@ func funcView(st *State, fn string, h *stats.Histogram, src string) (v FuncView,
 		v.Anomalies = *a
 	}
 	v.Ranks = st.Agg.funcRanks[fn]
+	if t := fm.tail; t != nil && !t.Empty() {
+		tailBins(&v, t, fm.rng)
+		v.Source = fm.source
+		return v, true
+	}
+	h := fm.hist
 	if h == nil || h.Empty() {
 		return v, true
 	}
-	v.Source = src
+	v.Source = fm.source
+	if r := fm.rng; r != nil {
+		// Labelled by the final model's natural range.
+		v.Model, v.LowThreshold, v.ThresholdRuntime = ModelNaturalRange, r.Low, r.High
+		for i, c := range h.Counts {
+			lo := h.FirstEdge + float64(i)*h.BinWidth
+			v.Total += c
+			if c > 0 {
+				b := FuncBin{Lo: lo, Hi: lo + h.BinWidth, Count: c}
+				b.Anomalous = b.Hi < r.Low || b.Lo > r.High
+				v.Bins = append(v.Bins, b)
+			}
+		}
+		return v, true
+	}
+	v.Model = ModelHBOS
 	sc := stats.NewHBOSScorer(*h, 0)
 	v.ScoreThreshold = sc.Threshold
 	mean := v.Row.Mean
@@ -357,4 +444,24 @@ func maxOf(m stats.Moments) float64 {
 		return 0
 	}
 	return m.Max
+}
+
+// tailBins fills v's bins from the natural-range histogram t: bin i covers
+// [2^(i/8) - 1, 2^((i+1)/8) - 1) µs; a bin is anomalous when every runtime
+// it counted lies outside rng (nil: none is).
+func tailBins(v *FuncView, t *stats.TailHist, rng *provenance.Range) {
+	v.Model = ModelNaturalRange
+	if rng != nil {
+		v.LowThreshold, v.ThresholdRuntime = rng.Low, rng.High
+	}
+	edge := func(i int) float64 { return math.Exp2(float64(i)/stats.TailBinsPerOctave) - 1 }
+	for j, c := range t.Counts {
+		v.Total += c
+		if c == 0 {
+			continue
+		}
+		b := FuncBin{Lo: edge(t.Lo + j), Hi: edge(t.Lo + j + 1), Count: c}
+		b.Anomalous = rng != nil && (t.Maxs[j] < rng.Low || t.Mins[j] > rng.High)
+		v.Bins = append(v.Bins, b)
+	}
 }

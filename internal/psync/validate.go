@@ -96,6 +96,9 @@ func (r *SyncRequest) validate() error {
 				return fmt.Errorf("tail rule %+v: ratio, recur_frac and resolution must be finite and not negative", *t)
 			}
 		}
+		if !finite(t.Alpha) || t.Alpha < 0 || t.Alpha >= 0.1 {
+			return fmt.Errorf("tail rule %+v: alpha (the false-alarm rate) must be in [0, 0.1)", *t)
+		}
 	}
 	for i := range r.Models {
 		if err := validateDelta(&r.Models[i]); err != nil {

@@ -97,6 +97,8 @@ func TestValidateRefuses(t *testing.T) {
 		{"more anomalies than executions", SyncRequest{Steps: []StepSummary{{Anomalies: 4_000_000_000, Executions: 1}}}, "among 1 executions"},
 		{"function anomalies beyond the step's", SyncRequest{Steps: []StepSummary{{Anomalies: 1, Executions: 5, FuncAnomalies: map[string]uint64{"f": 1, "g": 1}}}}, "add up to 2"},
 		{"tail rule", SyncRequest{TailRule: &stats.TailRule{Ratio: math.NaN()}}, "tail rule"},
+		{"tail rule alpha", SyncRequest{TailRule: &stats.TailRule{Ratio: 1.4, Alpha: 0.5}}, "alpha"},
+		{"tail rule NaN alpha", SyncRequest{TailRule: &stats.TailRule{Ratio: 1.4, Alpha: math.NaN()}}, "alpha"},
 		{"hostname", SyncRequest{Hostname: long}, "hostname"},
 		{"ranks twice", SyncRequest{Ranks: []RankPart{{Rank: 1, Seq: 1}, {Rank: 1, Seq: 2}}}, "twice"},
 		{"ranks' steps", SyncRequest{Ranks: []RankPart{{Rank: 1, Seq: 1, Steps: []StepSummary{{Anomalies: math.MaxUint64}}}}}, "rank 0/1"},

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/kipimo-hpc/kipimo/internal/ad"
+	"github.com/kipimo-hpc/kipimo/internal/daemon"
 	"github.com/kipimo-hpc/kipimo/internal/natsx"
 	"github.com/kipimo-hpc/kipimo/internal/replay"
 	"github.com/kipimo-hpc/kipimo/internal/workload"
@@ -63,6 +64,9 @@ type Config struct {
 	MaxLag int
 	// NATSURL, when set, uses that NATS server instead of an embedded one.
 	NATSURL string
+	// NATSAuth is how the run proves who it is to the NATS server of
+	// NATSURL (the daemons' --nats-creds, --nats-user... flags).
+	NATSAuth daemon.NATSAuth
 	// KeepNATS keeps the embedded NATS server's JetStream data (the run
 	// directory's nats/) after the run. By default it is deleted once the
 	// run is over: everything the run keeps is in the provenance store.

@@ -119,6 +119,13 @@ func (p *Pipeline) start(ctx context.Context) error {
 	if len(cfg.Live.Command) == 0 {
 		opts = append(opts, nats.SyncQueueLen(max(256, 4*max(cfg.MaxLag, maxAutoLag))))
 	}
+	if cfg.NATSURL != "" {
+		auth, err := cfg.NATSAuth.Options()
+		if err != nil {
+			return err
+		}
+		opts = append(opts, auth...)
+	}
 	nc, err := natsx.Connect(ctx, url, "kipimo-run", opts...)
 	if err != nil {
 		return err

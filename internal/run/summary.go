@@ -15,6 +15,7 @@ import (
 
 	"github.com/kipimo-hpc/kipimo/internal/ad"
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
+	"github.com/kipimo-hpc/kipimo/internal/pserver"
 	"github.com/kipimo-hpc/kipimo/internal/replay"
 	"github.com/kipimo-hpc/kipimo/internal/replay/publish"
 	"github.com/kipimo-hpc/kipimo/internal/summary"
@@ -38,6 +39,10 @@ type Summary struct {
 	Events          int64  `json:"events"`
 	Executions      uint64 `json:"executions"`
 	Anomalies       uint64 `json:"anomalies"`
+	// AnomaliesFinal are the stored anomalies that stand after the
+	// end-of-run relabelling (Anomalies were flagged live); absent with
+	// Chimbuko's rules, which do not relabel.
+	AnomaliesFinal *uint64 `json:"anomalies_final,omitempty"`
 	// SummarisedCalls are calls the event library summarised per io_step
 	// instead of streaming them (in the profiles, not executions);
 	// SourceDroppedCalls calls it dropped whole (full rings).
@@ -50,6 +55,11 @@ type Summary struct {
 	Score *Score `json:"score,omitempty"`
 	// TopFunctions are the functions with the most anomalies.
 	TopFunctions []provenance.Group `json:"top_functions"`
+	// Recurring are the functions with a recurring slow mode: natural
+	// runtimes beyond a gap above the body of their runtimes that hold at
+	// least 10% of their time, whether or not any were flagged
+	// (docs/detection.md).
+	Recurring []pserver.Recurring `json:"recurring"`
 
 	EventsPerSecond float64 `json:"events_per_s"`
 	DetectSeconds   float64 `json:"detect_seconds"`
@@ -213,6 +223,7 @@ func (p *Pipeline) summarize(ctx context.Context, st []ad.Stats, truthFn func() 
 		return nil, fmt.Errorf("top functions: %w", err)
 	}
 	sum.TopFunctions = top
+	p.ps.View(func(st *pserver.State) { sum.Recurring = st.Recurring() })
 	if sum.StoredBytes, err = p.store.DiskUsage(ctx); err != nil {
 		return nil, err
 	}
@@ -239,6 +250,11 @@ func (p *Pipeline) summarize(ctx context.Context, st []ad.Stats, truthFn func() 
 			l = replay.Losses{}
 		}
 		sum.TraceInput = &TraceInput{Format: cfg.InputFormat, InputEvents: in.InputEvents, Executions: in.Executions, Losses: l}
+	}
+	if n, ok, err := p.standingAnomalies(ctx); err != nil {
+		return nil, err
+	} else if ok {
+		sum.AnomaliesFinal = &n
 	}
 	if truthFn != nil {
 		truth := truthFn()
@@ -339,8 +355,15 @@ func (s *Summary) WriteText(w io.Writer) error {
 	} else {
 		fmt.Fprintf(tw, "speed\t%.2fM events/s (detection %.1fs, wall %.1fs)\n", s.EventsPerSecond/1e6, s.DetectSeconds, s.WallSeconds)
 	}
-	fmt.Fprintf(tw, "anomalies\t%d flagged; stored %d anomalies, %d normal executions, %d metadata\n",
-		s.Anomalies, s.Stored[provenance.KindAnomalies], s.Stored[provenance.KindNormalExecs], s.Stored[provenance.KindMetadata])
+	if s.AnomaliesFinal != nil {
+		fmt.Fprintf(tw, "anomalies\t%d stand after the end-of-run relabelling, of %d flagged live (kipimo query counts the former; --labels all the latter)\n",
+			*s.AnomaliesFinal, s.Anomalies)
+		fmt.Fprintf(tw, "stored\t%d anomalies, %d normal executions, %d metadata\n",
+			s.Stored[provenance.KindAnomalies], s.Stored[provenance.KindNormalExecs], s.Stored[provenance.KindMetadata])
+	} else {
+		fmt.Fprintf(tw, "anomalies\t%d flagged; stored %d anomalies, %d normal executions, %d metadata\n",
+			s.Anomalies, s.Stored[provenance.KindAnomalies], s.Stored[provenance.KindNormalExecs], s.Stored[provenance.KindMetadata])
+	}
 	if l := s.Live; l != nil {
 		fmt.Fprintf(tw, "command\t%s (exit status %d)\n", commandLine(l.Command), l.ExitCode)
 		fmt.Fprintf(tw, "event library\t%d processes: %d frames cut, %d sent, %d dropped (%d too large); %d events dropped (full buffers)\n",
@@ -382,6 +405,14 @@ func (s *Summary) WriteText(w io.Writer) error {
 			parts = append(parts, fmt.Sprintf("%s (%d)", g.Func, g.Count))
 		}
 		fmt.Fprintf(tw, "top functions\t%s\n", strings.Join(parts, ", "))
+	}
+	for i, r := range s.Recurring {
+		label := ""
+		if i == 0 {
+			label = "recurring"
+		}
+		fmt.Fprintf(tw, "%s\t%s: %.2g%% of its calls take about %s (%.0f%% of its time), from io_step %d on %d ranks\n",
+			label, r.Func, 100*r.CallsFraction, time.Duration(r.TypicalUs*float64(time.Microsecond)).Round(time.Microsecond), 100*r.TimeShare, r.FirstIOStep, len(r.Ranks))
 	}
 	if ti := s.TraceInput; ti != nil {
 		// A trace is already on disk: what matters is how little of it

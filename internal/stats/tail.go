@@ -201,18 +201,46 @@ type TailRule struct {
 	// to the same body of values; it is also how far beyond the natural
 	// maximum a value must lie to be outside the natural range.
 	Ratio float64 `json:"ratio"`
-	// Recur is how many values a bin needs to belong to the natural range
-	// whatever the gap below it: a runtime that keeps coming back is the
-	// function's behaviour, however far it sits from the rest.
+	// Recur is how many values per bin it occupies a mode beyond a gap
+	// needs to belong to the natural range whatever the gap below it: a
+	// runtime that keeps coming back is the function's behaviour, however
+	// far it sits from the rest.
 	Recur uint64 `json:"recur"`
-	// RecurFrac raises Recur to this fraction of the values counted: at
-	// scale, a bin must hold a share of the runtimes, not a fixed count, to
-	// be behaviour rather than a cluster of rare anomalies.
+	// RecurFrac is the fraction of the values counted a mode must also
+	// hold, its bins taken together, or DenseShare of it (FarDenseShare
+	// for a mode FarRatio beyond) within Ratio of each other: at scale, a
+	// mode must hold a share of the runtimes, not a fixed count, to be
+	// behaviour rather than a cluster of rare anomalies.
 	RecurFrac float64 `json:"recur_frac"`
 	// Resolution is the timer resolution in µs: a value must exceed the
 	// natural maximum by more than this.
 	Resolution float64 `json:"resolution"`
+	// Alpha is the false-alarm rate: once the histogram holds at least
+	// 1/Alpha values, the natural range never ends below its (1-Alpha)
+	// quantile, except across a clear gap (see NaturalRange). 0 reads the
+	// range without it.
+	Alpha float64 `json:"alpha,omitempty"`
 }
+
+// DenseShare is the share of RecurFrac that the values of a mode within
+// Ratio of each other need to make it natural: a mode concentrated on a few
+// runtimes is behaviour at a smaller share of the calls than one spread
+// thin, which is what a cluster of rare anomalies looks like.
+const DenseShare = 0.3
+
+// FarRatio and FarDenseShare: a mode that starts FarRatio or more beyond
+// the top of the range below it sits where stalls sit, and its values within
+// Ratio of each other need FarDenseShare of RecurFrac instead: a rare stall
+// also holds its partners on other ranks as long, in the same function.
+const (
+	FarRatio      = 4
+	FarDenseShare = 0.5
+)
+
+// ClearGapRatio is how far beyond the top of a natural range a value must
+// lie for the gap below it to be clear: the quantile floor of the
+// false-alarm rate does not cross it (TailRule.ClearGap).
+const ClearGapRatio = 1.5
 
 // NaturalMax returns the largest value of h's natural range (see
 // NaturalRange).
@@ -221,43 +249,187 @@ func (h *TailHist) NaturalMax(r TailRule) float64 {
 	return hi
 }
 
-// NaturalRange returns the smallest and largest values of h's natural range:
-// starting from the median, a bin above is taken when its smallest value is
-// not beyond the Threshold of the largest value taken so far, a bin below
-// when its largest value is not beyond the LowThreshold of the smallest value
-// taken so far, and either when it holds at least Recur values (and RecurFrac
-// of all values). Bins beyond a gap that hold fewer values stay outside; the
-// scan goes on past them, so a recurring mode beyond isolated values is still
-// found. It returns 0, 0 for an empty histogram.
+// medianBin returns the index in h.Counts of the bin that holds the median
+// of the n values counted (n > 0).
+func (h *TailHist) medianBin(n uint64) int {
+	half := (n + 1) / 2
+	var cum uint64
+	for i, c := range h.Counts {
+		cum += c
+		if cum >= half {
+			return i
+		}
+	}
+	return len(h.Counts) - 1
+}
+
+// recurFracs are how many values a mode beyond a gap needs, all its bins
+// together (total) or within Ratio of each other (dense, and far for a mode
+// FarRatio beyond), as a share of all the n values.
+func (r TailRule) recurFracs(n uint64) (total, dense, far uint64) {
+	share := func(f float64) uint64 { return uint64(math.Ceil(f * r.RecurFrac * float64(n))) }
+	return share(1), share(DenseShare), share(FarDenseShare)
+}
+
+// ClearGap is the smallest value beyond a clear gap above m, the largest
+// value taken so far: ClearGapRatio × m, and never below Threshold(m).
+func (r TailRule) ClearGap(m float64) float64 {
+	return max(ClearGapRatio*m, r.Threshold(m))
+}
+
+// recurs reports whether the mode made of the nonempty bins among i..j-1
+// (each within the Threshold of the one before) holds enough values to be
+// natural: at least total of all values and Recur per nonempty bin all
+// together, or at least dense and twice Recur per nonempty bin within the
+// Threshold of the smallest value of one of its bins (a window gathers a few
+// bins' values: a handful of anomalies in a young model must not pass).
+func (h *TailHist) recurs(r TailRule, i, j int, total, dense uint64) bool {
+	var all, win uint64
+	var allBins, winBins uint64
+	b := i
+	for a := i; a < j; a++ {
+		c := h.Counts[a]
+		if c == 0 {
+			continue
+		}
+		all += c
+		allBins++
+		// the window of bins from a whose values lie within Threshold(Mins[a])
+		if b <= a {
+			b, win, winBins = a, 0, 0
+		}
+		for ; b < j && h.Maxs[b] <= r.Threshold(h.Mins[a]); b++ {
+			if h.Counts[b] > 0 {
+				win += h.Counts[b]
+				winBins++
+			}
+		}
+		if win >= max(dense, 2*r.Recur*winBins) {
+			return true
+		}
+		win -= c
+		winBins--
+	}
+	return all >= max(total, r.Recur*allBins)
+}
+
+// NaturalRange returns the smallest and largest values of h's natural range.
+// Starting from the median's bin, going up, a bin is taken when its smallest
+// value is not beyond the Threshold of the largest value taken so far (the
+// body of values is continuous). Beyond a gap, the bins that follow each
+// other each within the Threshold of the one below form a mode, and the mode
+// is taken, all of it, when it recurs: when its bins together hold at least
+// RecurFrac of all values (a mode spread over many bins is
+// judged by its total mass, not bin by bin), or when its values within the
+// Threshold of each other hold at least DenseShare × RecurFrac of all
+// (FarDenseShare × RecurFrac for a mode that starts FarRatio beyond) and
+// twice Recur values per bin they occupy; all together, at least Recur per
+// bin. A mode that does not stays outside and the scan goes on past it, so a
+// recurring mode beyond isolated values is still found. Going down is the
+// same with LowThreshold.
+//
+// Then, with a false-alarm rate Alpha and at least 1/Alpha values, the top
+// of the range is raised towards the (1-Alpha) quantile (the smallest bin
+// above which at most Alpha of the values lie), bin by bin, until a bin
+// starts at or beyond the ClearGap of the largest value taken: a sparse
+// tail is natural up to the quantile, but rare values beyond a clear gap (a
+// stall at 10x the body in 0.1% of the calls) stay outside whatever Alpha.
+//
+// It reads every bin a few times and returns 0, 0 for an empty histogram.
 func (h *TailHist) NaturalRange(r TailRule) (lo, hi float64) {
 	n := h.N()
 	if n == 0 {
 		return 0, 0
 	}
-	// the median's bin
-	half := (n + 1) / 2
-	var cum uint64
-	start := 0
-	for i, c := range h.Counts {
-		cum += c
-		if cum >= half {
-			start = i
+	start := h.medianBin(n)
+	total, dense, far := r.recurFracs(n)
+	lo, hi = h.Mins[start], h.Maxs[start]
+	for i := start + 1; i < len(h.Counts); {
+		if h.Counts[i] == 0 {
+			i++
+			continue
+		}
+		if h.Mins[i] <= r.Threshold(hi) {
+			hi = max(hi, h.Maxs[i])
+			i++
+			continue
+		}
+		// a mode beyond a gap: bins i..j-1
+		top := h.Maxs[i]
+		j := i + 1
+		for ; j < len(h.Counts); j++ {
+			if h.Counts[j] > 0 {
+				if h.Mins[j] > r.Threshold(top) {
+					break
+				}
+				top = h.Maxs[j]
+			}
+		}
+		d := dense
+		if h.Mins[i] >= FarRatio*hi {
+			d = far
+		}
+		if h.recurs(r, i, j, total, d) {
+			hi = top
+		}
+		i = j
+	}
+	for i := start - 1; i >= 0; {
+		if h.Counts[i] == 0 {
+			i--
+			continue
+		}
+		if h.Maxs[i] >= r.LowThreshold(lo) {
+			lo = min(lo, h.Mins[i])
+			i--
+			continue
+		}
+		// a mode below a gap: bins j+1..i
+		bottom := h.Mins[i]
+		j := i - 1
+		for ; j >= 0; j-- {
+			if h.Counts[j] > 0 {
+				if h.Maxs[j] < r.LowThreshold(bottom) {
+					break
+				}
+				bottom = h.Mins[j]
+			}
+		}
+		if h.recurs(r, j+1, i+1, total, dense) {
+			lo = bottom
+		}
+		i = j
+	}
+	return lo, h.alphaFloor(r, n, start, hi)
+}
+
+// alphaFloor raises hi, the top of a natural range read from the median's
+// bin start, towards the (1-Alpha) quantile of h's n values, stopping at a
+// clear gap (see NaturalRange).
+func (h *TailHist) alphaFloor(r TailRule, n uint64, start int, hi float64) float64 {
+	a := r.Alpha
+	if !(a > 0 && a < 1) || a*float64(n) < 1 {
+		return hi
+	}
+	allow := uint64(a * float64(n)) // values the range may leave above it
+	var above uint64
+	k := len(h.Counts) - 1
+	for ; k > start; k-- {
+		if above+h.Counts[k] > allow {
 			break
 		}
+		above += h.Counts[k]
 	}
-	recur := max(r.Recur, uint64(math.Ceil(r.RecurFrac*float64(n))))
-	lo, hi = h.Mins[start], h.Maxs[start]
-	for i := start + 1; i < len(h.Counts); i++ {
-		if c := h.Counts[i]; c > 0 && (h.Mins[i] <= r.Threshold(hi) || c >= recur) {
-			hi = max(hi, h.Maxs[i])
+	for i := start + 1; i <= k; i++ {
+		if h.Counts[i] == 0 || h.Maxs[i] <= hi {
+			continue
 		}
-	}
-	for i := start - 1; i >= 0; i-- {
-		if c := h.Counts[i]; c > 0 && (h.Maxs[i] >= r.LowThreshold(lo) || c >= recur) {
-			lo = min(lo, h.Mins[i])
+		if h.Mins[i] >= r.ClearGap(hi) {
+			break
 		}
+		hi = h.Maxs[i]
 	}
-	return lo, hi
+	return hi
 }
 
 // LowThreshold is the smallest value inside the natural range whose minimum

@@ -265,3 +265,107 @@ func TestTailNaturalRangeLow(t *testing.T) {
 		})
 	}
 }
+
+// spread returns n values spread evenly in log scale over [a, b].
+func logSpread(n int, a, b float64) []float64 {
+	out := make([]float64, n)
+	for i := range out {
+		f := 0.0
+		if n > 1 {
+			f = float64(i) / float64(n-1)
+		}
+		out[i] = a * math.Pow(b/a, f)
+	}
+	return out
+}
+
+// TestTailNaturalRangeRealShapes reads the natural range of histograms
+// shaped like the runtimes of real codes, with the default rule (Recur 5,
+// RecurFrac 0.5%) and the false-alarm rates asked.
+func TestTailNaturalRangeRealShapes(t *testing.T) {
+	body := logSpread(20000, 100, 258)
+	small := logSpread(20000, 1, 20)
+	sparse := cat(repeat(370, 10), repeat(530, 10), repeat(760, 10), repeat(1090, 10))
+	for _, tc := range []struct {
+		name   string
+		values []float64
+		alpha  float64
+		want   float64
+	}{
+		// An OpenCL queue kernel: 1.5% of its calls spread over a dozen bins
+		// beyond a gap, each bin far below the recurring fraction, together
+		// well above it (its p99 lies in them).
+		{"kernel tail spread over many bins", cat(body, logSpread(300, 380, 1100)), 0, 1100},
+		{"kernel tail spread over many bins, alpha 1e-4", cat(body, logSpread(300, 380, 1100)), 1e-4, 1100},
+		// Allocation and option-lookup helpers in a setup phase: 8-11x
+		// their natural maximum in 0.3% and 0.5% of their calls.
+		{"setup helper at 8-11x in 0.3% of calls", cat(small, logSpread(60, 160, 220)), 1e-4, 220},
+		{"setup helper at 8-11x in 0.5% of calls", cat(small, logSpread(100, 160, 220)), 1e-3, 220},
+		{"two setup helpers at 8x and 11x, 0.3% each", cat(small, repeat(160, 60), repeat(220, 60)), 1e-4, 220},
+		// clFinish in bursts: 0.4% of its calls at 30x, close together.
+		{"burst mode", cat(body, logSpread(80, 7700, 7800)), 1e-4, 7800},
+		// An MPI send whose recorded runtimes come back at 32 µs in 0.25%
+		// of the calls.
+		{"one runtime that recurs in 0.25% of calls", cat(small, repeat(32, 50)), 1e-4, 32},
+		// The same send on eight ranks: 22, 25 and 32 µs, 0.08% each,
+		// beyond a body that ends at 12 µs.
+		{"runtimes near the body that recur in 0.08% of calls each",
+			cat(logSpread(20000, 1, 12), repeat(22, 17), repeat(25, 17), repeat(32, 17)), 1e-5, 32},
+		// Rare far values: 0.1% of the calls at 10-12x the largest natural
+		// runtime stay outside, with or without the false-alarm rate.
+		{"rare far stall", cat(body, logSpread(20, 2580, 3100)), 0, 258},
+		{"rare far stall, alpha 1e-3", cat(body, logSpread(20, 2580, 3100)), 1e-3, 258},
+		{"rare far stall, alpha 1e-4", cat(body, logSpread(20, 2580, 3100)), 1e-4, 258},
+		{"rare far stall, alpha 1e-5", cat(body, logSpread(20, 2580, 3100)), 1e-5, 258},
+		{"rare far stall at 100x, alpha 1e-4", cat(body, repeat(25800, 20)), 1e-4, 258},
+		// A 1 s stall in 0.08% of the calls that holds its partner as long:
+		// 0.16% of the calls, 1000x beyond.
+		{"rare stall at 1000x with its partners", cat(body, logSpread(32, 1e6, 1.01e6)), 1e-4, 258},
+		// Anomalies spread 1.5-3x beyond the largest natural runtime in
+		// 0.15% of the calls stay outside.
+		{"anomalies spread 1.5-3x beyond, alpha 1e-4", cat(body, logSpread(30, 387, 774)), 1e-4, 258},
+		// A sparse tail: small groups each 1.43x beyond the one below, none
+		// recurring on its own. The false-alarm rate takes it up to its
+		// quantile (at most alpha of the values stay above the range), but
+		// not across a clear gap (1.5x).
+		{"sparse tail without alpha", cat(body, sparse), 0, 258},
+		{"sparse tail, alpha 1e-3", cat(body, sparse), 1e-3, 530},
+		{"sparse tail, alpha 1e-4", cat(body, sparse), 1e-4, 1090},
+		{"sparse tail beyond a clear gap, alpha 1e-4", cat(body, repeat(370, 10), repeat(600, 10)), 1e-4, 370},
+		{"too few values for alpha 1e-5", cat(body, repeat(370, 10)), 1e-5, 258},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := histOf(tc.values...)
+			r := TailRule{Ratio: 1.4, Recur: 5, RecurFrac: 0.005, Resolution: 1, Alpha: tc.alpha}
+			got := h.NaturalMax(r)
+			if math.Abs(got-tc.want) > 1e-9*tc.want {
+				t.Errorf("NaturalMax = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestTailNaturalRangeOrderFree reads the same range from a histogram
+// merged from parts in any order.
+func TestTailNaturalRangeOrderFree(t *testing.T) {
+	values := cat(logSpread(20000, 100, 258), logSpread(300, 380, 1100), repeat(2580, 20))
+	r := TailRule{Ratio: 1.4, Recur: 5, RecurFrac: 0.005, Resolution: 1, Alpha: 1e-4}
+	want := histOf(values...)
+	wantLo, wantHi := want.NaturalRange(r)
+	rng := rand.New(rand.NewPCG(9, 10))
+	for range 5 {
+		parts := make([]TailHist, 7)
+		for _, x := range values {
+			parts[rng.IntN(len(parts))].Add(x)
+		}
+		var h TailHist
+		for _, i := range rng.Perm(len(parts)) {
+			if err := h.Merge(parts[i]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if lo, hi := h.NaturalRange(r); lo != wantLo || hi != wantHi {
+			t.Fatalf("merged in another order: [%v, %v], want [%v, %v]", lo, hi, wantLo, wantHi)
+		}
+	}
+}

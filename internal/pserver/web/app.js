@@ -32,6 +32,26 @@
     return Math.abs(x) >= 1000 ? Math.round(x).toLocaleString("en-US") : x.toPrecision(4);
   };
   const short = (x) => x >= 1e9 ? +(x / 1e9).toPrecision(3) + "G" : x >= 1e6 ? +(x / 1e6).toPrecision(3) + "M" : x >= 1e3 ? +(x / 1e3).toPrecision(3) + "k" : String(+x.toPrecision(3));
+  // Times: the trace's clock is µs; state.start is the run's start on it
+  // (the summary's start_ts). dur writes a length of time for people; at
+  // writes a timestamp relative to the run's start, with its date and time
+  // of day when the clock is the epoch's (a live run's).
+  const dur = (us) => {
+    const a = Math.abs(us), sign = us < 0 ? "-" : "";
+    if (a < 1000) return sign + Math.round(a) + " µs";
+    if (a < 1e6) return sign + +(a / 1e3).toPrecision(4) + " ms";
+    if (a < 60e6) return sign + +(a / 1e6).toPrecision(4) + " s";
+    if (a < 3600e6) return sign + Math.floor(a / 60e6) + " min " + Math.round((a % 60e6) / 1e6) + " s";
+    return sign + Math.floor(a / 3600e6) + " h " + Math.round((a % 3600e6) / 60e6) + " min";
+  };
+  const isEpoch = (us) => us > 946684800e6; // after 2000-01-01: the epoch's clock
+  const date = (us) => { const d = new Date(us / 1000); return d.toLocaleDateString("en-CA") + " " + d.toLocaleTimeString("en-GB") + "." + String(d.getMilliseconds()).padStart(3, "0"); };
+  const at = (us) => {
+    if (!us) return "open";
+    const rel = state.start && us >= state.start ? "run +" + dur(us - state.start) : "t=" + us;
+    return isEpoch(us) ? rel + " (" + date(us) + ")" : rel;
+  };
+  state.fmtTime = at;
   function cell(tr, v, num) { const td = document.createElement("td"); td.textContent = v; if (num) td.className = "num"; tr.appendChild(td); return td; }
 
   // Canvas labels: every text drawn on a canvas goes through label(), which
@@ -85,11 +105,42 @@
     else if (layout !== v.layout) reloadHeat();
     Object.assign(v, { banded: h.banded, rows, keys, layout, rankCount: h.rank_count });
     h.steps.forEach((step) => v.steps.set(step, new Map()));
-    h.cells.forEach(([ri, si, n], i) => v.steps.get(h.steps[si]).set(keys[ri], h.banded ? { n, hot: h.hot_ranks[i] } : n));
+    h.cells.forEach(([ri, si, n], i) => v.steps.get(h.steps[si]).set(keys[ri], h.banded ? { n, hot: h.hot_ranks[i], peak: h.peaks ? h.peaks[i] : n } : n));
     const steps = [...v.steps.keys()].sort((a, b) => a - b);
     while (steps.length > MAX_STEPS) v.steps.delete(steps.shift());
   }
   const cellN = (x) => typeof x === "number" ? x : x.n;
+  // A cell's colour comes from one rank's anomalies in one io_step: a
+  // band's busiest rank (peak), so that one slow rank stands out of a band
+  // of thousands. The scale is the server's (HeatScale): against the
+  // typical cell, the median of every cell empty ones included (at least
+  // 1), a class up to it, up to 2x, up to 4x, and beyond; never the
+  // maximum of noisy counts.
+  const cellV = (x) => typeof x === "number" ? x : (x.peak ?? x.n);
+  const HEAT_COLOURS = ["#fcd9bd", "#f4a261", "#e4572e", "#8e0b0b"];
+  function heatScale(view, steps) {
+    const vals = [];
+    for (const s of steps) for (const x of view.steps.get(s).values()) { const v = cellV(x); if (v > 0) vals.push(v); }
+    vals.sort((a, b) => a - b);
+    const cells = view.rows.length * steps.length, zeros = cells - vals.length, mid = Math.floor(cells / 2);
+    const typical = Math.max(1, mid >= zeros && mid - zeros < vals.length ? vals[mid - zeros] : 0);
+    return { typical, edges: [typical, 2 * typical, 4 * typical] };
+  }
+  const heatClass = (sc, v) => { for (let i = 0; i < sc.edges.length; i++) if (v <= sc.edges[i]) return i; return sc.edges.length; };
+  function showHeatScale(sc, banded) {
+    const el = $("heat-scale"); el.textContent = "";
+    const range = (lo, hi) => lo === hi ? fmt(lo) : lo > hi ? null : fmt(lo) + "–" + fmt(hi);
+    const names = [range(1, sc.edges[0]), range(sc.edges[0] + 1, sc.edges[1]), range(sc.edges[1] + 1, sc.edges[2]), "> " + fmt(sc.edges[2])];
+    const head = document.createElement("span");
+    head.textContent = (banded ? "anomalies of a band's busiest rank" : "anomalies of a rank") + " in one io_step, against the typical " + fmt(sc.typical) + ": ";
+    el.appendChild(head);
+    names.forEach((n, i) => {
+      if (n === null) return;
+      const sw = document.createElement("span"); sw.className = "swatch"; sw.style.background = HEAT_COLOURS[i];
+      const t = document.createElement("span"); t.textContent = n + (i === 3 ? " (over 4x typical)" : "") + " ";
+      el.appendChild(sw); el.appendChild(t);
+    });
+  }
   // reloadHeat pulls the whole heat map again, at most every 2 s.
   function reloadHeat() {
     if (state.heatReload) return;
@@ -107,8 +158,64 @@
     state.band = v;
     $("heat-back").hidden = false;
     drawHeat();
+    writeLink();
   }
-  function closeBand() { state.band = null; $("heat-back").hidden = true; drawHeat(); }
+  function closeBand() { state.band = null; $("heat-back").hidden = true; drawHeat(); writeLink(); }
+
+  // Deep links: the view (the function shown, the anomaly list's filters,
+  // the record open, the band of ranks open) lives in the page's URL hash,
+  // #func=F&rank=R&pid=P&filter_func=G&step_min=A&step_max=B&record=EVENT_ID&record_pid=P&band=ID,
+  // rewritten as the reader moves (no history entry per click) and applied
+  // when the page opens or the hash is edited, so that a view can be
+  // bookmarked and sent.
+  function linkParams() {
+    const p = new URLSearchParams();
+    const set = (k, v) => { if (v !== undefined && v !== null && v !== "") p.set(k, String(v)); };
+    set("func", state.func);
+    set("rank", $("f-rank").value);
+    if ($("f-rank").value !== "" && state.filterPID) set("pid", state.filterPID);
+    set("filter_func", $("f-func").value);
+    set("step_min", $("f-step-min").value); set("step_max", $("f-step-max").value);
+    set("record", state.record);
+    if (state.record && state.recordPID) set("record_pid", state.recordPID);
+    if (state.band && state.band.band) set("band", state.band.band.id);
+    return p;
+  }
+  function writeLink() {
+    if (state.applyingLink || !state.ready) return;
+    const h = linkParams().toString();
+    if (location.hash.slice(1) === h) return;
+    history.replaceState(null, "", location.pathname + location.search + (h ? "#" + h : ""));
+    state.link = h;
+  }
+  state.linkParams = () => linkParams().toString();
+  // readLink reads the hash into a view to apply (null when it is empty).
+  function readLink() {
+    const p = new URLSearchParams(location.hash.replace(/^#/, ""));
+    if (![...p.keys()].length) return null;
+    const n = (k) => p.has(k) && /^\d+$/.test(p.get(k)) ? Number(p.get(k)) : undefined;
+    const l = { func: p.get("func") || undefined, band: p.get("band") || undefined,
+      filter: { rank: n("rank"), pid: n("pid"), func: p.get("filter_func") || undefined, smin: n("step_min"), smax: n("step_max") } };
+    if (p.get("record")) l.filter.record = { event_id: p.get("record"), pid: n("record_pid") || 0 };
+    return l;
+  }
+  // applyLink shows the view of link l: every part that can be shown is.
+  async function applyLink(l) {
+    state.applyingLink = true;
+    try {
+      const jobs = [];
+      if (l.func) jobs.push(selectFunc(l.func));
+      jobs.push(filterAnomalies(l.filter));
+      if (l.band) jobs.push(openBand({ id: l.band }).catch((e) => { $("heat-range").textContent = "Could not open band " + l.band + ": " + e.message; }));
+      else if (state.band) closeBand();
+      await Promise.allSettled(jobs);
+    } finally { state.applyingLink = false; }
+    writeLink();
+  }
+  window.addEventListener("hashchange", () => {
+    if (location.hash.slice(1) === state.link) return; // our own rewrite
+    const l = readLink(); if (l) applyLink(l);
+  });
   // While a band is open, live updates pull it again, at most every second.
   function scheduleBand() {
     if (!state.band || state.bandTimer) return;
@@ -136,15 +243,17 @@
     if (!ranks.length || !steps.length) { state.layout = null; g.fillStyle = "#5b6573"; label(g, c, "no io_step reported yet", 8, 8); return; }
     let mx = 1;
     for (const m of view.steps.values()) for (const v of m.values()) mx = Math.max(mx, cellN(v));
+    const sc = heatScale(view, steps);
+    state.heatScale = sc;
+    showHeatScale(sc, view.banded);
     const cw = w / steps.length, rh = h / ranks.length;
     const rows = ranks.map((r, i) => view.banded ? { band: r, y: y0 + i * rh, h: rh } : { pid: r.pid, rank: r.rank, y: y0 + i * rh, h: rh });
     const idx = new Map(view.keys.map((key, i) => [key, i]));
     steps.forEach((s, si) => {
       for (const [key, x] of view.steps.get(s)) {
-        const ri = idx.get(key), v = cellN(x);
+        const ri = idx.get(key), v = cellV(x);
         if (!v || ri === undefined) continue;
-        const t = Math.sqrt(v / mx);
-        g.fillStyle = `rgb(255,${Math.round(235 * (1 - t))},${Math.round(220 * (1 - t))})`;
+        g.fillStyle = HEAT_COLOURS[heatClass(sc, v)];
         g.fillRect(x0 + si * cw, y0 + ri * rh, Math.max(cw, 1), Math.max(rh, 1));
       }
     });
@@ -159,7 +268,7 @@
     $("heat-range").textContent = b ? `ranks ${bandLabel(b)} (${ranks.length} of ${fmt(state.heat.rankCount || 0)}) x ${steps.length} steps, max ${fmt(mx)} anomalies per cell`
       : view.banded ? `${fmt(view.rankCount)} ranks in ${ranks.length} bands x ${steps.length} steps, max ${fmt(mx)} anomalies per band and step`
         : `${ranks.length} ranks x ${steps.length} steps, max ${fmt(mx)} anomalies per cell`;
-    $("heat-how").textContent = view.banded ? "each row is a band of ranks, its cells their sum; click a band to show its ranks" : "click a cell to list that rank's anomalies of that io_step";
+    $("heat-how").textContent = view.banded ? "each row is a band of ranks, coloured by its busiest rank; click a band to show its ranks" : "click a cell to list that rank's anomalies of that io_step";
     state.layout = { x0, x1: x0 + w, rows, steps, cw, banded: view.banded };
   }
 
@@ -205,6 +314,16 @@
     document.title = "Kipimo " + s.run;
     $("t-step").textContent = fmt(s.io_step); $("t-ranks").textContent = fmt(s.ranks);
     $("t-anom").textContent = fmt(s.totals.anomalies); $("t-exec").textContent = fmt(s.totals.executions);
+    // Which anomalies the count is: flagged live, or those that stand
+    // after the end-of-run relabelling (as kipimo query counts them).
+    const final = s.labels === "final";
+    $("t-anom-what").textContent = final ? "anomalies (final)" : "anomalies (flagged live)";
+    $("t-anom").title = final ? `those that stand after the end-of-run relabelling; ${fmt(s.unflagged || 0)} more were flagged live and unflagged by the final models`
+      : "as the detectors flagged them during the run; once it has ended, kipimo query and kipimo serve count those that stand after the end-of-run relabelling";
+    if (s.start_ts) {
+      state.start = s.start_ts;
+      $("t-start").textContent = isEpoch(s.start_ts) ? date(s.start_ts) : "t=" + s.start_ts + " µs";
+    }
     $("t-bad").textContent = fmt(s.totals.bad_frames);
     $("t-missing").textContent = fmt(s.totals.missing_steps || 0);
     if (s.status) setStatus(s.status);
@@ -241,6 +360,7 @@
     if (!name) return null;
     if ([...$("fv-func").options].some((o) => o.value === name)) $("fv-func").value = name;
     state.func = name;
+    writeLink();
     return loadFunc(name).catch((e) => { $("fv-legend").textContent = "Could not load " + name + ": " + e.message; });
   }
   async function loadFunc(name) {
@@ -256,11 +376,13 @@
     state.funcView = v; state.funcMarks = marks;
     drawFunc(v, marks);
     const a = v.anomalies || {};
+    const rule = v.model === "natural range"
+      ? (v.threshold_runtime ? `natural range: flagged ${v.low_threshold > 0 ? "below " + fmt(v.low_threshold) + " µs or " : ""}above ${fmt(v.threshold_runtime)} µs; ` : "no natural range yet; ")
+      : (v.threshold_runtime ? `threshold ${fmt(v.threshold_runtime)} µs (HBOS score ${fmt(v.score_threshold)}); ` : `HBOS score threshold ${fmt(v.score_threshold)}; `);
     $("fv-legend").textContent = v.bins.length
-      ? `${fmt(v.total)} executions (${v.source}); mean ${fmt(v.stats.mean)} µs, stddev ${fmt(v.stats.stddev)}; ` +
-        (v.threshold_runtime ? `threshold ${fmt(v.threshold_runtime)} µs (HBOS score ${fmt(v.score_threshold)}); ` : `HBOS score threshold ${fmt(v.score_threshold)}; `) +
+      ? `${fmt(v.total)} executions (${v.source}); mean ${fmt(v.stats.mean)} µs, stddev ${fmt(v.stats.stddev)}; ` + rule +
         `${fmt(a.count || 0)} anomalies on ${fmt(v.ranks)} ranks, ${marks.length} marked` + note
-      : `no runtime histogram of ${name} here (${v.stats.has_model ? "no histogram model" : "its model is on another shard"}); ${fmt(a.count || 0)} anomalies` + note;
+      : `no runtime histogram of ${name} here (${v.stats.has_model ? "its model keeps moments only" : "its model is on another shard"}); ${fmt(a.count || 0)} anomalies` + note;
   }
   function drawFunc(v, marks) {
     const c = $("funchist"), g = c.getContext("2d");
@@ -269,7 +391,8 @@
     g.fillStyle = "#5b6573";
     if (!v.bins.length) { label(g, c, "no histogram for " + v.func, 8, 8); return; }
     const x0 = 56, x1 = c.width - 8, y0 = 16, y1 = c.height - 20;
-    const pos = v.bins.map((b) => b.hi).concat(marks).filter((x) => x > 0);
+    // The axis spans the bins, the marked anomalies and the thresholds.
+    const pos = v.bins.map((b) => b.hi).concat(marks, [v.threshold_runtime * 1.2, v.low_threshold]).filter((x) => x > 0);
     let lo = Math.min(...v.bins.map((b) => b.lo).filter((x) => x > 0), ...pos), hi = Math.max(...pos);
     if (!(lo > 0)) lo = hi / 1000;
     if (hi <= lo) hi = lo * 10;
@@ -284,11 +407,13 @@
     g.fillStyle = "#e67e22";
     for (const m of marks) { const x = X(m); g.beginPath(); g.moveTo(x, y0 - 2); g.lineTo(x - 4, y0 - 10); g.lineTo(x + 4, y0 - 10); g.fill(); }
     g.fillStyle = "#5b6573";
-    if (v.threshold_runtime > 0) {
-      const x = X(v.threshold_runtime);
+    const rule = (t, text, align) => {
+      const x = X(t);
       g.strokeStyle = "#b00020"; g.setLineDash([5, 4]); g.beginPath(); g.moveTo(x, y0); g.lineTo(x, y1); g.stroke(); g.setLineDash([]);
-      g.fillStyle = "#b00020"; label(g, c, "threshold " + short(v.threshold_runtime) + " µs", x + 4, y0 + 2); g.fillStyle = "#5b6573";
-    }
+      g.fillStyle = "#b00020"; label(g, c, text, align === "right" ? x - 4 : x + 4, y0 + (align === "right" ? 16 : 2), align); g.fillStyle = "#5b6573";
+    };
+    if (v.threshold_runtime > 0) rule(v.threshold_runtime, (v.model === "natural range" ? "flagged above " : "threshold ") + short(v.threshold_runtime) + " µs");
+    if (v.low_threshold > 0 && v.low_threshold >= lo) rule(v.low_threshold, "flagged below " + short(v.low_threshold) + " µs", "right");
     label(g, c, short(cmax), x0 - 4, Y(cmax), "right", "top"); label(g, c, "0", x0 - 4, y1, "right", "bottom");
     label(g, c, "count (log)", x0 - 4, (y0 + y1) / 2, "right", "middle");
     for (let e = Math.floor(L0); e <= Math.ceil(L1); e++) for (const m of [1, 2, 5]) {
@@ -305,12 +430,16 @@
   const records = (body) => Array.isArray(body) ? body : (body.records || body.items || body.results || []);
   function filterAnomalies(sel) {
     $("f-rank").value = sel.rank ?? ""; $("f-func").value = sel.func ?? "";
-    $("f-step-min").value = sel.step ?? ""; $("f-step-max").value = sel.step ?? "";
+    $("f-step-min").value = sel.step ?? sel.smin ?? ""; $("f-step-max").value = sel.step ?? sel.smax ?? "";
     state.filterPID = sel.pid;
-    return loadAnomalies();
+    return loadAnomalies(sel.record);
   }
-  async function loadAnomalies() {
+  // loadAnomalies lists the anomalies the filters select and opens the
+  // first, or the record want ({pid, event_id}) when given.
+  async function loadAnomalies(want) {
     const rank = $("f-rank").value, fn = $("f-func").value, smin = $("f-step-min").value, smax = $("f-step-max").value;
+    state.record = undefined;
+    writeLink();
     const what = [rank !== "" && "rank " + rank, fn && fn, (smin !== "" || smax !== "") && (smin === smax ? "io_step " + smin : `io_steps ${smin || "0"}..${smax || "end"}`)].filter(Boolean);
     $("details-title").textContent = "Anomalies" + (what.length ? " of " + what.join(", ") : ", highest scores first");
     // The list is replaced when the answer arrives, so a reader (or test)
@@ -327,10 +456,10 @@
     let recs;
     try { recs = records(await getJSON(provURL(state.config.provdb_list, {}) + "?" + q)); } catch (e) { clear(); $("details-msg").textContent = "The provenance query API did not answer: " + e.message; return; }
     if (seq !== state.listSeq) return;
-    if (!recs.length) { clear(); $("details-msg").textContent = "No anomaly records found (yet) for this selection."; return; }
+    if (!recs.length) { clear(); $("details-msg").textContent = "No anomaly records found (yet) for this selection."; if (want) await openRecord(want); else writeLink(); return; }
     fillTable("records", recs, [[(r) => r.event_id], [(r) => r.rid, 1], [(r) => r.tid, 1], [(r) => r.func], [(r) => r.io_step, 1], [(r) => fmt(r.runtime_exclusive ?? r.runtime_total), 1], [(r) => fmt(r.outlier_score), 1]], openRecord);
-    await openRecord(recs[0]);
     state.listed = q.toString();
+    await openRecord(want || recs[0]);
   }
   async function openRecord(r) {
     let rec = r;
@@ -339,14 +468,14 @@
     }
     for (const tr of $("records").querySelectorAll("tbody tr")) tr.classList.toggle("sel", tr.firstChild && tr.firstChild.textContent === rec.event_id);
     $("record").hidden = false;
-    $("record-id").textContent = `event ${rec.event_id}, rank ${rec.rid}, thread ${rec.tid}, io_step ${rec.io_step}`;
+    $("record-id").textContent = `event ${rec.event_id}, rank ${rec.rid}, thread ${rec.tid}, io_step ${rec.io_step}, entered at ${at(rec.entry)}, ran ${dur((rec.exit || rec.entry) - rec.entry)}`;
     const x = rec.explanation;
     $("record-why").textContent = x && x.text ? x.text + "." : `outlier score ${fmt(rec.outlier_score)} (${rec.algorithm || "algorithm not recorded"}; no explanation in this record).`;
     const ol = $("callstack"); ol.textContent = "";
     const stack = (rec.call_stack || []).slice().reverse(); // root first
     for (const f of stack) {
       const li = document.createElement("li");
-      li.textContent = `${f.func}  [${f.event_id}]  entry ${f.entry}${f.exit ? " exit " + f.exit : " (open)"}`;
+      li.textContent = `${f.func}  [${f.event_id}]  entered ${f.entry ? at(f.entry).replace(/ \(.*\)$/, "") : "before the window"}${f.exit ? ", ran " + dur(f.exit - f.entry) : " (open)"}`;
       if (f.is_anomaly) li.className = "anomaly";
       ol.appendChild(li);
     }
@@ -358,6 +487,8 @@
       gpu.textContent = `GPU device ${l.device}, context ${l.context}, stream ${l.stream}, thread ${l.thread}` + (p && p.event_id ? `; launched by ${p.event_id} on thread ${p.tid}` + (p.call_stack && p.call_stack.length ? " in " + p.call_stack.map((f) => f.func).reverse().join(" > ") : "") : "");
     } else gpu.textContent = "CPU execution (no GPU context).";
     state.record = rec.event_id;
+    state.recordPID = rec.pid || 0;
+    writeLink();
   }
   function drawTimeline(rec) {
     const c = $("timeline"), g = c.getContext("2d");
@@ -381,7 +512,7 @@
       }
     }
     g.fillStyle = "#5b6573";
-    label(g, c, String(t0), x0, c.height - 13, "left"); label(g, c, String(t1) + " (µs)", c.width - 4, c.height - 13, "right");
+    label(g, c, at(t0).replace(/ \(.*\)$/, ""), x0, c.height - 13, "left"); label(g, c, "+" + dur(t1 - t0), c.width - 4, c.height - 13, "right");
   }
 
   // Tables are pulled at most every 2 s, with a trailing pull so the last
@@ -444,17 +575,26 @@
       setTimeout(init, 2000);
       return;
     }
-    // Every panel is pulled on its own, so one failing view leaves the others filled.
+    // Every panel is pulled on its own, so one failing view leaves the others
+    // filled. A deep link (the URL's hash) chooses the function, the
+    // anomaly list's filters, the record and the band shown.
+    const link = readLink();
+    if (link && link.func) state.func = link.func; // not replaced by the preferred function
+    // The summary first: times are shown relative to the run's start.
+    const summary = getJSON("api/summary").then(showSummary);
     const jobs = [
-      getJSON("api/summary").then(showSummary),
+      summary,
       Promise.all([getJSON("api/heatmap?steps=" + MAX_STEPS), getJSON("api/steps?last=" + MAX_STEPS)]).then(([heat, steps]) => { applyHeat(state.heat, heat, true); applySeries(steps); drawHeat(); drawSeries(); }),
       refreshTables(),
-      loadAnomalies(),
     ];
+    if (!link) jobs.push(summary.catch(() => {}).then(() => loadAnomalies()));
     const res = await Promise.allSettled(jobs);
     const bad = res.filter((r) => r.status === "rejected");
     if (bad.length) { $("status").textContent = "error: " + bad[0].reason.message; $("status").className = "status down"; }
     state.ready = true;
+    if (link) await summary.catch(() => {}).then(() => applyLink(link));
+    else writeLink();
+    state.linked = true;
     if (state.status !== "stored") connect();
   })();
 })();
