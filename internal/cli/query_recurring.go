@@ -25,7 +25,7 @@ func newQueryRecurringCmd(o *queryOpts) *cobra.Command {
 		Short: "List the functions with a recurring slow mode, the largest share of time first",
 		Long: `List the functions whose runtimes have a recurring slow mode: natural
 runtimes beyond a gap above the body of their runtimes that hold at least
-10% of their time (docs/detection.md). Such a mode is behaviour, so its
+5% of their time (docs/detection.md). Such a mode is behaviour, so its
 executions are not flagged; it is listed here whether or not any were. The
 run's final func_stats records carry it: nothing is listed for a run still
 going, or run with Chimbuko's rules.`,

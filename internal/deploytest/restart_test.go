@@ -206,8 +206,9 @@ func (r *restartRun) startAD(name, ranks string) *proc {
 // default frames, durable there, serving ranks 0-3 and 4-7) under a paced replay of a generated run:
 // once uninterrupted, then once for each process killed with SIGKILL mid-run
 // and started again (the second ad, NATS itself, the pserver, provdb). Each
-// must store the anomalies of the uninterrupted run, name every function,
-// and hold in its store what the pserver counted.
+// must store every anomaly both of two uninterrupted runs stored, nothing
+// neither did, name every function, and hold in its store what the pserver
+// counted.
 func TestDurableFramesSurviveKills(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the pipeline as processes five times (~2 min)")
@@ -226,15 +227,43 @@ func TestDurableFramesSurviveKills(t *testing.T) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("kipimo gen: %v\n%s", err, out)
 	}
-	want, wantTot := runKilled(t, bins, gen, "uninterrupted", "")
-	t.Logf("uninterrupted: %d anomalies stored; pserver %+v", len(want), wantTot)
-	if len(want) == 0 || uint64(len(want)) != wantTot.Anomalies {
-		t.Fatalf("uninterrupted run: %d anomalies stored, %d counted", len(want), wantTot.Anomalies)
+	// Two uninterrupted runs: a live run's labels of its first io_steps,
+	// while the models are young, depend on how far the other ranks have
+	// got when a rank syncs, which no two runs share exactly (a few of
+	// some 640 anomalies differ). A fault must cost none of the anomalies
+	// both runs stored (want) and add none that neither did (may).
+	want, may := map[anomalyKey]bool{}, map[anomalyKey]bool{}
+	var wantTot psTotals
+	for i, run := range []string{"uninterrupted", "uninterrupted-again"} {
+		got, tot := runKilled(t, bins, gen, run, "")
+		t.Logf("%s: %d anomalies stored; pserver %+v", run, len(got), tot)
+		if len(got) == 0 || uint64(len(got)) != tot.Anomalies {
+			t.Fatalf("%s run: %d anomalies stored, %d counted", run, len(got), tot.Anomalies)
+		}
+		for k := range got {
+			may[k] = true
+			if i == 0 {
+				want[k] = true
+			}
+		}
+		if i == 0 {
+			wantTot = tot
+			continue
+		}
+		for k := range want {
+			if !got[k] {
+				delete(want, k)
+			}
+		}
+		if tot.Executions != wantTot.Executions || tot.Frames != wantTot.Frames {
+			t.Fatalf("uninterrupted runs counted %d and %d executions, %d and %d frames", wantTot.Executions, tot.Executions, wantTot.Frames, tot.Frames)
+		}
 	}
+	t.Logf("labels of both uninterrupted runs: %d stable, %d in one run only", len(want), len(may)-len(want))
 	tests := []struct {
 		victim string
 		// sameLabels: the restarted run must label as the uninterrupted
-		// one did. A NATS restart stalls every rank at once and delivers
+		// ones did. A NATS restart stalls every rank at once and delivers
 		// the frames published meanwhile in a burst: the ranks' relative
 		// progress, which shapes each rank's global model in a live run,
 		// changes, and so may a few borderline labels (logged, not failed).
@@ -267,7 +296,7 @@ func TestDurableFramesSurviveKills(t *testing.T) {
 				}
 			}
 			for k := range got {
-				if !want[k] {
+				if !may[k] {
 					extra = append(extra, fmt.Sprint(k))
 				}
 				if strings.HasPrefix(k.fn, "fid_") {
@@ -279,8 +308,8 @@ func TestDurableFramesSurviveKills(t *testing.T) {
 			if len(missing)+len(extra) == 0 {
 				return
 			}
-			msg := fmt.Sprintf("%d of the uninterrupted run's %d anomalies not found, %d others found; first %.5q and %.5q",
-				len(missing), len(want), len(extra), missing, extra)
+			msg := fmt.Sprintf("%d of the uninterrupted runs' %d anomalies not found, %d others found; first %q and %q",
+				len(missing), len(want), len(extra), missing[:min(5, len(missing))], extra[:min(5, len(extra))])
 			if tc.sameLabels {
 				t.Error(msg)
 			} else {

@@ -199,7 +199,7 @@ type GlobalFuncStats struct {
 	NaturalRange *Range `json:"natural_range,omitempty"`
 	// Recurring is the key's recurring slow mode, when it has one: natural
 	// runtimes beyond a gap above the body of its runtimes that hold at
-	// least 10% of its time (docs/detection.md).
+	// least 5% of its time (docs/detection.md).
 	Recurring *RecurringMode `json:"recurring,omitempty"`
 }
 

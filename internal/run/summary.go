@@ -57,7 +57,7 @@ type Summary struct {
 	TopFunctions []provenance.Group `json:"top_functions"`
 	// Recurring are the functions with a recurring slow mode: natural
 	// runtimes beyond a gap above the body of their runtimes that hold at
-	// least 10% of their time, whether or not any were flagged
+	// least 5% of their time, whether or not any were flagged
 	// (docs/detection.md).
 	Recurring []pserver.Recurring `json:"recurring"`
 
