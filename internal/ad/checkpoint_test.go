@@ -729,8 +729,9 @@ func TestCheckpointCoversEveryField(t *testing.T) {
 		// Incarnation is the sync state's, written once for every shard
 		{psync.SyncRequest{}, "PID Rank Seq Incarnation Step Algorithm Models Counters Steps Hostname TailRule Node Ranks"},
 		{execRec{}, "entry exit childIncl parent step idx pstep pidx fid path key nchild score label flags"},
-		// ctrIdx, commIdx, ctrPos, commPos and entries are one frame's cursors
-		{thread{}, "tid gpu lastTS firstTS tsSeen loc meta ring base detached pins stack counters comms paths over ctrs summ ctrIdx commIdx ctrPos commPos entries"},
+		// ctrIdx, commIdx, ctrPos, commPos and entries are one frame's cursors;
+		// fcalls is counted again from paths and over (fcallsSet unset)
+		{thread{}, "tid gpu lastTS firstTS tsSeen loc meta ring base detached pins stack counters comms paths over ctrs summ ctrIdx commIdx ctrPos commPos entries fcalls fcallsSet"},
 		{gpuLoc{}, "context device stream set"},
 		{timerAcc{}, "calls subrs incl excl sqIncl sqExcl"},
 		{counterAcc{}, "n min max sum sumsq"},
@@ -750,7 +751,8 @@ func TestCheckpointCoversEveryField(t *testing.T) {
 		{callStacks{}, "cfg stats done threads byTid tidMap funcNames funcKnown ctrNames corrCID srcCtr nodes pathTab launches launchOrder launchHead counterStep"},
 		// all but the lists are the configuration and scratch
 		{modelSet{}, "cfg stats stacks scorer hist gated rule tmp ignored list keyByName fidKey pathKey"},
-		{recorder{}, "cfg stats stacks models cur batch pending scratch"},
+		// preempt (the last steps' context switches) starts again after a restore
+		{recorder{}, "cfg stats stacks models cur batch pending preempt scratch"},
 		{pendingRec{}, "rec t seq step anomaly ew pinnedTo"},
 		{stepInfo{}, "step tstart tend"},
 		// done and healthy are the senders' (a restored shard starts healthy)

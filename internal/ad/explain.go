@@ -63,3 +63,21 @@ func fmtMicros(us float64) string {
 		return fmt.Sprintf("%.0f µs", us)
 	}
 }
+
+// explainCauses adds to x, the explanation of execution e of thread t
+// flagged as too long, the causes the data shows: the rank preempted
+// clearly more than usual in the io_step(s) e ran in (its "Involuntary
+// Context Switches" counter against the median of its other recent steps),
+// and e being one of the first calls of its function on t (warm-up).
+func (rc *recorder) explainCauses(x *provenance.Explanation, t *thread, e *execRec) {
+	if v, n, u, ok := rc.preempt.preemption(e.step, e.exit, rc.cur.step); ok && clearlyAbove(v, n, u) {
+		if n == 1 {
+			x.Text += fmt.Sprintf("; the rank was preempted %.0f times in this io_step, %.0f usually", v, u)
+		} else {
+			x.Text += fmt.Sprintf("; the rank was preempted %.0f times in the %d io_steps it ran in, %.0f per io_step usually", v, n, u)
+		}
+	}
+	if e.flags&flagWarmup != 0 {
+		x.Text += fmt.Sprintf("; among the first %d calls of %s on this thread (warm-up)", warmupCalls, rc.stacks.funcName(e.fid))
+	}
+}

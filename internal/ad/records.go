@@ -23,6 +23,7 @@ type recorder struct {
 	cur     *stepInfo
 	batch   *Batch // the detector's current batch
 	pending []*pendingRec
+	preempt preemptLog // the rank's involuntary context switches per step
 	scratch struct {
 		ctr  []attachedCounter
 		comm []attachedComm
@@ -77,6 +78,9 @@ func (rc *recorder) add(t *thread, seq uint64, e *execRec, anomaly bool) {
 	}
 	if rc.models.gated && m.detReady {
 		r.Explanation = explain(m, rc.models.value(e))
+		if anomaly && r.Explanation.Value > m.natThr {
+			rc.explainCauses(r.Explanation, t, e)
+		}
 	}
 	r.CallStack = rc.callStack(t, seq)
 	rc.scratch.ctr = t.countersOf(seq, e, rc.scratch.ctr[:0])

@@ -353,6 +353,7 @@ func (cs *callStacks) complete(t *thread, ts uint64, flags uint8) {
 			p.childIncl += e.exit - e.entry
 		}
 	}
+	cs.countCall(t, e)
 	t.profileAdd(e)
 	cs.stats.executions.Add(1)
 	cs.done(t, e)

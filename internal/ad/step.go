@@ -14,6 +14,7 @@ import (
 // endStep closes the current step: deltas, sync, labelling, records,
 // release of memory, call-stack snapshot, profiles.
 func (d *Detector) endStep(ctx context.Context, final bool) {
+	d.rec.preempt.observe(d.cur, d.stacks.counterStep[preemptCounter])
 	// 1. this step's deltas
 	for _, m := range d.models.list {
 		if !m.touched {

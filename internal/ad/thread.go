@@ -24,6 +24,7 @@ const (
 	flagDone     uint8 = 1 << iota // exited
 	flagRepaired                   // closed by a repair, not by its own exit
 	flagLost                       // open at a gap in the io_steps: its exit is unknown
+	flagWarmup                     // one of the first calls of its function on its thread
 )
 
 // execRec is one execution. Records live in their thread's ring, in entry
@@ -127,6 +128,11 @@ type thread struct {
 	ctrIdx, commIdx []int32
 	ctrPos, commPos int
 	entries         int // the frame's entries on this thread
+
+	// fcalls counts completed calls by function, up to warmupCalls+1
+	// (causes.go); fcallsSet once counted from the profile
+	fcalls    []uint8
+	fcallsSet bool
 }
 
 type gpuLoc struct {

@@ -2,13 +2,16 @@ package cli
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -122,8 +125,9 @@ func filterFlags(fs *pflag.FlagSet, sortable bool) {
 	fs.Bool("gpu", false, "GPU executions only")
 	fs.Int("limit", provenance.DefaultLimit, "maximum number of records (groups for agg); 0: no limit, records streamed")
 	if sortable {
-		fs.String("sort", provenance.SortEntry, "sort by "+strings.Join(provenance.SortFields, ", "))
-		fs.Bool("desc", false, "sort in descending order")
+		fs.String("sort", "", "sort by "+sortTimeLost+" (the time lost beyond the function's natural maximum, costliest first; the default for anomalies under a limit), "+
+			provenance.SortEntry+" (the default for normalexecs), "+strings.Join(provenance.SortFields[1:], ", "))
+		fs.Bool("desc", false, "sort in descending order (not with --sort "+sortTimeLost+", which is costliest first)")
 	}
 }
 
@@ -137,6 +141,9 @@ var flagParams = map[string]string{
 func queryFromFlags(cmd *cobra.Command) (provenance.Query, error) {
 	v := url.Values{}
 	cmd.Flags().Visit(func(f *pflag.Flag) {
+		if f.Name == "sort" && f.Value.String() == sortTimeLost {
+			return // ordered here, not by the store (listByTimeLost)
+		}
 		if p, ok := flagParams[f.Name]; ok {
 			v.Set(p, f.Value.String())
 		}
@@ -188,7 +195,14 @@ Once a run has ended, its anomalies are relabelled with the final models
 (docs/detection.md): those the final model no longer flags are "unflagged",
 not deleted. --labels final (the default) lists the anomalies that stand,
 --labels unflagged the others, --labels all both; each record then says
-which it is (the LABEL column, final_label in JSON).`,
+which it is (the LABEL column, final_label in JSON).
+
+Anomalies are listed costliest first: by the time each lost beyond its
+function's natural maximum (explanation.excess, shown by query show), records
+without an explanation last. That order reads every matching record and keeps
+the costliest --limit, where the other orders are the store's; so with
+--limit 0 and no --sort, records stream in entry order, and --sort time-lost
+--limit 0 holds them all in memory.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			q, err := queryFromFlags(cmd)
@@ -218,7 +232,7 @@ which it is (the LABEL column, final_label in JSON).`,
 					return err
 				}
 			}
-			return listExecs(ctx, cmd.OutOrStdout(), b, q, o.json, ranges, labels)
+			return listExecs(ctx, cmd.OutOrStdout(), b, q, o.json, ranges, labels, listByTimeLost(cmd, q))
 		},
 	}
 	filterFlags(cmd.Flags(), true)
@@ -395,7 +409,7 @@ func jsonLines[T any](w io.Writer, items []T) error {
 
 // listExecs prints the executions q selects as JSON lines or a table, one
 // at a time as b streams them.
-func listExecs(ctx context.Context, w io.Writer, b queryBackend, q provenance.Query, asJSON bool, ranges map[string]provenance.Range, labels string) error {
+func listExecs(ctx context.Context, w io.Writer, b queryBackend, q provenance.Query, asJSON bool, ranges map[string]provenance.Range, labels string, byTimeLost bool) error {
 	bw := bufio.NewWriterSize(w, 64<<10)
 	var fn func(provenance.Exec) error
 	var t *streamTable
@@ -433,6 +447,13 @@ func listExecs(ctx context.Context, w io.Writer, b queryBackend, q provenance.Qu
 			return t.row(row...)
 		}
 	}
+	var costly *costliest
+	out := fn
+	if byTimeLost {
+		// Every matching record is read; the costliest --limit are kept.
+		costly = &costliest{limit: q.Limit}
+		fn, q.Limit = costly.add, provenance.NoLimit
+	}
 	if labelled {
 		// Relabel as records stream by; with a filter on the label, read
 		// past the limit until it is reached among the records kept.
@@ -461,6 +482,12 @@ func listExecs(ctx context.Context, w io.Writer, b queryBackend, q provenance.Qu
 		_ = bw.Flush()
 		return err
 	}
+	if costly != nil {
+		if err := costly.each(out); err != nil {
+			_ = bw.Flush()
+			return err
+		}
+	}
 	if t != nil {
 		if err := t.flush(); err != nil {
 			return err
@@ -470,6 +497,72 @@ func listExecs(ctx context.Context, w io.Writer, b queryBackend, q provenance.Qu
 		}
 	}
 	return bw.Flush()
+}
+
+// sortTimeLost is the --sort value that lists executions by the time they
+// lost (Explanation.Excess), costliest first. The stores do not index it:
+// the listing reads every matching record and keeps the costliest.
+const sortTimeLost = "time-lost"
+
+// listByTimeLost says whether the listing is ordered by the time lost: when
+// asked, and by default for anomalies under a limit (a listing of every
+// record streams in entry order instead of holding them all).
+func listByTimeLost(cmd *cobra.Command, q provenance.Query) bool {
+	f := cmd.Flags().Lookup("sort")
+	if f == nil {
+		return false
+	}
+	if f.Changed {
+		return f.Value.String() == sortTimeLost
+	}
+	return q.Kind == provenance.KindAnomalies && q.Limit != provenance.NoLimit
+}
+
+// costliest keeps the limit records that lost the most time (all of them
+// with provenance.NoLimit), in the order they came for equal losses;
+// records without an explanation come last.
+type costliest struct {
+	limit int
+	recs  []provenance.Exec
+}
+
+// timeLost is e's time lost, or -Inf when its record does not say.
+func timeLost(e *provenance.Exec) float64 {
+	if e.Explanation == nil || math.IsNaN(e.Explanation.Excess) {
+		return math.Inf(-1)
+	}
+	return e.Explanation.Excess
+}
+
+func (c *costliest) add(e provenance.Exec) error {
+	c.recs = append(c.recs, e)
+	if c.limit != provenance.NoLimit && len(c.recs) >= 2*c.limit+64 {
+		c.sort()
+		c.recs = c.recs[:c.limit]
+	}
+	return nil
+}
+
+// sort orders the records costliest first, keeping their arrival order
+// among equals.
+func (c *costliest) sort() {
+	slices.SortStableFunc(c.recs, func(a, b provenance.Exec) int {
+		return cmp.Compare(timeLost(&b), timeLost(&a))
+	})
+}
+
+// each hands the kept records to fn, costliest first.
+func (c *costliest) each(fn func(provenance.Exec) error) error {
+	c.sort()
+	if c.limit != provenance.NoLimit && len(c.recs) > c.limit {
+		c.recs = c.recs[:c.limit]
+	}
+	for _, e := range c.recs {
+		if err := fn(e); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // tableHold is the number of rows a streamed table holds to size its

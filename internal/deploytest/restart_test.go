@@ -158,7 +158,9 @@ type anomalyKey struct {
 	entry     uint64
 }
 
-// storedAnomalies reads every anomaly of a provenance store.
+// storedAnomalies reads every anomaly of a provenance store: true for one
+// labelled in the io_step it ended in, false for one whose young model
+// made it wait for the model to settle (docs/detection.md, "settling").
 func storedAnomalies(t *testing.T, path string) map[anomalyKey]bool {
 	t.Helper()
 	ctx := context.Background()
@@ -169,7 +171,7 @@ func storedAnomalies(t *testing.T, path string) map[anomalyKey]bool {
 	defer st.Close()
 	out := map[anomalyKey]bool{}
 	err = st.Each(ctx, provenance.Query{Kind: provenance.KindAnomalies, Limit: provenance.NoLimit}, func(e provenance.Exec) error {
-		out[anomalyKey{e.RID, e.TID, e.Func, e.Entry}] = true
+		out[anomalyKey{e.RID, e.TID, e.Func, e.Entry}] = e.Exit >= e.IOStepTStart
 		return nil
 	})
 	if err != nil {
@@ -227,11 +229,13 @@ func TestDurableFramesSurviveKills(t *testing.T) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("kipimo gen: %v\n%s", err, out)
 	}
-	// Two uninterrupted runs: a live run's labels of its first io_steps,
-	// while the models are young, depend on how far the other ranks have
-	// got when a rank syncs, which no two runs share exactly (a few of
-	// some 640 anomalies differ). A fault must cost none of the anomalies
-	// both runs stored (want) and add none that neither did (may).
+	// Two uninterrupted runs: a live run's labels of executions that
+	// waited for their young model to settle depend on how far the other
+	// ranks have got when the wait ends, which no two runs share exactly
+	// (a few of some 640 anomalies, in the first io_steps, differ). A
+	// fault must cost none of the anomalies both runs stored (want) and
+	// add none that neither did (may), except labels given after such a
+	// wait, which are logged.
 	want, may := map[anomalyKey]bool{}, map[anomalyKey]bool{}
 	var wantTot psTotals
 	for i, run := range []string{"uninterrupted", "uninterrupted-again"} {
@@ -240,10 +244,10 @@ func TestDurableFramesSurviveKills(t *testing.T) {
 		if len(got) == 0 || uint64(len(got)) != tot.Anomalies {
 			t.Fatalf("%s run: %d anomalies stored, %d counted", run, len(got), tot.Anomalies)
 		}
-		for k := range got {
+		for k, own := range got {
 			may[k] = true
 			if i == 0 {
-				want[k] = true
+				want[k] = own
 			}
 		}
 		if i == 0 {
@@ -251,8 +255,11 @@ func TestDurableFramesSurviveKills(t *testing.T) {
 			continue
 		}
 		for k := range want {
-			if !got[k] {
+			own, ok := got[k]
+			if !ok {
 				delete(want, k)
+			} else {
+				want[k] = want[k] || own
 			}
 		}
 		if tot.Executions != wantTot.Executions || tot.Frames != wantTot.Frames {
@@ -290,14 +297,26 @@ func TestDurableFramesSurviveKills(t *testing.T) {
 					tot.Frames, tot.Executions, tot.Missing, wantTot.Frames, wantTot.Executions)
 			}
 			var missing, extra []string
-			for k := range want {
-				if !got[k] {
+			waited := 0
+			for k, own := range want {
+				if _, ok := got[k]; !ok {
+					if !own {
+						waited++
+						continue
+					}
 					missing = append(missing, fmt.Sprint(k))
 				}
 			}
-			for k := range got {
+			if waited > 0 {
+				t.Logf("%d anomalies that both uninterrupted runs labelled after waiting for a young model not stored", waited)
+			}
+			for k, own := range got {
 				if !may[k] {
-					extra = append(extra, fmt.Sprint(k))
+					if own {
+						extra = append(extra, fmt.Sprint(k))
+					} else {
+						t.Logf("anomaly %v labelled after waiting for a young model, by neither uninterrupted run", k)
+					}
 				}
 				if strings.HasPrefix(k.fn, "fid_") {
 					t.Errorf("anomaly stored under an invented name: %v", k)

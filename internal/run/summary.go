@@ -1,6 +1,7 @@
 package run
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -53,8 +55,9 @@ type Summary struct {
 	// Score compares the anomalies with the injected ground truth
 	// (synthetic runs only).
 	Score *Score `json:"score,omitempty"`
-	// TopFunctions are the functions with the most anomalies.
-	TopFunctions []provenance.Group `json:"top_functions"`
+	// TopFunctions are the functions whose anomalies lost the most time,
+	// costliest first.
+	TopFunctions []TopFunction `json:"top_functions"`
 	// Recurring are the functions with a recurring slow mode: natural
 	// runtimes beyond a gap above the body of their runtimes that hold at
 	// least 5% of their time, whether or not any were flagged
@@ -182,6 +185,54 @@ type Backpressure struct {
 	SlowestRankHeldSeconds float64 `json:"slowest_rank_held_seconds"`
 }
 
+// TopFunction is a function of the summary's top list: its stored
+// anomalies and the time they lost beyond its natural maximum.
+type TopFunction struct {
+	Func  string `json:"func"`
+	Count int64  `json:"count"`
+	// TimeLostUs is the sum of the anomalies' explanation.excess (those
+	// flagged as too long; anomalies without an explanation, as with
+	// Chimbuko's rules, count for none).
+	TimeLostUs float64 `json:"time_lost_us"`
+}
+
+// topFunctionsN is the length of the summary's top list.
+const topFunctionsN = 5
+
+// execSource streams stored executions (the provenance store).
+type execSource interface {
+	Each(ctx context.Context, q provenance.Query, fn func(provenance.Exec) error) error
+}
+
+// topFunctions reads the stored anomalies and returns the n functions that
+// lost the most time, ties broken by more anomalies, then by name.
+func topFunctions(ctx context.Context, src execSource, n int) ([]TopFunction, error) {
+	byFunc := map[string]*TopFunction{}
+	err := src.Each(ctx, provenance.Query{Kind: provenance.KindAnomalies, Limit: provenance.NoLimit}, func(e provenance.Exec) error {
+		t := byFunc[e.Func]
+		if t == nil {
+			t = &TopFunction{Func: e.Func}
+			byFunc[e.Func] = t
+		}
+		t.Count++
+		if x := e.Explanation; x != nil && x.Excess > 0 {
+			t.TimeLostUs += x.Excess
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	top := make([]TopFunction, 0, len(byFunc))
+	for _, t := range byFunc {
+		top = append(top, *t)
+	}
+	slices.SortFunc(top, func(a, b TopFunction) int {
+		return cmp.Or(cmp.Compare(b.TimeLostUs, a.TimeLostUs), cmp.Compare(b.Count, a.Count), strings.Compare(a.Func, b.Func))
+	})
+	return top[:min(n, len(top))], nil
+}
+
 func (p *Pipeline) summarize(ctx context.Context, st []ad.Stats, truthFn func() []workload.Truth, in publish.Counts, inputExecs int, detect, wall time.Duration) (*Summary, error) {
 	cfg := p.cfg
 	var total ad.Stats
@@ -218,7 +269,7 @@ func (p *Pipeline) summarize(ctx context.Context, st []ad.Stats, truthFn func() 
 		}
 		sum.Stored[kind] = n
 	}
-	top, err := p.store.Aggregate(ctx, provenance.Query{Kind: provenance.KindAnomalies, Limit: 5}, provenance.ByFunc)
+	top, err := topFunctions(ctx, p.store, topFunctionsN)
 	if err != nil {
 		return nil, fmt.Errorf("top functions: %w", err)
 	}
@@ -402,7 +453,7 @@ func (s *Summary) WriteText(w io.Writer) error {
 	if len(s.TopFunctions) > 0 {
 		var parts []string
 		for _, g := range s.TopFunctions {
-			parts = append(parts, fmt.Sprintf("%s (%d)", g.Func, g.Count))
+			parts = append(parts, fmt.Sprintf("%s (%d, %s lost)", g.Func, g.Count, time.Duration(g.TimeLostUs*float64(time.Microsecond)).Round(time.Microsecond)))
 		}
 		fmt.Fprintf(tw, "top functions\t%s\n", strings.Join(parts, ", "))
 	}
