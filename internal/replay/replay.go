@@ -8,7 +8,6 @@
 package replay
 
 import (
-	"container/heap"
 	"context"
 	"errors"
 	"fmt"
@@ -22,6 +21,7 @@ import (
 	"github.com/kipimo-hpc/kipimo/internal/frame"
 	"github.com/kipimo-hpc/kipimo/internal/replay/caliper"
 	"github.com/kipimo-hpc/kipimo/internal/replay/chrome"
+	"github.com/kipimo-hpc/kipimo/internal/replay/kmerge"
 	"github.com/kipimo-hpc/kipimo/internal/replay/otf2"
 	"github.com/kipimo-hpc/kipimo/internal/replay/steps"
 	"github.com/kipimo-hpc/kipimo/internal/replay/tautrace"
@@ -229,9 +229,9 @@ func (s *FrameFiles) Frames(ctx context.Context, emit func(*frame.Frame) error) 
 	gpu := map[[2]uint32]bool{}
 	// The cursors in a heap on (io_step, start), the file order breaking
 	// ties; a cursor leaves it (and its file is closed) at its file's end.
-	var h cursorHeap
+	var cs []*frameCursor // the files not yet at their end
 	defer func() {
-		for _, c := range h {
+		for _, c := range cs {
 			c.fh.Close()
 		}
 	}()
@@ -242,7 +242,7 @@ func (s *FrameFiles) Frames(ctx context.Context, emit func(*frame.Frame) error) 
 		if err != nil {
 			return st, fmt.Errorf("frames: %w", err)
 		}
-		c := &frameCursor{name: p, order: len(h), fh: fh}
+		c := &frameCursor{name: p, order: len(cs), fh: fh}
 		if fi, err := fh.Stat(); err == nil {
 			c.size = fi.Size()
 		}
@@ -255,14 +255,14 @@ func (s *FrameFiles) Frames(ctx context.Context, emit func(*frame.Frame) error) 
 			fh.Close()
 			continue
 		}
-		h = append(h, c)
+		cs = append(cs, c)
 	}
-	heap.Init(&h)
-	for len(h) > 0 {
+	h := kmerge.New(cs, byStep)
+	for h.Len() > 0 {
 		if err := ctx.Err(); err != nil {
 			return st, err
 		}
-		c := h[0]
+		c := h.Top()
 		var err error
 		if buf, err = c.read(&f, buf); err != nil {
 			return st, err
@@ -290,9 +290,11 @@ func (s *FrameFiles) Frames(ctx context.Context, emit func(*frame.Frame) error) 
 			return st, err
 		}
 		if ok {
-			heap.Fix(&h, 0)
+			h.Fix()
 		} else {
-			heap.Pop(&h)
+			c.fh.Close()
+			h.Pop()
+			cs = h.Items()
 		}
 	}
 	st.Threads, st.GPUThreads = len(threads), len(gpu)
@@ -300,13 +302,9 @@ func (s *FrameFiles) Frames(ctx context.Context, emit func(*frame.Frame) error) 
 	return st, nil
 }
 
-// cursorHeap orders frame files by their next frame's io_step, then its
-// start time, then the order the files were given in.
-type cursorHeap []*frameCursor
-
-func (h cursorHeap) Len() int { return len(h) }
-func (h cursorHeap) Less(i, j int) bool {
-	a, b := h[i], h[j]
+// byStep orders frame files by their next frame's io_step, then its start
+// time, then the order the files were given in.
+func byStep(a, b *frameCursor) bool {
 	if a.step != b.step {
 		return a.step < b.step
 	}
@@ -314,15 +312,6 @@ func (h cursorHeap) Less(i, j int) bool {
 		return a.tstart < b.tstart
 	}
 	return a.order < b.order
-}
-func (h cursorHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *cursorHeap) Push(x any)   { *h = append(*h, x.(*frameCursor)) }
-func (h *cursorHeap) Pop() any {
-	old := *h
-	c := old[len(old)-1]
-	*h = old[:len(old)-1]
-	c.fh.Close()
-	return c
 }
 
 func isStreamKey(k string) bool {

@@ -51,6 +51,7 @@ import (
 	"strings"
 
 	"github.com/kipimo-hpc/kipimo/internal/frame"
+	"github.com/kipimo-hpc/kipimo/internal/replay/kmerge"
 	"github.com/kipimo-hpc/kipimo/internal/replay/steps"
 )
 
@@ -590,11 +591,10 @@ func ReadArchive(ctx context.Context, ar *Archive, b *steps.Builder) error {
 		}
 	}
 	b.SetOrigin(0)
-	h := curHeap(slices.Clone(cs))
-	h.init()
+	h := kmerge.New(slices.Clone(cs), byTime)
 	n := 0
-	for len(h) > 0 {
-		c := h[0]
+	for h.Len() > 0 {
+		c := h.Top()
 		if err := r.feed(c); err != nil {
 			return stopped(err, b)
 		}
@@ -606,15 +606,16 @@ func ReadArchive(ctx context.Context, ar *Archive, b *steps.Builder) error {
 		err := r.advance(c)
 		switch {
 		case err == io.EOF:
-			h.pop()
+			h.Pop()
 		case err != nil:
 			return stopped(err, b)
 		default:
-			h.fix()
+			h.Fix()
 		}
-		if len(h) > 0 {
-			if err := b.Advance(h[0].us); err != nil {
-				return fmt.Errorf("%s: byte offset %d: %w", h[0].ev.c.name, h[0].cur.Offset, err)
+		if h.Len() > 0 {
+			top := h.Top()
+			if err := b.Advance(top.us); err != nil {
+				return fmt.Errorf("%s: byte offset %d: %w", top.ev.c.name, top.cur.Offset, err)
 			}
 		}
 	}
@@ -630,46 +631,10 @@ func stopped(err error, b *steps.Builder) error {
 	return fmt.Errorf("%w (%w; steps before io_step %d were emitted)", err, steps.ErrStopped, b.CompleteSteps())
 }
 
-// curHeap is a min-heap of cursors by current time (ties: location order).
-type curHeap []*cursor
-
-func (h curHeap) less(i, j int) bool {
-	if h[i].us != h[j].us {
-		return h[i].us < h[j].us
+// byTime orders cursors by current time (ties: location order).
+func byTime(a, b *cursor) bool {
+	if a.us != b.us {
+		return a.us < b.us
 	}
-	return h[i].order < h[j].order
-}
-
-func (h curHeap) init() {
-	for i := len(h)/2 - 1; i >= 0; i-- {
-		h.down(i)
-	}
-}
-
-func (h curHeap) down(i int) {
-	for {
-		l := 2*i + 1
-		if l >= len(h) {
-			return
-		}
-		m := l
-		if r := l + 1; r < len(h) && h.less(r, l) {
-			m = r
-		}
-		if !h.less(m, i) {
-			return
-		}
-		h[i], h[m] = h[m], h[i]
-		i = m
-	}
-}
-
-func (h curHeap) fix() { h.down(0) }
-
-func (h *curHeap) pop() {
-	old := *h
-	n := len(old) - 1
-	old[0] = old[n]
-	*h = old[:n]
-	h.down(0)
+	return a.order < b.order
 }

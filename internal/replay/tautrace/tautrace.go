@@ -44,6 +44,7 @@ import (
 	"strconv"
 
 	"github.com/kipimo-hpc/kipimo/internal/frame"
+	"github.com/kipimo-hpc/kipimo/internal/replay/kmerge"
 	"github.com/kipimo-hpc/kipimo/internal/replay/steps"
 )
 
@@ -421,11 +422,10 @@ func ReadInputs(ctx context.Context, ins []Input, b *steps.Builder) error {
 		origin = min(origin, c.ts)
 	}
 	b.SetOrigin(origin)
-	h := curHeap(slices.Clone(cs)) // cs keeps every cursor, for the record count
-	h.init()
+	h := kmerge.New(slices.Clone(cs), byTS) // cs keeps every cursor, for the record count
 	n := 0
-	for len(h) > 0 {
-		c := h[0]
+	for h.Len() > 0 {
+		c := h.Top()
 		if err := r.record(c); err != nil {
 			return wrap(c, err, b)
 		}
@@ -437,13 +437,13 @@ func ReadInputs(ctx context.Context, ins []Input, b *steps.Builder) error {
 		err := c.next()
 		switch {
 		case err == io.EOF:
-			h.pop()
+			h.Pop()
 		case err != nil:
 			return stopped(err, b)
 		default:
-			if len(h) > 1 {
-				h.fix()
-				if err := b.Advance(h[0].ts); err != nil {
+			if h.Len() > 1 {
+				h.Fix()
+				if err := b.Advance(h.Top().ts); err != nil {
 					return err
 				}
 			}
@@ -472,45 +472,8 @@ func stopped(err error, b *steps.Builder) error {
 	return fmt.Errorf("%w (%w; steps before io_step %d were emitted)", err, steps.ErrStopped, b.CompleteSteps())
 }
 
-// curHeap is a min-heap of cursors by current timestamp (ties: input order,
-// which keeps a single file's order).
-type curHeap []*cursor
-
-func (h curHeap) less(i, j int) bool { return h[i].ts < h[j].ts }
-
-func (h curHeap) init() {
-	for i := len(h)/2 - 1; i >= 0; i-- {
-		h.down(i)
-	}
-}
-
-func (h curHeap) down(i int) {
-	for {
-		l := 2*i + 1
-		if l >= len(h) {
-			return
-		}
-		m := l
-		if r := l + 1; r < len(h) && h.less(r, l) {
-			m = r
-		}
-		if !h.less(m, i) {
-			return
-		}
-		h[i], h[m] = h[m], h[i]
-		i = m
-	}
-}
-
-func (h curHeap) fix() { h.down(0) }
-
-func (h *curHeap) pop() {
-	old := *h
-	n := len(old) - 1
-	old[0] = old[n]
-	*h = old[:n]
-	h.down(0)
-}
+// byTS orders cursors by current timestamp.
+func byTS(a, b *cursor) bool { return a.ts < b.ts }
 
 var perThread = regexp.MustCompile(`^tautrace\.(\d+)\.(\d+)\.(\d+)\.trc$`)
 
