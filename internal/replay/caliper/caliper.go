@@ -33,80 +33,9 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/kipimo-hpc/kipimo/internal/format/cali"
 	"github.com/kipimo-hpc/kipimo/internal/replay/steps"
 )
-
-// quoteClipped quotes s for an error, cut to its first 32 bytes: a binary
-// file read as a .cali would otherwise fill the message.
-func quoteClipped(s string) string {
-	const most = 32
-	if len(s) <= most {
-		return strconv.Quote(s)
-	}
-	return strconv.Quote(s[:most]) + fmt.Sprintf("... (%d bytes; is this a text .cali file?)", len(s))
-}
-
-// Record is one parsed line: key -> values.
-type Record map[string][]string
-
-// ParseRecord splits one .cali line. '\' escapes the next character (\n is a
-// newline), ',' ends an entry, '=' separates a key from its values.
-func ParseRecord(line string) (Record, error) {
-	rec := Record{}
-	var cur strings.Builder
-	var parts []string
-	flush := func() error {
-		parts = append(parts, cur.String())
-		cur.Reset()
-		if len(parts) == 1 && parts[0] == "" {
-			parts = parts[:0]
-			return nil
-		}
-		if len(parts) < 2 {
-			return fmt.Errorf("entry %s has no '=value'", quoteClipped(parts[0]))
-		}
-		rec[parts[0]] = append(rec[parts[0]], parts[1:]...)
-		parts = parts[:0]
-		return nil
-	}
-	for i := 0; i < len(line); i++ {
-		c := line[i]
-		switch c {
-		case '\\':
-			i++
-			if i >= len(line) {
-				return nil, errors.New("line ends with an escape character")
-			}
-			if line[i] == 'n' {
-				cur.WriteByte('\n')
-			} else {
-				cur.WriteByte(line[i])
-			}
-		case ',':
-			if err := flush(); err != nil {
-				return nil, err
-			}
-		case '=':
-			parts = append(parts, cur.String())
-			cur.Reset()
-		default:
-			cur.WriteByte(c)
-		}
-	}
-	if err := flush(); err != nil {
-		return nil, err
-	}
-	if len(rec["__rec"]) != 1 {
-		return nil, errors.New("no __rec entry")
-	}
-	return rec, nil
-}
-
-type node struct {
-	attr   uint64
-	data   string
-	parent int64
-}
 
 type regionOpen struct {
 	attr  string
@@ -125,8 +54,7 @@ type reader struct {
 	name    string
 	b       *steps.Builder
 	rank    uint32
-	nodes   map[uint64]node
-	attrs   map[uint64]string // attribute node id -> name
+	tree    *cali.Tree
 	regions map[string]bool   // attributes with begin/end/set events
 	iters   map[string]bool   // attributes of class.iteration
 	iterCID map[string]uint32 // counter of an iteration attribute
@@ -135,77 +63,24 @@ type reader struct {
 	th      []*thread
 	maxTS   uint64
 	rankSet bool
-	started bool    // an event was fed: the rank is fixed
-	globals []entry // run metadata waiting for the first snapshot
+	started bool         // an event was fed: the rank is fixed
+	globals []cali.Entry // run metadata waiting for the first snapshot
 }
 
 const maxDepth = 1 << 14
 
-func (r *reader) attrName(id uint64) (string, error) {
-	if n, ok := r.attrs[id]; ok {
-		return n, nil
-	}
-	return "", fmt.Errorf("attribute %d is not defined", id)
-}
-
-type entry struct{ attr, value string }
-
-// path appends the entries of node id and its ancestors (root first).
-func (r *reader) path(id uint64, out []entry) ([]entry, error) {
-	start := len(out)
-	for depth := 0; ; depth++ {
-		if depth > maxDepth {
-			return nil, fmt.Errorf("node %d: parent chain longer than %d (a cycle?)", id, maxDepth)
-		}
-		n, ok := r.nodes[id]
-		if !ok {
-			return nil, fmt.Errorf("reference to undefined node %d", id)
-		}
-		a, err := r.attrName(n.attr)
-		if err != nil {
-			return nil, fmt.Errorf("node %d: %w", id, err)
-		}
-		out = append(out, entry{a, n.data})
-		if n.parent < 0 {
-			break
-		}
-		id = uint64(n.parent)
-	}
-	for i, j := start, len(out)-1; i < j; i, j = i+1, j-1 {
-		out[i], out[j] = out[j], out[i]
-	}
-	return out, nil
-}
-
-func (r *reader) node(rec Record) error {
-	id, err := one(rec, "id")
+func (r *reader) node(rec cali.Record) error {
+	id, n, err := cali.NodeOf(rec)
 	if err != nil {
 		return err
 	}
-	attr, err := one(rec, "attr")
-	if err != nil {
-		return err
-	}
-	data := ""
-	if d := rec["data"]; len(d) > 0 {
-		data = d[0]
-	}
-	parent := int64(-1)
-	if p := rec["parent"]; len(p) > 0 {
-		v, err := strconv.ParseUint(p[0], 10, 63)
-		if err != nil {
-			return fmt.Errorf("parent %q is not a node id", p[0])
-		}
-		parent = int64(v)
-	}
-	r.nodes[id] = node{attr, data, parent}
-	if attr == 8 {
-		r.attrs[id] = data
-		if r.isIteration(parent) {
-			r.iters[data] = true
+	r.tree.Add(id, n)
+	if n.Attr == cali.AttrName {
+		if r.isIteration(n.Parent) {
+			r.iters[n.Data] = true
 		}
 		for _, p := range []string{"event.begin#", "event.end#", "event.set#"} {
-			if a, ok := strings.CutPrefix(data, p); ok {
+			if a, ok := strings.CutPrefix(n.Data, p); ok {
 				r.regions[a] = true
 				// Caliper may write the first begin of a loop's
 				// iterations before the class.iteration attribute
@@ -223,28 +98,16 @@ func (r *reader) node(rec Record) error {
 // parent node up, holds class.iteration=true.
 func (r *reader) isIteration(parent int64) bool {
 	for depth := 0; parent >= 0 && depth < maxDepth; depth++ {
-		n, ok := r.nodes[uint64(parent)]
+		n, ok := r.tree.Node(uint64(parent))
 		if !ok {
 			return false
 		}
-		if n.data == "true" && r.attrs[n.attr] == "class.iteration" {
+		if a, ok := r.tree.Attribute(n.Attr); ok && n.Data == "true" && a.Name == "class.iteration" {
 			return true
 		}
-		parent = n.parent
+		parent = n.Parent
 	}
 	return false
-}
-
-func one(rec Record, key string) (uint64, error) {
-	v := rec[key]
-	if len(v) != 1 {
-		return 0, fmt.Errorf("want one %s, got %d", key, len(v))
-	}
-	n, err := strconv.ParseUint(v[0], 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("%s %q is not a number", key, v[0])
-	}
-	return n, nil
 }
 
 var plainNames = map[string]bool{"function": true, "region": true, "annotation": true, "loop": true, "kernel": true}
@@ -275,63 +138,41 @@ func skipMeta(a string) bool {
 	return false
 }
 
-func (r *reader) snapshot(rec Record, globals bool) error {
-	var es []entry
-	var err error
-	for _, ref := range rec["ref"] {
-		id, perr := strconv.ParseUint(ref, 10, 64)
-		if perr != nil {
-			return fmt.Errorf("ref %q is not a node id", ref)
-		}
-		if es, err = r.path(id, es); err != nil {
-			return err
-		}
-	}
-	as, ds := rec["attr"], rec["data"]
-	if len(as) != len(ds) {
-		return fmt.Errorf("%d immediate attributes but %d values", len(as), len(ds))
-	}
-	for i := range as {
-		id, perr := strconv.ParseUint(as[i], 10, 64)
-		if perr != nil {
-			return fmt.Errorf("attr %q is not a node id", as[i])
-		}
-		a, err := r.attrName(id)
-		if err != nil {
-			return err
-		}
-		es = append(es, entry{a, ds[i]})
+func (r *reader) snapshot(rec cali.Record, globals bool) error {
+	es, err := r.tree.Entries(rec, nil)
+	if err != nil {
+		return err
 	}
 	// Rank, thread, time.
 	tkey := ""
 	var offset, incl uint64
 	hasOffset, hasIncl := false, false
 	for _, e := range es {
-		switch e.attr {
+		switch e.Attr {
 		case "mpi.rank":
 			if !r.rankSet && !r.started {
-				if v, err := strconv.ParseUint(e.value, 10, 32); err == nil {
+				if v, err := strconv.ParseUint(e.Value, 10, 32); err == nil {
 					r.rank, r.rankSet = uint32(v), true
 				}
 			}
 		case "thread.id", "omp.thread.num", "pthread.id":
 			if tkey == "" {
-				tkey = e.value
+				tkey = e.Value
 			}
 		case "time.offset":
-			if v, ok := num(e.value); ok {
+			if v, ok := num(e.Value); ok {
 				offset, hasOffset = v, true
 			}
 		case "time.offset.ns":
-			if v, ok := num(e.value); ok {
+			if v, ok := num(e.Value); ok {
 				offset, hasOffset = (v+500)/1000, true
 			}
 		case "time.inclusive.duration":
-			if v, ok := num(e.value); ok {
+			if v, ok := num(e.Value); ok {
 				incl, hasIncl = v, true
 			}
 		case "time.inclusive.duration.ns":
-			if v, ok := num(e.value); ok {
+			if v, ok := num(e.Value); ok {
 				incl, hasIncl = (v+500)/1000, true
 			}
 		}
@@ -350,12 +191,12 @@ func (r *reader) snapshot(rec Record, globals bool) error {
 	}
 	th := r.th[tid]
 	for _, e := range r.globals {
-		r.b.Meta(r.rank, 0, e.attr, e.value)
+		r.b.Meta(r.rank, 0, e.Attr, e.Value)
 	}
 	r.globals = r.globals[:0]
 	for _, e := range es {
-		if !skipMeta(e.attr) && !r.regions[e.attr] {
-			r.b.Meta(r.rank, tid, e.attr, e.value)
+		if !skipMeta(e.Attr) && !r.regions[e.Attr] {
+			r.b.Meta(r.rank, tid, e.Attr, e.Value)
 		}
 	}
 	now := th.clock
@@ -366,24 +207,24 @@ func (r *reader) snapshot(rec Record, globals bool) error {
 		var op string
 		var attr string
 		for _, p := range []string{"event.begin#", "event.end#", "event.set#"} {
-			if a, ok := strings.CutPrefix(e.attr, p); ok {
+			if a, ok := strings.CutPrefix(e.Attr, p); ok {
 				op, attr = p, a
 			}
 		}
 		switch op {
 		case "event.begin#":
-			if err := r.begin(th, tid, attr, e.value, now); err != nil {
+			if err := r.begin(th, tid, attr, e.Value, now); err != nil {
 				return err
 			}
 		case "event.end#":
-			if err := r.end(th, tid, attr, e.value, now, hasOffset, incl, hasIncl, true); err != nil {
+			if err := r.end(th, tid, attr, e.Value, now, hasOffset, incl, hasIncl, true); err != nil {
 				return err
 			}
 		case "event.set#":
-			if err := r.end(th, tid, attr, e.value, now, hasOffset, incl, hasIncl, false); err != nil {
+			if err := r.end(th, tid, attr, e.Value, now, hasOffset, incl, hasIncl, false); err != nil {
 				return err
 			}
-			if err := r.begin(th, tid, attr, e.value, th.clock); err != nil {
+			if err := r.begin(th, tid, attr, e.Value, th.clock); err != nil {
 				return err
 			}
 		}
@@ -454,15 +295,8 @@ func (r *reader) end(th *thread, tid uint32, attr, value string, now uint64, has
 
 // ReadFile reads one .cali stream as rank into b. It does not finish b.
 func ReadFile(ctx context.Context, in io.Reader, name string, rank uint32, b *steps.Builder) error {
-	r := &reader{name: name, b: b, rank: rank, nodes: map[uint64]node{}, attrs: map[uint64]string{8: "cali.attribute.name", 9: "cali.attribute.type", 10: "cali.attribute.prop"},
+	r := &reader{name: name, b: b, rank: rank, tree: cali.NewTree(),
 		regions: map[string]bool{}, iters: map[string]bool{}, iterCID: map[string]uint32{}, funcs: map[string]uint32{}, threads: map[string]uint32{}}
-	for id, t := range []string{"usr", "int", "uint", "string", "addr", "double", "bool", "type"} {
-		r.nodes[uint64(id)] = node{attr: 9, data: t, parent: -1}
-	}
-	r.nodes[8] = node{attr: 8, data: "cali.attribute.name", parent: 3}
-	r.nodes[9] = node{attr: 8, data: "cali.attribute.type", parent: 7}
-	r.nodes[10] = node{attr: 8, data: "cali.attribute.prop", parent: 1}
-	r.nodes[11] = node{attr: 9, data: "ptr", parent: -1}
 	br := bufio.NewReaderSize(in, 64<<10)
 	var offset int64
 	for line := 1; ; line++ {
@@ -476,7 +310,7 @@ func ReadFile(ctx context.Context, in io.Reader, name string, rank uint32, b *st
 			// Globals written after the last snapshot (Caliper writes them
 			// at the end) go into the rank's last frame.
 			for _, e := range r.globals {
-				b.Meta(r.rank, 0, e.attr, e.value)
+				b.Meta(r.rank, 0, e.Attr, e.Value)
 			}
 			return nil
 		}
@@ -496,9 +330,9 @@ func ReadFile(ctx context.Context, in io.Reader, name string, rank uint32, b *st
 		}
 		text := strings.TrimRight(s, "\r\n")
 		if text != "" {
-			rec, perr := ParseRecord(text)
+			rec, perr := cali.ParseRecord(text)
 			if perr == nil {
-				switch rec["__rec"][0] {
+				switch rec.Kind() {
 				case "node":
 					perr = r.node(rec)
 				case "ctx":

@@ -122,43 +122,6 @@ func TestFixture(t *testing.T) {
 	}
 }
 
-func TestParseRecord(t *testing.T) {
-	cases := []struct {
-		name, line string
-		want       map[string][]string
-		err        string
-	}{
-		{"node", `__rec=node,id=24,attr=8,data=iter,parent=23`, map[string][]string{"__rec": {"node"}, "id": {"24"}, "attr": {"8"}, "data": {"iter"}, "parent": {"23"}}, ""},
-		{"ctx", `__rec=ctx,ref=25=4,attr=19=24,data=13=1`, map[string][]string{"__rec": {"ctx"}, "ref": {"25", "4"}, "attr": {"19", "24"}, "data": {"13", "1"}}, ""},
-		{"escapes", `__rec=node,id=1,attr=8,data=a\,b\=c\\d\ne`, map[string][]string{"__rec": {"node"}, "id": {"1"}, "attr": {"8"}, "data": {"a,b=c\\d\ne"}}, ""},
-		{"dangling escape", `__rec=node,data=x\`, nil, "escape"},
-		{"no value", `__rec=node,id`, nil, "no '=value'"},
-		{"no rec", `id=1`, nil, "no __rec"},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := ParseRecord(tc.line)
-			if tc.err != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.err) {
-					t.Fatalf("err = %v, want %q", err, tc.err)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(got) != len(tc.want) {
-				t.Fatalf("got %v, want %v", got, tc.want)
-			}
-			for k, v := range tc.want {
-				if strings.Join(got[k], "|") != strings.Join(v, "|") {
-					t.Errorf("%s = %q, want %q", k, got[k], v)
-				}
-			}
-		})
-	}
-}
-
 func TestTruncatedAndMalformed(t *testing.T) {
 	files, _ := filepath.Glob("testdata/*.cali")
 	data, err := os.ReadFile(files[0])
