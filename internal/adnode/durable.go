@@ -10,6 +10,7 @@ import (
 	"hash/fnv"
 	"math"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -305,10 +306,12 @@ func (h *holdSink) Flush(ctx context.Context) error {
 }
 
 // consume delivers the node's frames to the ranks' sources until ctx is
-// done or the consumer fails; a rank whose queue is full holds the others
-// back (the frames wait in the stream).
-func (dn *durableNode) consume(ctx context.Context, run string, srcs map[uint32]*durableSource, batch int) error {
-	it, err := dn.cons.Messages(jetstream.PullMaxMessages(batch))
+// done or the consumer fails; a rank whose queue is full (in frames or in
+// bytes) holds the others back (the frames wait in the stream). The
+// consumer's pulls ask for at most batch frames and pullBytes bytes at a
+// time.
+func (dn *durableNode) consume(ctx context.Context, run string, srcs map[uint32]*durableSource, batch, pullBytes int) error {
+	it, err := dn.cons.Messages(jetstream.PullMaxMessagesWithBytesLimit(batch, pullBytes))
 	if err != nil {
 		return fmt.Errorf("consume frames: %w", err)
 	}
@@ -330,6 +333,17 @@ func (dn *durableNode) consume(ctx context.Context, run string, srcs map[uint32]
 			_ = m.Term() // not one of ours: never again
 			continue
 		}
+		// Wait for room in the rank's queue for the frame's bytes.
+		for !src.reserve(len(m.Data())) {
+			select {
+			case <-src.freed:
+				continue
+			case <-src.done:
+			case <-ctx.Done():
+				return nil
+			}
+			break
+		}
 		select {
 		case src.ch <- m:
 		case <-src.done:
@@ -341,16 +355,60 @@ func (dn *durableNode) consume(ctx context.Context, run string, srcs map[uint32]
 	}
 }
 
-// durableSource is one rank's frames from the node's consumer. The
-// frames it hands out stay unacknowledged until the rank's next checkpoint.
+// durableSource is one rank's frames from the node's consumer, queued in
+// ch (bounded in frames by its capacity) and bounded in bytes by maxBytes:
+// the consumer waits for room (reserve) rather than drop, since the frames
+// wait in the stream. The frames it hands out stay unacknowledged until
+// the rank's next checkpoint.
 type durableSource struct {
-	ch      chan jetstream.Msg
-	done    chan struct{}   // closed when the rank's goroutine returns
-	unacked []jetstream.Msg // owned by the rank's goroutine
-	lastSeq uint64          // stream sequence of the last frame taken
+	ch       chan jetstream.Msg
+	done     chan struct{}   // closed when the rank's goroutine returns
+	unacked  []jetstream.Msg // owned by the rank's goroutine
+	lastSeq  uint64          // stream sequence of the last frame taken
+	maxBytes int64
+	// freed receives (without blocking the sender) when a frame leaves
+	// ch, so that a consumer waiting for room tries again.
+	freed chan struct{}
+
+	mu    sync.Mutex
+	bytes int64 // data of the frames reserved and not taken yet
+}
+
+// newDurableSource returns a rank's source holding at most frames frames
+// and maxBytes bytes of frame data (or one frame of any size), whose
+// checkpoint covers the stream up to lastSeq.
+func newDurableSource(frames int, maxBytes int64, lastSeq uint64) *durableSource {
+	return &durableSource{ch: make(chan jetstream.Msg, frames), done: make(chan struct{}), lastSeq: lastSeq,
+		maxBytes: maxBytes, freed: make(chan struct{}, 1)}
+}
+
+// reserve accounts for n bytes about to be queued, if they fit (or the
+// queue holds no data); it reports whether they did.
+func (s *durableSource) reserve(n int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.bytes > 0 && s.bytes+int64(n) > s.maxBytes {
+		return false
+	}
+	s.bytes += int64(n)
+	return true
+}
+
+// queuedBytes is the frame data queued and not taken yet.
+func (s *durableSource) queuedBytes() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.bytes
 }
 
 func (s *durableSource) take(m jetstream.Msg) *nats.Msg {
+	s.mu.Lock()
+	s.bytes -= int64(len(m.Data()))
+	s.mu.Unlock()
+	select {
+	case s.freed <- struct{}{}:
+	default:
+	}
 	s.unacked = append(s.unacked, m)
 	if md, err := m.Metadata(); err == nil {
 		s.lastSeq = md.Sequence.Stream

@@ -16,7 +16,6 @@ import (
 	"github.com/kipimo-hpc/kipimo/internal/ad"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/kipimo-hpc/kipimo/internal/frame"
@@ -164,7 +163,7 @@ func Serve(ctx context.Context, cfg ServeConfig) ([]ad.Stats, error) {
 		return nil, err
 	}
 	subs := []*nats.Subscription{ctl.sub}
-	set := &rankSet{cfg: cfg, endAll: ctl.endAll}
+	set := &rankSet{cfg: cfg, endAll: ctl.endAll, drops: &dropLog{every: dropLogEvery}}
 	defer func() {
 		for _, s := range subs {
 			_ = s.Unsubscribe()
@@ -224,6 +223,8 @@ type rankInput interface {
 type rankSet struct {
 	cfg    ServeConfig
 	endAll <-chan struct{}
+	// drops logs the frames the ranks' inputs dropped.
+	drops *dropLog
 
 	mu     sync.Mutex
 	list   []*ad.Detector // in the order they were added
@@ -260,7 +261,7 @@ func (s *rankSet) run(ctx context.Context, d *ad.Detector, src msgSource, dur *r
 		if dur != nil {
 			defer close(dur.src.done)
 		}
-		if err := serveRank(ctx, d, src, s.endAll, s.cfg.CloseTimeout, dur); err != nil {
+		if err := serveRank(ctx, d, src, s.endAll, s.drops, s.cfg.CloseTimeout, dur); err != nil {
 			s.fail(err)
 		}
 	})
@@ -303,6 +304,10 @@ func (s *rankSet) done() <-chan struct{} {
 // counts and the errors recorded.
 func (s *rankSet) wait() ([]ad.Stats, error) {
 	s.wg.Wait()
+	if since, total := s.drops.rest(); since > 0 {
+		s.cfg.Logger.Warn().Uint64("dropped_frames", since).Uint64("dropped_frames_total", total).
+			Msg("frames dropped since the last report: the detectors were slower than their input (--pending-frames, --pending-bytes)")
+	}
 	ds := s.detectors()
 	out := make([]ad.Stats, len(ds))
 	for i, d := range ds {
@@ -439,7 +444,7 @@ func givenRanks(ctx context.Context, cfg ServeConfig, set *rankSet) (in *given, 
 	// Frames first: a detector answering its probe is receiving frames.
 	for _, rs := range g.ranks {
 		if dn != nil {
-			src := &durableSource{ch: make(chan jetstream.Msg, cfg.PendingFrames), done: make(chan struct{}), lastSeq: rs.ckSeq}
+			src := newDurableSource(cfg.PendingFrames, int64(cfg.PendingBytes), rs.ckSeq)
 			g.srcs[rs.d.Rank()] = src
 			rs.dur = &rankDurable{node: dn, src: src, hold: rs.hold, pid: cfg.PID, rank: rs.d.Rank()}
 			continue
@@ -482,7 +487,9 @@ func (g *given) start(ctx context.Context, _ <-chan struct{}) <-chan struct{} {
 		g.stopConsume, g.stopped = stop, make(chan struct{})
 		go pprof.Do(cctx, pprof.Labels("component", "ad-frames"), func(cctx context.Context) {
 			defer close(g.stopped)
-			if err := g.dn.consume(cctx, cfg.Run, g.srcs, 4*len(g.ranks)+64); err != nil {
+			// A pull brings at most PendingBytes (or one largest message).
+			pullBytes := max(cfg.PendingBytes, int(cfg.Conn.MaxPayload()))
+			if err := g.dn.consume(cctx, cfg.Run, g.srcs, 4*len(g.ranks)+64, pullBytes); err != nil {
 				g.consumeErr = err
 				cfg.Logger.Error().Err(err).Msg("frame consumer stopped; stopping the detectors")
 				cancelRanks()
@@ -599,7 +606,10 @@ func respondCallstack(m *nats.Msg, d *ad.Detector) {
 // Durable.CheckpointEvery steps, and when ctx is cancelled before the
 // stream ends the detector is checkpointed and left open (not closed): a
 // restarted ad resumes it.
-func serveRank(ctx context.Context, d *ad.Detector, sub msgSource, endAll <-chan struct{}, closeTimeout time.Duration, dur *rankDurable) error {
+//
+// Frames the input dropped are counted in d and in drops, which logs them
+// (at most once per interval for all the ranks that share it).
+func serveRank(ctx context.Context, d *ad.Detector, sub msgSource, endAll <-chan struct{}, drops *dropLog, closeTimeout time.Duration, dur *rankDurable) error {
 	log := d.Config().Logger
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -648,10 +658,10 @@ func serveRank(ctx context.Context, d *ad.Detector, sub msgSource, endAll <-chan
 			}
 		}
 		if n := sub.dropped(); n > dropped {
-			total := d.DroppedFrames(uint64(n - dropped))
-			if bits.Len64(total-uint64(n-dropped)) != bits.Len64(total) {
-				log.Warn().Uint64("dropped_frames", total).
-					Msg("frames dropped: the detector is slower than its input (--pending-frames, --pending-bytes)")
+			d.DroppedFrames(uint64(n - dropped))
+			if due, since, total := drops.add(time.Now(), uint64(n-dropped)); due {
+				log.Warn().Uint64("dropped_frames", since).Uint64("dropped_frames_total", total).Dur("interval", drops.every).
+					Msg("frames dropped: the detectors are slower than their input (--pending-frames, --pending-bytes); logged at most once per interval, all counted in kipimo_ad_dropped_frames_total")
 			}
 			dropped = n
 		}

@@ -139,7 +139,7 @@ type discoverer struct {
 	ctx     context.Context // the Serve's, once started
 	queues  map[rankKey]*queueSource
 	badSubj uint64
-	refused uint64 // frames of ranks beyond cfg.MaxRanks
+	refused *dropLog // frames of ranks beyond cfg.MaxRanks
 	stopped bool
 }
 
@@ -147,7 +147,8 @@ type discoverer struct {
 // once start is called.
 func discoverRanks(ctx context.Context, cfg ServeConfig, set *rankSet) (*discoverer, error) {
 	subj := natsx.Subjects{Run: cfg.Run}
-	r := &discoverer{cfg: cfg, set: set, prefix: subj.FramesPrefix(), ctx: ctx, queues: map[rankKey]*queueSource{}}
+	r := &discoverer{cfg: cfg, set: set, prefix: subj.FramesPrefix(), ctx: ctx, queues: map[rankKey]*queueSource{},
+		refused: &dropLog{every: dropLogEvery}}
 	frames, err := cfg.Conn.Subscribe(subj.AllFrames(), r.receive)
 	if err != nil {
 		return nil, fmt.Errorf("subscribe to %s: %w", subj.AllFrames(), err)
@@ -181,10 +182,10 @@ func (r *discoverer) receive(m *nats.Msg) {
 	}
 	q, known := r.queues[k]
 	if !known && len(r.queues) >= cfg.MaxRanks {
-		r.refused++
-		if r.refused&(r.refused-1) == 0 {
-			cfg.Logger.Warn().Uint32("pid", k.pid).Uint32("rank", k.rank).Int("max_ranks", cfg.MaxRanks).Uint64("refused_frames", r.refused).
-				Msg("frame of a new rank dropped: this ad already serves --max-ranks ranks")
+		if due, since, total := r.refused.add(time.Now(), 1); due {
+			cfg.Logger.Warn().Uint32("pid", k.pid).Uint32("rank", k.rank).Int("max_ranks", cfg.MaxRanks).
+				Uint64("refused_frames", since).Uint64("refused_frames_total", total).Dur("interval", r.refused.every).
+				Msg("frames of new ranks dropped: this ad already serves --max-ranks ranks; logged at most once per interval, all counted in kipimo_ad_refused_rank_frames_total")
 		}
 		if cfg.Collector != nil {
 			cfg.Collector.refusedRanks.Add(1)
@@ -245,5 +246,9 @@ func (r *discoverer) stop() error {
 	r.mu.Lock()
 	r.stopped = true
 	r.mu.Unlock()
+	if since, total := r.refused.rest(); since > 0 {
+		r.cfg.Logger.Warn().Int("max_ranks", r.cfg.MaxRanks).Uint64("refused_frames", since).Uint64("refused_frames_total", total).
+			Msg("frames of new ranks dropped since the last report: this ad served --max-ranks ranks")
+	}
 	return nil
 }

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/rs/zerolog"
 
 	"github.com/kipimo-hpc/kipimo/internal/ad"
 	"github.com/kipimo-hpc/kipimo/internal/frame"
@@ -127,7 +126,8 @@ func serveDiscovering(t *testing.T, nc *nats.Conn, cfg ServeConfig) func() []ad.
 	}
 	done := make(chan result, 1)
 	ready := make(chan struct{})
-	cfg.Conn, cfg.Discover, cfg.Logger, cfg.Ready = nc, true, zerolog.Nop(), func() { close(ready) }
+	// cfg.Logger left zero logs nothing.
+	cfg.Conn, cfg.Discover, cfg.Ready = nc, true, func() { close(ready) }
 	go func() {
 		st, err := Serve(ctx, cfg)
 		done <- result{st, err}

@@ -210,7 +210,8 @@ func (r *restartRun) startAD(name, ranks string) *proc {
 // and started again (the second ad, NATS itself, the pserver, provdb). Each
 // must store every anomaly both of two uninterrupted runs stored, nothing
 // neither did, name every function, and hold in its store what the pserver
-// counted.
+// counted. provdb is killed while it holds batches, which the restarted
+// one must have stored within heldBound of the kill.
 func TestDurableFramesSurviveKills(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the pipeline as processes five times (~2 min)")
@@ -374,6 +375,12 @@ func runKilled(t *testing.T, bins map[string]string, gen, name, victim string) (
 	case "poison":
 		time.Sleep(2 * time.Second)
 		poison(t, r.natsURL, name)
+	case "provdb":
+		time.Sleep(2 * time.Second)
+		held := killProvDBHolding(t, r.natsURL, name, running[victim])
+		time.Sleep(time.Second)
+		running[victim] = procs[victim]()
+		held.waitStored(t)
 	default:
 		time.Sleep(2 * time.Second)
 		running[victim].kill(t)
@@ -408,6 +415,85 @@ func runKilled(t *testing.T, bins map[string]string, gen, name, victim string) (
 		time.Sleep(500 * time.Millisecond)
 	}
 	return stored, tot
+}
+
+// heldBound bounds the time from provdb's SIGKILL to the acknowledgement
+// of every batch it held (delivered, not acknowledged), the restarted
+// provdb having stored them: the default --ack-wait (10s), the restart,
+// and a margin for a loaded machine; a minute's wait would fail it.
+const heldBound = 30 * time.Second
+
+// provHeld is what a killed provdb held: the batches delivered to it and
+// not acknowledged (n), up to stream sequence last.
+type provHeld struct {
+	cons     jetstream.Consumer
+	killedAt time.Time
+	n        int
+	last     uint64
+}
+
+// killProvDBHolding SIGKILLs provdb while it holds batches: it waits (at
+// most 10 s) until the server has delivered provdb batches it has not
+// acknowledged yet, kills it, and returns what it held then.
+func killProvDBHolding(t *testing.T, url, run string, p *proc) *provHeld {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	nc, err := natsx.Connect(ctx, url, "fault-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons, err := js.Consumer(ctx, natsx.ProvStream(run), "provdb")
+	if err != nil {
+		t.Fatalf("provdb's consumer: %v", err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+		if info, err := cons.Info(ctx); err == nil && info.NumAckPending > 0 {
+			break
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	p.kill(t)
+	h := &provHeld{cons: cons, killedAt: time.Now()}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.n, h.last = info.NumAckPending, info.Delivered.Stream
+	return h
+}
+
+// waitStored waits until every batch the killed provdb held is
+// acknowledged (stored by the restarted one), and fails the test when that
+// takes longer than heldBound from the kill.
+func (h *provHeld) waitStored(t *testing.T) {
+	t.Helper()
+	if h.n == 0 {
+		t.Logf("provdb was killed holding no batch: nothing to redeliver")
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for {
+		info, err := h.cons.Info(ctx)
+		if err == nil && info.AckFloor.Stream >= h.last {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the %d batches the killed provdb held (up to stream sequence %d) were not stored within 2 minutes", h.n, h.last)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	took := time.Since(h.killedAt)
+	t.Logf("provdb killed holding %d batches (up to stream sequence %d): all stored %s after the kill", h.n, h.last, took.Round(100*time.Millisecond))
+	if took > heldBound {
+		t.Errorf("the batches the killed provdb held were stored %s after the kill; want within %s", took.Round(100*time.Millisecond), heldBound)
+	}
 }
 
 // psTotals is what the pserver counted over the run.

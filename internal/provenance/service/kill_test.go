@@ -37,6 +37,12 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
+// drainBound bounds the time from provdb's restart to a drained consumer
+// in TestKillAndRestartLosesNothing: the default --ack-wait (after which
+// the batches the killed process held are delivered again), the rest of
+// the stream's ingest, and a margin for a loaded machine.
+const drainBound = 30 * time.Second
+
 // child is provdb running as a child process of the test.
 type child struct {
 	cmd    *exec.Cmd
@@ -91,8 +97,10 @@ func (w *testWriter) String() string { return w.out.String() }
 // in the block encoding and, every other one, as JSON (producers of two
 // versions), and 10 batches again under new message ids, as a restarted
 // producer would; it SIGKILLs provdb twice while it ingests, restarts it
-// each time, and checks the store ends with exactly 100,000 records, 500
-// per batch.
+// each time (with the default flags), and checks the store ends with
+// exactly 100,000 records, 500 per batch, and that the batches the killed
+// provdb held reach the store within drainBound of the last restart (the
+// default --ack-wait, not a minute).
 func TestKillAndRestartLosesNothing(t *testing.T) {
 	if testing.Short() {
 		t.Skip("kill test skipped in -short mode")
@@ -121,7 +129,7 @@ func TestKillAndRestartLosesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	dbPath := filepath.Join(dir, "prov.db")
-	args := []string{"--nats", srv.ClientURL(), "--store", dbPath, "--run", run, "--http", "", "--ack-wait", "2s", "--log-level", "warn"}
+	args := []string{"--nats", srv.ClientURL(), "--store", dbPath, "--run", run, "--http", "", "--log-level", "warn"}
 
 	produced := make(chan error, 1)
 	go func() {
@@ -186,6 +194,7 @@ func TestKillAndRestartLosesNothing(t *testing.T) {
 		t.Logf("%s: killed provdb with %d records stored", time.Since(start).Round(time.Millisecond), count())
 	}
 	c := startChild(t, args...)
+	restarted := time.Now()
 	if err := <-produced; err != nil {
 		t.Fatal(err)
 	}
@@ -198,7 +207,11 @@ func TestKillAndRestartLosesNothing(t *testing.T) {
 		info, err := cons.Info(ctx)
 		return err == nil && info.NumPending == 0 && info.NumAckPending == 0
 	})
-	t.Logf("%s: consumer drained", time.Since(start).Round(time.Millisecond))
+	drained := time.Since(restarted)
+	t.Logf("%s: consumer drained, %s after the last restart", time.Since(start).Round(time.Millisecond), drained.Round(time.Millisecond))
+	if drained > drainBound {
+		t.Errorf("the batches held by the killed provdb reached the store %s after the restart; want within %s", drained.Round(time.Millisecond), drainBound)
+	}
 	if err := c.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}

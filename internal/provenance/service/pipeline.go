@@ -30,10 +30,16 @@ import (
 // committed.
 //
 // At most 2*Fetch messages are between fetch and acknowledgement (the
-// fetcher takes a slot for each and the writer frees it): enough for the
-// decoders to work on one fetch while the writer writes the one before,
-// few enough that a message does not wait in the queue for a good part of
-// AckWait, after which JetStream would send it again. Stopping (the service's context cancelled) ends the fetch loop,
+// fetcher reserves a slot for each before it asks the server for them, and
+// the writer frees it): enough for the decoders to work on one fetch while
+// the writer writes the one before. A message the server has delivered
+// is therefore always in the pipeline, never waiting unseen in the
+// fetch's buffer, and one held longer than a third of AckWait (a slow
+// write, a queue behind it) is told to the server as in progress every
+// third of AckWait, so that it is not delivered again while it is being
+// worked on. AckWait can thus be short (10 s by default): it is how long
+// the messages a killed provdb held wait before the server delivers them
+// again. Stopping (the service's context cancelled) ends the fetch loop,
 // which hands the messages still arriving back for redelivery; the
 // decoders finish what they hold; the writer finishes the write under way
 // and hands back the messages it had not started to write.
@@ -60,6 +66,9 @@ var _ preparer = (*sqlitestore.Store)(nil)
 type job struct {
 	msg   jetstream.Msg
 	ready chan struct{}
+	// touched is when the server last heard of msg (its delivery, or the
+	// last in-progress acknowledgement); guarded by pipeline.mu.
+	touched time.Time
 
 	bad   bool             // undecodable, terminated
 	n     int              // the message's records
@@ -74,43 +83,113 @@ type pipeline struct {
 	work  chan *job     // to the decoders
 	order chan *job     // to the writer, in fetch order
 	wg    sync.WaitGroup
+
+	mu   sync.Mutex
+	held map[*job]struct{} // the jobs holding a slot
 }
 
 func newPipeline(depth int) *pipeline {
-	return &pipeline{slots: make(chan struct{}, depth), work: make(chan *job, depth), order: make(chan *job, depth)}
+	return &pipeline{slots: make(chan struct{}, depth), work: make(chan *job, depth), order: make(chan *job, depth),
+		held: map[*job]struct{}{}}
 }
 
-// run starts the decoders and the writer and runs the fetch loop until ctx
-// ends, then waits for the others to finish.
+// reserve takes n slots, waiting for the writer to free them; it reports
+// false (holding none) when ctx ends first.
+func (p *pipeline) reserve(ctx context.Context, n int) bool {
+	for i := range n {
+		select {
+		case p.slots <- struct{}{}:
+		case <-ctx.Done():
+			p.unreserve(i)
+			return false
+		}
+	}
+	return true
+}
+
+// unreserve frees n slots taken by reserve and not used.
+func (p *pipeline) unreserve(n int) {
+	for range n {
+		<-p.slots
+	}
+}
+
+// done frees j's slot: its message is acknowledged, terminated or handed
+// back.
+func (p *pipeline) done(j *job) {
+	p.mu.Lock()
+	delete(p.held, j)
+	p.mu.Unlock()
+	<-p.slots
+}
+
+// touch tells the server that the messages held since before now-every
+// are still being worked on (an in-progress acknowledgement resets their
+// AckWait).
+func (p *pipeline) touch(now time.Time, every time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for j := range p.held {
+		if now.Sub(j.touched) >= every {
+			// Refused for a message already acknowledged or terminated;
+			// one lost only risks a redelivery, which the store ignores.
+			_ = j.msg.InProgress()
+			j.touched = now
+		}
+	}
+}
+
+// keepAlive calls touch every third of ackWait until stop is closed.
+func (p *pipeline) keepAlive(stop <-chan struct{}, ackWait time.Duration) {
+	every := max(ackWait/3, 10*time.Millisecond)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case now := <-t.C:
+			p.touch(now, every)
+		}
+	}
+}
+
+// run starts the decoders, the writer and the in-progress acknowledgements
+// and runs the fetch loop until ctx ends, then waits for the others to
+// finish.
 func (s *Service) run(ctx context.Context, cons jetstream.Consumer) {
 	p := newPipeline(2 * s.cfg.Fetch)
 	for range max(1, runtime.GOMAXPROCS(0)) {
 		p.wg.Go(func() { s.decodeLoop(p) })
 	}
 	p.wg.Go(func() { s.writeLoop(ctx, p) })
+	stopKeep := make(chan struct{})
+	var keep sync.WaitGroup
+	keep.Go(func() { p.keepAlive(stopKeep, s.cfg.AckWait) })
 	s.loop(ctx, cons, p)
 	close(p.work)
 	close(p.order)
 	p.wg.Wait()
+	close(stopKeep)
+	keep.Wait()
 }
 
-// enqueue hands msg to the pipeline, or back to the server when stopping.
-func (s *Service) enqueue(ctx context.Context, p *pipeline, msg jetstream.Msg) {
-	if ctx.Err() == nil {
-		select {
-		case p.slots <- struct{}{}:
-		case <-ctx.Done():
-		}
-	}
+// enqueue hands msg to the pipeline in a slot the fetch loop reserved, or
+// back to the server when stopping; it reports whether the slot was used.
+func (s *Service) enqueue(ctx context.Context, p *pipeline, msg jetstream.Msg) bool {
 	if ctx.Err() != nil {
 		// Stopping: hand it back for immediate redelivery.
 		_ = msg.Nak()
-		return
+		return false
 	}
-	j := &job{msg: msg, ready: make(chan struct{})}
+	j := &job{msg: msg, ready: make(chan struct{}), touched: time.Now()}
+	p.mu.Lock()
+	p.held[j] = struct{}{}
+	p.mu.Unlock()
 	// Neither send blocks: each queue holds as many jobs as there are slots.
 	p.work <- j
 	p.order <- j
+	return true
 }
 
 // decodeLoop decodes (and prepares) jobs until the work queue is closed.
@@ -238,15 +317,15 @@ func (s *Service) writeLoop(ctx context.Context, p *pipeline) {
 					if !j.bad {
 						_ = j.msg.Nak()
 					}
-					<-p.slots
+					p.done(j)
 				}
 			}
 			next = nil
 			continue
 		}
 		s.write(group)
-		for range group {
-			<-p.slots
+		for _, j := range group {
+			p.done(j)
 		}
 	}
 }

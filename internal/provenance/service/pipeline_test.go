@@ -167,3 +167,87 @@ func TestPipelineOrderAndRedelivery(t *testing.T) {
 		})
 	}
 }
+
+// slowStore is a recordingStore whose first write takes hold.
+type slowStore struct {
+	*recordingStore
+	hold time.Duration
+	once sync.Once
+}
+
+func (s *slowStore) Write(ctx context.Context, b provenance.Batch) error {
+	s.once.Do(func() { time.Sleep(s.hold) })
+	return s.recordingStore.Write(ctx, b)
+}
+
+// A batch held longer than AckWait (here a write three times as long) is
+// kept from redelivery by in-progress acknowledgements: every record is
+// written once, every message acknowledged once.
+func TestSlowWriteIsNotRedelivered(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	srv, err := natsx.StartServer(natsx.DefaultServerConfig(t.TempDir()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown()
+	nc, err := natsx.Connect(ctx, srv.ClientURL(), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sq, err := sqlitestore.Open(ctx, filepath.Join(t.TempDir(), "p.db"), sqlitestore.Options{Synchronous: "OFF"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sq.Close()
+	const ackWait = time.Second
+	store := &slowStore{recordingStore: &recordingStore{Store: sq}, hold: 3 * ackWait}
+	const batches, per = 12, 10
+	execs := storetest.Generate(storetest.GenConfig{Seed: 5, N: batches * per, Ranks: 2, Steps: 20, Window: 1, Anomaly: true})
+	if _, err := provstream.EnsureStream(ctx, js, "p"); err != nil {
+		t.Fatal(err)
+	}
+	subj := provstream.Subject("p", provenance.KindAnomalies)
+	for i := range batches {
+		if err := provstream.PublishBatch(ctx, js, subj, fmt.Sprint(i), execs[i*per:(i+1)*per]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	svc := New(Config{Run: "p", Fetch: 4, FetchWait: 100 * time.Millisecond, AckWait: ackWait}, store, js, zerolog.Nop())
+	if err := svc.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cons, err := js.Consumer(ctx, natsx.ProvStream("p"), "provdb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		info, err := cons.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.NumAckPending == 0 && info.NumPending == 0 {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("consumer %+v, stats %+v", info, svc.Stats())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := svc.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st := svc.Stats(); st.Batches != batches || st.Written[provenance.KindAnomalies] != batches*per {
+		t.Errorf("%d batches, %d records written; want %d and %d, each once", st.Batches, st.Written[provenance.KindAnomalies], batches, batches*per)
+	}
+	store.mu.Lock()
+	defer store.mu.Unlock()
+	if len(store.written) != batches*per {
+		t.Errorf("%d records written, want each of %d once", len(store.written), batches*per)
+	}
+}

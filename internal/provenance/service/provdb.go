@@ -50,8 +50,10 @@ type Config struct {
 	// Shutdown waits for the fetch under way; 0: default.
 	FetchWait time.Duration
 	// AckWait (--ack-wait) is how long JetStream waits for an
-	// acknowledgement before redelivering; 0: default. It must exceed the
-	// slowest store write.
+	// acknowledgement before redelivering, and so how long the batches a
+	// killed provdb held wait before a restarted one gets them; 0:
+	// default. Batches held longer (a slow store write) are kept from
+	// redelivery by in-progress acknowledgements every third of it.
 	AckWait time.Duration
 	// RetryDelay is the redelivery delay of a batch whose write failed;
 	// 0: default.
@@ -72,7 +74,7 @@ func DefaultConfig() Config {
 		Durable:    "provdb",
 		Fetch:      16,
 		FetchWait:  time.Second,
-		AckWait:    60 * time.Second,
+		AckWait:    10 * time.Second,
 		RetryDelay: 2 * time.Second,
 	}
 }
@@ -188,7 +190,7 @@ func parseArgs(args []string, lookup func(string) (string, bool), stderr io.Writ
 	fs.StringVar(&c.TokenFile, "token-file", "", "file holding the bearer token the HTTP API requires (Authorization header)")
 	fs.StringVar(&c.Durable, "durable", c.Durable, "name of the durable JetStream consumer")
 	fs.StringVar(&c.AllowOrigin, "allow-origin", "", "Access-Control-Allow-Origin of the HTTP API (e.g. the dashboard's origin)")
-	fs.DurationVar(&c.AckWait, "ack-wait", c.AckWait, "how long JetStream waits for a batch's acknowledgement before redelivering it")
+	fs.DurationVar(&c.AckWait, "ack-wait", c.AckWait, "how long JetStream waits for a batch's acknowledgement before redelivering it: the longest a batch held by a killed provdb waits for the restarted one (batches being written are kept from redelivery by in-progress acknowledgements every third of it)")
 	proc := daemon.AddProcessFlags(fs)
 	if err := daemon.ParseFlags(fs, "provdb", mainUsage, args, lookup, stderr); err != nil {
 		return c, *proc, err

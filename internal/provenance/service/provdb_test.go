@@ -29,7 +29,7 @@ func TestParseArgs(t *testing.T) {
 	cfgFile := write("provdb.yaml", "run: fromfile\nstore: /data/file.db\nhttp: 127.0.0.1:9001\nack-wait: 2m\n")
 	defaults := Config{
 		NATS: "nats://127.0.0.1:4222", Store: "./kipimo-prov.db", HTTPAddr: "127.0.0.1:8081", Durable: "provdb",
-		Fetch: 16, FetchWait: time.Second, AckWait: time.Minute, RetryDelay: 2 * time.Second,
+		Fetch: 16, FetchWait: time.Second, AckWait: 10 * time.Second, RetryDelay: 2 * time.Second,
 	}
 	fromFile := defaults
 	fromFile.Store, fromFile.Run, fromFile.HTTPAddr, fromFile.AckWait = "/data/file.db", "fromfile", "127.0.0.1:9001", 2*time.Minute
@@ -150,7 +150,7 @@ func TestConfigValidate(t *testing.T) {
 // DefaultConfig's consumer settings, and keeps those given.
 func TestWithDefaults(t *testing.T) {
 	got := Config{Run: "r", Fetch: 4}.withDefaults()
-	want := Config{Run: "r", Durable: "provdb", Fetch: 4, FetchWait: time.Second, AckWait: time.Minute, RetryDelay: 2 * time.Second}
+	want := Config{Run: "r", Durable: "provdb", Fetch: 4, FetchWait: time.Second, AckWait: 10 * time.Second, RetryDelay: 2 * time.Second}
 	if got != want {
 		t.Errorf("got %+v, want %+v", got, want)
 	}

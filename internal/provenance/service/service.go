@@ -181,6 +181,11 @@ func (s *Service) Stats() Stats {
 func (s *Service) loop(ctx context.Context, cons jetstream.Consumer, p *pipeline) {
 	fetchErrors := 0
 	for ctx.Err() == nil {
+		// Room for a whole fetch first: what the server delivers goes
+		// straight into the pipeline (see pipeline.go).
+		if !p.reserve(ctx, s.cfg.Fetch) {
+			return
+		}
 		// The pull ends when the server says it expired, not when a
 		// client-side deadline passes: a message the server sends just
 		// before its expiry must still reach enqueue (which passes it on,
@@ -189,6 +194,7 @@ func (s *Service) loop(ctx context.Context, cons jetstream.Consumer, p *pipeline
 		// waits for the pull under way, at most FetchWait.
 		mb, err := cons.Fetch(s.cfg.Fetch, jetstream.FetchMaxWait(s.cfg.FetchWait))
 		if err != nil {
+			p.unreserve(s.cfg.Fetch)
 			if ctx.Err() != nil {
 				return
 			}
@@ -198,9 +204,15 @@ func (s *Service) loop(ctx context.Context, cons jetstream.Consumer, p *pipeline
 			sleep(ctx, time.Second)
 			continue
 		}
+		used := 0
 		for msg := range mb.Messages() {
-			s.enqueue(ctx, p, msg)
+			if used < s.cfg.Fetch && s.enqueue(ctx, p, msg) {
+				used++
+			} else if used >= s.cfg.Fetch {
+				_ = msg.Nak() // never more than asked for
+			}
 		}
+		p.unreserve(s.cfg.Fetch - used)
 		if err := mb.Error(); err != nil && ctx.Err() == nil && !errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, nats.ErrTimeout) {
 			if fetchErrors++; fetchErrors == 1 || fetchErrors%60 == 0 {
 				s.log.Warn().Err(err).Int("fetch_errors", fetchErrors).Msg("fetch provenance batches")
