@@ -29,7 +29,9 @@ import (
 // launches, threads with their executions, attached events and profiles),
 // the models, the records waiting for their window, the pserver protocol
 // state (per shard: Seq, the request in flight and its keys; unsent step
-// summaries and counters) and the frames held for their names. Integers are
+// summaries and counters) and the frames held for their names. The
+// statistics types are in their own binary forms (stats: Moments, Histogram,
+// TailHist, Summary). Integers are
 // uvarints (signed ones zigzag), floats their IEEE 754 bits (8 bytes, 4 for
 // float32), strings and lists a uvarint length and their elements; an
 // optional list or value has a uvarint 0 for nil and length+1 otherwise.
@@ -40,9 +42,10 @@ const (
 	// CheckpointVersion is the format version Checkpoint writes (2: the
 	// sync state's incarnation, each thread's first timestamp; 3: the
 	// false-alarm rate, in the configuration and in queued requests'
-	// rules). Restore reads it and every version from
-	// minCheckpointVersion on.
-	CheckpointVersion = 3
+	// rules; 4: each model's statistics as three stats.Summary binary
+	// forms, and only its algorithm's state). Restore reads it and every
+	// version from minCheckpointVersion on.
+	CheckpointVersion = 4
 	// minCheckpointVersion is the oldest format Restore reads.
 	minCheckpointVersion = 2
 	// maxCheckpointSize bounds what Restore accepts (1 GiB).
@@ -476,89 +479,50 @@ func (w *ckWriter) thread(t *thread) {
 	}
 }
 
-func zeroMoments(m *stats.Moments) bool {
-	return math.Float64bits(m.N)|math.Float64bits(m.Mean)|math.Float64bits(m.M2)|math.Float64bits(m.M3)|
-		math.Float64bits(m.M4)|math.Float64bits(m.Min)|math.Float64bits(m.Max) == 0
-}
-
-func (w *ckWriter) moments(m *stats.Moments) {
-	if zeroMoments(m) {
-		w.byte1(0)
-		return
-	}
-	w.byte1(1)
-	for _, v := range [...]float64{m.N, m.Mean, m.M2, m.M3, m.M4, m.Min, m.Max} {
-		w.f64(v)
-	}
-}
-
-func (w *ckWriter) hist(h *stats.Histogram) {
-	if h.Counts == nil && math.Float64bits(h.FirstEdge)|math.Float64bits(h.BinWidth)|math.Float64bits(h.Min)|math.Float64bits(h.Max) == 0 {
-		w.byte1(0)
-		return
-	}
-	w.byte1(1)
-	w.f64(h.FirstEdge)
-	w.f64(h.BinWidth)
-	w.f64(h.Min)
-	w.f64(h.Max)
-	optLen(w, h.Counts)
-	for _, c := range h.Counts {
-		w.uvarint(c)
-	}
-}
-
-func (w *ckWriter) tail(h *stats.TailHist) {
-	w.varint(int64(h.Lo))
-	w.uvarint(uint64(len(h.Counts)))
-	for i, c := range h.Counts {
-		w.uvarint(c)
-		if c != 0 || math.Float64bits(h.Mins[i])|math.Float64bits(h.Maxs[i]) != 0 {
-			w.byte1(1)
-			w.f64(h.Mins[i])
-			w.f64(h.Maxs[i])
-		} else {
-			w.byte1(0)
-		}
-	}
-}
+func (w *ckWriter) moments(m *stats.Moments) { w.b, _ = m.AppendBinary(w.b) }
+func (w *ckWriter) hist(h *stats.Histogram)  { w.b, _ = h.AppendBinary(w.b) }
+func (w *ckWriter) tail(h *stats.TailHist)   { w.b, _ = h.AppendBinary(w.b) }
+func (w *ckWriter) summ(s *stats.Summary)    { w.b, _ = s.AppendBinary(w.b) }
 
 func (w *ckWriter) models(ms *modelSet) {
 	w.uvarint(uint64(len(ms.list)))
 	for _, m := range ms.list {
 		w.str(m.name)
 		w.bool(m.ignored)
-		w.moments(&m.accum)
-		w.moments(&m.inflight)
-		w.moments(&m.global)
-		w.hist(&m.hAccum)
-		w.hist(&m.hInflight)
-		w.hist(&m.hGlobal)
+		w.summ(&m.accum)
+		w.summ(&m.inflight)
+		w.summ(&m.global)
 		w.bool(m.inFlight)
-		w.uvarint(m.accumAnoms)
-		w.uvarint(m.inflightAnoms)
-		w.tail(&m.tAccum)
-		w.tail(&m.tInflight)
-		w.tail(&m.tGlobal)
-		for _, v := range [...]float64{m.natMin, m.natMax, m.natLowThr, m.natThr, m.p99, m.logMean, m.logStd, m.lo, m.hi, m.std} {
+		for _, v := range [...]float64{m.natMin, m.natMax, m.natLowThr, m.natThr, m.p99, m.logMean, m.logStd} {
 			w.f64(v)
 		}
 		w.moments(&m.det)
 		w.bool(m.detReady)
-		var h stats.Histogram
-		switch ms.cfg.Algorithm {
-		case HBOS:
-			h = m.hbos.Histogram()
-		case COPOD:
-			h = m.copod.Histogram()
-		}
-		w.hist(&h)
+		w.scoreState(m.state)
 	}
 	for _, ks := range [][]int32{ms.fidKey, ms.pathKey} {
 		w.uvarint(uint64(len(ks)))
 		for _, k := range ks {
 			w.varint(int64(k))
 		}
+	}
+}
+
+// scoreState writes a model's state of the algorithm: SSTD's σ and
+// bounds, the histogram HBOS and COPOD score with, nothing for the tail
+// scorer.
+func (w *ckWriter) scoreState(st scoreState) {
+	switch st := st.(type) {
+	case *sstdState:
+		w.f64(st.std)
+		w.f64(st.lo)
+		w.f64(st.hi)
+	case *hbosState:
+		h := st.s.Histogram()
+		w.hist(&h)
+	case *copodState:
+		h := st.s.Histogram()
+		w.hist(&h)
 	}
 }
 
@@ -1315,68 +1279,70 @@ func (r *ckReader) thread(cs *callStacks, t *thread) {
 	}
 }
 
-func (r *ckReader) moments(m *stats.Moments) {
-	switch v := r.byte1(); v {
-	case 0:
-		*m = stats.Moments{}
-	case 1:
-		*m = stats.Moments{N: r.f64(), Mean: r.f64(), M2: r.f64(), M3: r.f64(), M4: r.f64(), Min: r.f64(), Max: r.f64()}
-	default:
-		r.fail("moments tag %d", v)
-	}
-}
-
-func (r *ckReader) hist(h *stats.Histogram) {
-	switch v := r.byte1(); v {
-	case 0:
-		*h = stats.Histogram{}
-		return
-	case 1:
-	default:
-		r.fail("histogram tag %d", v)
-		return
-	}
-	*h = stats.Histogram{FirstEdge: r.f64(), BinWidth: r.f64(), Min: r.f64(), Max: r.f64()}
-	n := r.optCount(1)
-	if r.err == nil && n > 1<<16 {
-		r.fail("histogram of %d bins", n)
-		return
-	}
-	h.Counts = optMake[uint64](n)
-	for i := range h.Counts {
-		h.Counts[i] = r.uvarint()
-	}
-	if r.err == nil {
-		if err := h.Validate(); err != nil {
-			r.fail("%v", err)
-		}
-	}
-}
-
-func (r *ckReader) tail(h *stats.TailHist) {
-	lo := r.varint()
-	n := r.count(2)
-	if r.err == nil && (lo < 0 || lo > 1<<20) {
-		r.fail("tail histogram starts at bin %d", lo)
-	}
+// decode reads a value in its own binary form (the stats types').
+func (r *ckReader) decode(v interface{ DecodeBinary([]byte) (int, error) }) {
 	if r.err != nil {
-		*h = stats.TailHist{}
 		return
 	}
-	*h = stats.TailHist{Lo: int(lo)}
-	if n > 0 {
-		h.Counts, h.Mins, h.Maxs = make([]uint64, n), make([]float64, n), make([]float64, n)
+	n, err := v.DecodeBinary(r.b[r.off:])
+	if err != nil {
+		r.fail("%v", err)
+		return
 	}
-	for i := range n {
-		h.Counts[i] = r.uvarint()
-		if r.bool() {
-			h.Mins[i], h.Maxs[i] = r.f64(), r.f64()
+	r.off += n
+}
+
+func (r *ckReader) moments(m *stats.Moments) { r.decode(m) }
+func (r *ckReader) hist(h *stats.Histogram)  { r.decode(h) }
+func (r *ckReader) tail(h *stats.TailHist)   { r.decode(h) }
+
+// scoreState reads m's state of the algorithm (ckWriter.scoreState), m's
+// merged moments read.
+func (r *ckReader) scoreState(m *model) {
+	switch st := m.state.(type) {
+	case *sstdState:
+		st.std, st.lo, st.hi = r.f64(), r.f64(), r.f64()
+	case *hbosState, *copodState:
+		var h stats.Histogram
+		r.hist(&h)
+		if r.err == nil {
+			st.reset(m, h)
 		}
 	}
-	if r.err == nil {
-		if err := h.Validate(); err != nil {
-			r.fail("%v", err)
-		}
+}
+
+// modelV3 reads the statistics and detection state of model m as versions
+// 2 and 3 wrote them: the three summaries' parts interleaved, and every
+// algorithm's state.
+func (r *ckReader) modelV3(m *model) {
+	for _, s := range []*stats.Summary{&m.accum, &m.inflight, &m.global} {
+		r.moments(&s.Moments)
+	}
+	for _, s := range []*stats.Summary{&m.accum, &m.inflight, &m.global} {
+		r.hist(&s.Histogram)
+	}
+	m.inFlight = r.bool()
+	m.accum.Anomalies = r.uvarint()
+	m.inflight.Anomalies = r.uvarint()
+	for _, s := range []*stats.Summary{&m.accum, &m.inflight, &m.global} {
+		r.tail(&s.Tail)
+	}
+	var lo, hi, std float64
+	for _, p := range [...]*float64{&m.natMin, &m.natMax, &m.natLowThr, &m.natThr, &m.p99, &m.logMean, &m.logStd, &lo, &hi, &std} {
+		*p = r.f64()
+	}
+	r.moments(&m.det)
+	m.detReady = r.bool()
+	var h stats.Histogram
+	r.hist(&h)
+	if r.err != nil {
+		return
+	}
+	switch st := m.state.(type) {
+	case *sstdState:
+		st.std, st.lo, st.hi = std, lo, hi
+	default:
+		st.reset(m, h)
 	}
 }
 
@@ -1390,32 +1356,24 @@ func (r *ckReader) models(ms *modelSet) {
 		if _, dup := ms.keyByName[name]; dup && r.err == nil {
 			r.fail("model %q twice", name)
 		}
-		m := &model{name: name, shard: psync.Shard(name, ms.cfg.Shards), ignored: r.bool()}
-		r.moments(&m.accum)
-		r.moments(&m.inflight)
-		r.moments(&m.global)
-		r.hist(&m.hAccum)
-		r.hist(&m.hInflight)
-		r.hist(&m.hGlobal)
-		m.inFlight = r.bool()
-		m.accumAnoms = r.uvarint()
-		m.inflightAnoms = r.uvarint()
-		r.tail(&m.tAccum)
-		r.tail(&m.tInflight)
-		r.tail(&m.tGlobal)
-		for _, p := range [...]*float64{&m.natMin, &m.natMax, &m.natLowThr, &m.natThr, &m.p99, &m.logMean, &m.logStd, &m.lo, &m.hi, &m.std} {
-			*p = r.f64()
+		m := &model{name: name, shard: psync.Shard(name, ms.cfg.Shards), ignored: r.bool(), state: ms.scorer.newState()}
+		if r.version < 4 {
+			r.modelV3(m)
+		} else {
+			r.decode(&m.accum)
+			r.decode(&m.inflight)
+			r.decode(&m.global)
+			m.inFlight = r.bool()
+			for _, p := range [...]*float64{&m.natMin, &m.natMax, &m.natLowThr, &m.natThr, &m.p99, &m.logMean, &m.logStd} {
+				*p = r.f64()
+			}
+			r.moments(&m.det)
+			m.detReady = r.bool()
+			r.scoreState(m)
 		}
-		r.moments(&m.det)
-		m.detReady = r.bool()
-		var h stats.Histogram
-		r.hist(&h)
 		if r.err != nil {
 			return
 		}
-		lo, hi := m.lo, m.hi
-		ms.scorer.reset(m, h)
-		m.lo, m.hi = lo, hi
 		ms.list = append(ms.list, m)
 		ms.keyByName[name] = int32(k)
 	}

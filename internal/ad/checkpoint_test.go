@@ -2,6 +2,7 @@ package ad
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -576,9 +577,12 @@ func TestCheckpointOfRestoredDetector(t *testing.T) {
 
 // ckSample returns a checkpoint of rank 0 of the synthetic workload after
 // 5 steps, with the config it was taken with.
-func ckSample(t testing.TB) (Config, []byte, string) {
+func ckSample(t testing.TB) (Config, []byte, string) { return ckSampleOf(t, HBOS) }
+
+// ckSampleOf is ckSample under algorithm algo.
+func ckSampleOf(t testing.TB, algo string) (Config, []byte, string) {
 	w := loadCkWorkloads(t)["synthetic"]
-	cfg := Config{Algorithm: HBOS, Shards: 2, Syncer: newFakePServer(), Hostname: "h", SyncWait: time.Minute}
+	cfg := Config{Algorithm: algo, Shards: 2, Syncer: newFakePServer(), Hostname: "h", SyncWait: time.Minute}
 	d, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -739,12 +743,14 @@ func TestCheckpointCoversEveryField(t *testing.T) {
 		{launch{}, "tid seq step idx fid entry stack"},
 		{launchFrame{}, "fid step idx entry"},
 		// shard follows from the name; step, values, touched, stepAnoms
-		// and best are reset at the end of every step; hbos and copod are
-		// rebuilt from the histogram they were reset with
-		// heldAnoms is released before every checkpoint (Checkpoint refuses otherwise)
-		{model{}, `name shard ignored step values accum inflight global hAccum hInflight hGlobal inFlight accumAnoms
-			inflightAnoms heldAnoms tAccum tInflight tGlobal natMin natMax natLowThr natThr p99 logMean logStd det lo hi std
-			hbos copod touched detReady stepAnoms best`},
+		// and best are reset at the end of every step; state is written
+		// by its algorithm (HBOS's and COPOD's rebuilt from the histogram
+		// they were reset with); heldAnoms is released before every
+		// checkpoint (Checkpoint refuses otherwise)
+		{model{}, `name shard ignored step values accum inflight global inFlight heldAnoms
+			natMin natMax natLowThr natThr p99 logMean logStd det detReady state touched stepAnoms best`},
+		{stats.Summary{}, "Moments Histogram Tail Anomalies"},
+		{sstdState{}, "cfg std lo hi"}, // cfg is the scorer's configuration
 		// cfg, stats and done are wiring; byTid, tidMap and pathTab follow
 		// from threads and nodes, srcCtr from ctrNames; counterStep is empty
 		// at a step boundary
@@ -962,5 +968,93 @@ func TestRestoreVersion2(t *testing.T) {
 	}
 	if err := restore(again).Close(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestRestoreVersion3 restores checkpoints written by the previous format
+// (version 3, each model's statistics as interleaved fields and every
+// algorithm's state: testdata/checkpoint/v3-synthetic-<algorithm>.kpck.gz,
+// ckSampleOf's state under three algorithms taken by that version): each
+// restores to exactly the state today's checkpoint of the same frames
+// holds (the two checkpoints of today's version are the same bytes, once
+// given one incarnation), and goes on with the next frames as it does.
+func TestRestoreVersion3(t *testing.T) {
+	w := loadCkWorkloads(t)["synthetic"]
+	for _, algo := range []string{Tail, SSTD, COPOD} {
+		t.Run(algo, func(t *testing.T) {
+			zf, err := os.Open("testdata/checkpoint/v3-synthetic-" + algo + ".kpck.gz")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer zf.Close()
+			zr, err := gzip.NewReader(zf)
+			if err != nil {
+				t.Fatal(err)
+			}
+			old, err := io.ReadAll(zr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if v, _ := binary.Uvarint(old[len(CheckpointMagic):]); v != 3 {
+				t.Fatalf("the sample is version %d, want 3", v)
+			}
+			cfg, fresh, _ := ckSampleOf(t, algo)
+			restore := func(cp []byte) *Detector {
+				t.Helper()
+				c := cfg
+				c.Syncer = newFakePServer()
+				d, err := Restore(c, cp)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return d
+			}
+			a, b := restore(old), restore(fresh)
+			b.sync.incarnation = a.sync.incarnation
+			for _, sh := range b.sync.shards {
+				if sh.inflight != nil {
+					sh.inflight.Incarnation = a.sync.incarnation
+				}
+			}
+			same := func(when string) {
+				t.Helper()
+				ca, err := a.Checkpoint()
+				if err != nil {
+					t.Fatal(err)
+				}
+				cb, err := b.Checkpoint()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !bytes.Equal(ca, cb) {
+					i := 0
+					for i < min(len(ca), len(cb)) && ca[i] == cb[i] {
+						i++
+					}
+					t.Fatalf("%s: the checkpoint of the detector restored from version 3 (%d bytes) differs from today's (%d bytes) from byte %d on", when, len(ca), len(cb), i)
+				}
+			}
+			same("restored")
+			var f frame.Frame
+			for _, d := range []*Detector{a, b} {
+				for _, raw := range w.frames[0][5:8] {
+					if _, err := frame.DecodeBinary(raw, &f); err != nil {
+						t.Fatal(err)
+					}
+					if err := d.Process(context.Background(), &f); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			if sa, sb := a.Stats(), b.Stats(); sa != sb {
+				t.Errorf("after 3 more steps: stats %+v from version 3, %+v from today's", sa, sb)
+			}
+			same("3 steps on")
+			for _, d := range []*Detector{a, b} {
+				if err := d.Close(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
 	}
 }

@@ -323,7 +323,7 @@ func (d *Detector) Close(ctx context.Context) error {
 // Seq once).
 func (d *Detector) ReleaseOutputs() {
 	for _, m := range d.models.list {
-		m.accumAnoms += m.heldAnoms
+		m.accum.Anomalies += m.heldAnoms
 		m.heldAnoms = 0
 	}
 	for _, sum := range d.sync.held {

@@ -76,7 +76,7 @@ func withoutStep(t *testing.T, enc [][]byte, k int) [][]byte {
 func modelsOf(d *Detector) map[string]string {
 	out := map[string]string{}
 	for _, m := range d.models.list {
-		out[m.name] = fmt.Sprintf("moments %+v tail %+v hist %+v", m.global, m.tGlobal, m.hGlobal)
+		out[m.name] = fmt.Sprintf("moments %+v tail %+v hist %+v", m.global.Moments, m.global.Tail, m.global.Histogram)
 	}
 	return out
 }

@@ -9,8 +9,9 @@ import (
 // execution to its model (its function, or its call path), adds its runtime
 // to the step's statistics, and at the end of a step builds each model's
 // detection state from the global model and the local deltas; judge then
-// scores a runtime with the configured algorithm (a scorer) and the natural
-// range. Not safe for concurrent use: the detector's goroutine owns it.
+// scores a runtime with the configured algorithm (each model's scoreState,
+// made by the scorer) and the natural range. Not safe for concurrent use:
+// the detector's goroutine owns it.
 type modelSet struct {
 	cfg    *Config
 	stats  *counters
@@ -48,7 +49,7 @@ func (ms *modelSet) observe(t *thread, e *execRec) {
 		m.values = append(m.values, x)
 	}
 	if ms.gated {
-		m.tAccum.Add(x)
+		m.accum.Tail.Add(x)
 	}
 	m.touched = true
 }
@@ -62,27 +63,25 @@ type model struct {
 	step   stats.Moments // this step's values
 	values []float64     // this step's values (histogram algorithms)
 
-	accum, inflight, global    stats.Moments
-	hAccum, hInflight, hGlobal stats.Histogram
-	inFlight                   bool
-	accumAnoms, inflightAnoms  uint64
+	// accum holds the deltas not sent yet, inflight those of the request in
+	// flight (while inFlight), global the last global model (the pserver's,
+	// or, without a Syncer, every delta merged). The anomaly count of
+	// global is unused: the pserver does not send it back.
+	accum, inflight, global stats.Summary
+	inFlight                bool
 	// heldAnoms, with ExactSync, are the anomalies labelled since the last
-	// ReleaseOutputs (checkpoint); they join accumAnoms then.
+	// ReleaseOutputs (checkpoint); they join accum then.
 	heldAnoms uint64
 
 	// the natural range (every algorithm but with Chimbuko's rules)
-	tAccum, tInflight, tGlobal stats.TailHist
-	natMin, natMax             float64 // the natural range
-	natLowThr, natThr          float64 // flagged below and above these
-	p99, logMean, logStd       float64 // for explanations
+	natMin, natMax       float64 // the natural range
+	natLowThr, natThr    float64 // flagged below and above these
+	p99, logMean, logStd float64 // for explanations
 
-	det       stats.Moments
-	lo, hi    float64
-	std       float64
-	hbos      stats.HBOSScorer
-	copod     stats.COPODScorer
-	touched   bool
+	det       stats.Moments // global, inflight and accum merged: the detection model
 	detReady  bool
+	state     scoreState // the algorithm's state, built from det
+	touched   bool
 	stepAnoms uint64
 	best      bestNormal
 }
@@ -150,6 +149,7 @@ func (ms *modelSet) modelFor(name string, fid uint32) int32 {
 		name:    name,
 		shard:   psync.Shard(name, ms.cfg.Shards),
 		ignored: ms.ignored[ms.stacks.funcName(fid)],
+		state:   ms.scorer.newState(),
 	})
 	ms.keyByName[name] = k
 	return k
@@ -165,15 +165,14 @@ func (ms *modelSet) value(e *execRec) float64 {
 // prepare builds m's detection model: the last global model merged with
 // every local delta it does not include yet.
 func (ms *modelSet) prepare(m *model) {
-	m.det = m.global
-	m.det.Merge(m.inflight)
-	m.det.Merge(m.accum)
-	m.std = m.det.Stddev()
+	m.det = m.global.Moments
+	m.det.Merge(m.inflight.Moments)
+	m.det.Merge(m.accum.Moments)
 	m.detReady = m.det.N >= ms.cfg.MinCount
 	if ms.gated {
 		ms.tmp.Reset()
-		for _, src := range []*stats.TailHist{&m.tGlobal, &m.tInflight, &m.tAccum} {
-			if err := ms.tmp.Merge(*src); err != nil {
+		for _, src := range []*stats.Summary{&m.global, &m.inflight, &m.accum} {
+			if err := ms.tmp.Merge(src.Tail); err != nil {
 				ms.stats.modelErrors.Add(1)
 			}
 		}
@@ -183,14 +182,14 @@ func (ms *modelSet) prepare(m *model) {
 		m.logMean, m.logStd = ms.tmp.LogMoments()
 	}
 	var h stats.Histogram
-	if ms.scorer.histogram() {
-		for _, src := range []*stats.Histogram{&m.hGlobal, &m.hInflight, &m.hAccum} {
-			if err := h.Merge(*src); err != nil {
+	if ms.hist {
+		for _, src := range []*stats.Summary{&m.global, &m.inflight, &m.accum} {
+			if err := h.Merge(src.Histogram); err != nil {
 				ms.stats.modelErrors.Add(1)
 			}
 		}
 	}
-	ms.scorer.reset(m, h)
+	m.state.reset(m, h)
 }
 
 // judge scores value x against model m with the algorithm and says whether
@@ -199,16 +198,16 @@ func (ms *modelSet) prepare(m *model) {
 func (ms *modelSet) judge(m *model, x float64) (score float64, anom bool) {
 	if ms.gated && x <= m.natThr && (x >= m.natLowThr || ms.cfg.SlowOnly) {
 		// inside the natural range: normal whatever the algorithm says
-		return ms.scorer.score(m, x), false
+		return m.state.score(m, x), false
 	}
-	return ms.scorer.judge(m, x)
+	return m.state.judge(m, x)
 }
 
 // exactScore is e's outlier score (recomputed where labelling used a
 // shortcut).
 func (ms *modelSet) exactScore(m *model, e *execRec) float64 {
 	if m.detReady {
-		return ms.scorer.exact(m, ms.value(e), float64(e.score))
+		return m.state.exact(m, ms.value(e), float64(e.score))
 	}
 	return float64(e.score)
 }

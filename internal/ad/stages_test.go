@@ -104,7 +104,7 @@ func TestModelSetStage(t *testing.T) {
 			cs.build(f)
 			got := map[string][2]float64{}
 			for _, m := range ms.list {
-				m.accum.Merge(m.step)
+				m.accum.Moments.Merge(m.step)
 				ms.prepare(m)
 				got[m.name] = [2]float64{m.natMin, m.natMax}
 			}
@@ -127,7 +127,7 @@ func TestScorers(t *testing.T) {
 	for _, v := range vals {
 		mo.Push(v)
 	}
-	base := model{det: mo, std: mo.Stddev(), natMin: 100, natMax: 120, natLowThr: 100 / 1.96, natThr: 168}
+	base := model{det: mo, natMin: 100, natMax: 120, natLowThr: 100 / 1.96, natThr: 168}
 	for _, tc := range []struct {
 		name    string
 		cfg     Config
@@ -151,7 +151,7 @@ func TestScorers(t *testing.T) {
 			if err := cfg.Validate(); err != nil {
 				t.Fatal(err)
 			}
-			s := newScorer(&cfg)
+			s := newScorer(&cfg).newState()
 			m := base
 			s.reset(&m, h)
 			score, flagged := s.judge(&m, tc.x)

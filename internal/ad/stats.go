@@ -185,3 +185,16 @@ func (s *Stats) Add(o Stats) {
 	s.SourceDroppedCalls += o.SourceDroppedCalls
 	s.SourceDroppedEvents += o.SourceDroppedEvents
 }
+
+// mergeErrors counts the parts of a model that failed to merge (err joins
+// one error per part, stats.Summary.Merge), as model errors.
+func (c *counters) mergeErrors(err error) {
+	if err == nil {
+		return
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		c.modelErrors.Add(uint64(len(j.Unwrap())))
+		return
+	}
+	c.modelErrors.Add(1)
+}

@@ -20,10 +20,10 @@ func (d *Detector) endStep(ctx context.Context, final bool) {
 		if !m.touched {
 			continue
 		}
-		m.accum.Merge(m.step)
+		m.accum.Moments.Merge(m.step)
 		if len(m.values) > 0 {
 			h := stats.BuildHistogram(m.values, d.cfg.Bins)
-			if err := m.hAccum.Merge(h); err != nil {
+			if err := m.accum.Histogram.Merge(h); err != nil {
 				d.stats.modelErrors.Add(1)
 			}
 		}
@@ -81,7 +81,7 @@ func (d *Detector) endStep(ctx context.Context, final bool) {
 		if d.cfg.ExactSync {
 			m.heldAnoms += fm.Count
 		} else {
-			m.accumAnoms += fm.Count
+			m.accum.Anomalies += fm.Count
 		}
 		if sum.FuncAnomalies == nil {
 			sum.FuncAnomalies = map[string]uint64{}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -168,19 +167,11 @@ func (s *syncState) addCounters(step map[string]*stats.Moments) {
 func (s *syncState) step(ctx context.Context, final bool) {
 	if s.cfg.Syncer == nil {
 		for _, m := range s.models.list {
-			if m.accum.N == 0 {
+			if m.accum.Moments.N == 0 {
 				continue
 			}
-			m.global.Merge(m.accum)
-			m.accum = stats.Moments{}
-			if err := m.hGlobal.Merge(m.hAccum); err != nil {
-				s.stats.modelErrors.Add(1)
-			}
-			m.hAccum = stats.Histogram{Counts: m.hAccum.Counts[:0]}
-			if err := m.tGlobal.Merge(m.tAccum); err != nil {
-				s.stats.modelErrors.Add(1)
-			}
-			m.tAccum.Reset()
+			s.stats.mergeErrors(m.global.Merge(m.accum))
+			m.accum.Reset()
 		}
 		return
 	}
@@ -305,13 +296,7 @@ func (s *syncState) pull(ctx context.Context) {
 			if m.inFlight {
 				continue
 			}
-			m.global = g.Moments
-			if g.Histogram != nil {
-				m.hGlobal = *g.Histogram
-			}
-			if g.Tail != nil {
-				m.tGlobal = *g.Tail
-			}
+			g.Into(&m.global)
 		}
 	}
 }
@@ -375,23 +360,11 @@ func (s *syncState) send(i int, force bool) bool {
 	}
 	sh.keys = sh.keys[:0]
 	for k, m := range s.models.list {
-		if m.shard != i || (m.accum.N == 0 && m.accumAnoms == 0) {
+		if m.shard != i || m.accum.Empty() {
 			continue
 		}
-		md := psync.ModelDelta{Key: m.name, Moments: m.accum, Anomalies: m.accumAnoms}
-		if s.cfg.Algorithm != SSTD && !m.hAccum.Empty() {
-			h := m.hAccum
-			h.Counts = append([]uint64(nil), h.Counts...)
-			md.Histogram = &h
-		}
-		if !m.tAccum.Empty() {
-			t := m.tAccum.Clone()
-			md.Tail = &t
-		}
-		req.Models = append(req.Models, md)
-		m.inflight, m.hInflight, m.inflightAnoms = m.accum, m.hAccum, m.accumAnoms
-		m.accum, m.hAccum, m.accumAnoms = stats.Moments{}, stats.Histogram{}, 0
-		m.tInflight, m.tAccum = m.tAccum, stats.TailHist{}
+		req.Models = append(req.Models, psync.NewModelDelta(m.name, &m.accum, s.cfg.Algorithm != SSTD))
+		m.inflight, m.accum = m.accum, stats.Summary{}
 		m.inFlight = true
 		sh.keys = append(sh.keys, int32(k))
 	}
@@ -465,16 +438,8 @@ func (s *syncState) apply(i int, r syncResult) {
 		// Never answered (closing): keep the deltas locally.
 		for _, k := range sh.keys {
 			m := s.models.list[k]
-			m.accum.Merge(m.inflight)
-			if err := m.hAccum.Merge(m.hInflight); err != nil {
-				s.stats.modelErrors.Add(1)
-			}
-			m.accumAnoms += m.inflightAnoms
-			if err := m.tAccum.Merge(m.tInflight); err != nil {
-				s.stats.modelErrors.Add(1)
-			}
-			m.inflight, m.hInflight, m.inflightAnoms, m.inFlight = stats.Moments{}, stats.Histogram{}, 0, false
-			m.tInflight = stats.TailHist{}
+			s.stats.mergeErrors(m.accum.Merge(m.inflight))
+			m.inflight, m.inFlight = stats.Summary{}, false
 		}
 		if i == 0 && req != nil {
 			s.summaries = append(req.Steps, s.summaries...)
@@ -489,30 +454,15 @@ func (s *syncState) apply(i int, r syncResult) {
 	for _, k := range sh.keys {
 		m := s.models.list[k]
 		if g, ok := got[m.name]; ok {
-			m.global = g.Moments
-			if g.Histogram != nil {
-				m.hGlobal = *g.Histogram
-			}
-			if g.Tail != nil {
-				m.tGlobal = *g.Tail
-			}
+			g.Into(&m.global)
 		} else {
 			// The global histograms may share memory with other
-			// detectors' (a node's reply is shared): merge into copies.
-			m.global.Merge(m.inflight)
-			h := m.hGlobal
-			h.Counts = slices.Clone(h.Counts)
-			if err := h.Merge(m.hInflight); err != nil {
-				s.stats.modelErrors.Add(1)
-			}
-			t := m.tGlobal.Clone()
-			if err := t.Merge(m.tInflight); err != nil {
-				s.stats.modelErrors.Add(1)
-			}
-			m.hGlobal, m.tGlobal = h, t
+			// detectors' (a node's reply is shared): merge into a copy.
+			gl := m.global.Clone()
+			s.stats.mergeErrors(gl.Merge(m.inflight))
+			m.global = gl
 		}
-		m.inflight, m.hInflight, m.inflightAnoms, m.inFlight = stats.Moments{}, stats.Histogram{}, 0, false
-		m.tInflight = stats.TailHist{}
+		m.inflight, m.inFlight = stats.Summary{}, false
 	}
 	// Models of keys this request did not carry may come too: take them when
 	// nothing of ours is in flight for them.
@@ -525,14 +475,8 @@ func (s *syncState) apply(i int, r syncResult) {
 		if m.inFlight || m.shard != i {
 			continue
 		}
-		if g.Moments.N >= m.global.N {
-			m.global = g.Moments
-			if g.Histogram != nil {
-				m.hGlobal = *g.Histogram
-			}
-			if g.Tail != nil {
-				m.tGlobal = *g.Tail
-			}
+		if g.Moments.N >= m.global.Moments.N {
+			g.Into(&m.global)
 		}
 	}
 }
@@ -544,8 +488,7 @@ func (s *syncState) apply(i int, r syncResult) {
 func (s *syncState) drop(i int, req *psync.SyncRequest, reason string) {
 	for _, k := range s.shards[i].keys {
 		m := s.models.list[k]
-		m.inflight, m.hInflight, m.inflightAnoms, m.inFlight = stats.Moments{}, stats.Histogram{}, 0, false
-		m.tInflight = stats.TailHist{}
+		m.inflight, m.inFlight = stats.Summary{}, false
 	}
 	s.stats.syncFailures.Add(1)
 	if req != nil {

@@ -42,6 +42,24 @@ type ModelDelta struct {
 	More []ModelPart `json:"more,omitempty"`
 }
 
+// NewModelDelta returns the delta of model key that s, a detector's
+// statistics not sent yet, holds, sharing no memory with s: its HBOS
+// histogram only with hist (HBOS and COPOD runs) and only when it counts
+// values, its tail only when it counts any.
+func NewModelDelta(key string, s *stats.Summary, hist bool) ModelDelta {
+	md := ModelDelta{Key: key, Moments: s.Moments, Anomalies: s.Anomalies}
+	if hist && !s.Histogram.Empty() {
+		h := s.Histogram
+		h.Counts = append([]uint64(nil), h.Counts...)
+		md.Histogram = &h
+	}
+	if !s.Tail.Empty() {
+		t := s.Tail.Clone()
+		md.Tail = &t
+	}
+	return md
+}
+
 // ModelPart is one further rank's moments and histogram of a key in a
 // node's request.
 type ModelPart struct {
@@ -175,6 +193,21 @@ type GlobalModel struct {
 	Moments   stats.Moments    `json:"moments"`
 	Histogram *stats.Histogram `json:"histogram,omitempty"`
 	Tail      *stats.TailHist  `json:"tail,omitempty"`
+}
+
+// Into makes dst, a detector's copy of the global model of g's key, g: the
+// moments, and the histograms g carries (those it does not carry stay as
+// they were). The global model carries no anomaly count: dst's is 0. dst
+// shares g's histograms (a node's syncer hands one reply to every rank):
+// it must only read them.
+func (g *GlobalModel) Into(dst *stats.Summary) {
+	dst.Moments, dst.Anomalies = g.Moments, 0
+	if g.Histogram != nil {
+		dst.Histogram = *g.Histogram
+	}
+	if g.Tail != nil {
+		dst.Tail = *g.Tail
+	}
 }
 
 // SyncReply answers a SyncRequest with the global model of every key the
