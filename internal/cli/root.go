@@ -56,6 +56,7 @@ and context, and keeps them for queries, dashboards and TAU profiles.`,
 		newLibCmd(),
 		newServeCmd(),
 		newDiffCmd(),
+		newExportCmd(),
 	)
 	return root
 }

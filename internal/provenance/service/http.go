@@ -83,6 +83,7 @@ func (h *httpAPI) noteSkips(sk *provenance.Skips) {
 //	GET /api/v1/records/<kind>/<pid>/<event_id> one record whole
 //	GET /api/v1/count?<filters>                 {"count":n}
 //	GET /api/v1/aggregate?by=rank|func|step|rank,func&<filters> {"groups":[...]}
+//	GET /api/v1/timeline?record=<event_id>|steps=A-B|ranks=LIST a Perfetto timeline (timeline.go)
 //
 // Filters are those of provenance.ParseQuery; unknown or malformed ones get
 // 400 with a message naming them.
@@ -110,6 +111,7 @@ func NewHTTPHandler(store provenance.Store, token string, opts ...HTTPOption) ht
 	mux.HandleFunc("GET /api/v1/count", h.count)
 	mux.HandleFunc("GET /api/v1/aggregate", h.aggregate)
 	mux.HandleFunc("GET /api/v1/func_stats", h.funcStats)
+	mux.HandleFunc("GET /api/v1/timeline", h.timeline)
 	return h.wrap(mux)
 }
 

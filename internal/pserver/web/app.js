@@ -469,6 +469,10 @@
     for (const tr of $("records").querySelectorAll("tbody tr")) tr.classList.toggle("sel", tr.firstChild && tr.firstChild.textContent === rec.event_id);
     $("record").hidden = false;
     $("record-id").textContent = `event ${rec.event_id}, rank ${rec.rid}, thread ${rec.tid}, io_step ${rec.io_step}, entered at ${at(rec.entry)}, ran ${dur((rec.exit || rec.entry) - rec.entry)}`;
+    const tl = document.createElement("a"); // its window across ranks, for Perfetto (docs/timeline.md)
+    tl.id = "record-timeline"; tl.textContent = "timeline for Perfetto"; tl.download = "";
+    tl.href = withToken(provURL("/api/v1/timeline", {}) + "?" + new URLSearchParams({ record: rec.event_id, pid: rec.pid || 0 }));
+    $("record-id").append(" · ", tl);
     const x = rec.explanation;
     $("record-why").textContent = x && x.text ? x.text + "." : `outlier score ${fmt(rec.outlier_score)} (${rec.algorithm || "algorithm not recorded"}; no explanation in this record).`;
     const ol = $("callstack"); ol.textContent = "";
