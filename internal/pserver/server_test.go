@@ -79,7 +79,10 @@ func state(s *Server) *State {
 		if err != nil {
 			panic(err)
 		}
-		out, _ = decodeState(data, st.Agg.Window)
+		var derr error
+		if out, derr = decodeState(data, st.Agg.Window); derr != nil {
+			panic(derr)
+		}
 	})
 	return out
 }

@@ -20,7 +20,10 @@ import (
 // every part it names; old generations are deleted after the manifest moves.
 const (
 	snapshotPart   = 1 << 20
-	snapshotFormat = "gob-v1"
+	snapshotFormat = "kpss-v1" // snapcodec.go
+	// gobSnapshotFormat is the format snapshots had before: still read,
+	// so a pserver upgraded in the middle of a run resumes from them.
+	gobSnapshotFormat = "gob-v1"
 )
 
 type manifest struct {
@@ -35,17 +38,22 @@ type manifest struct {
 func manifestKey(shard int) string               { return fmt.Sprintf("snap.%d", shard) }
 func partKey(shard int, gen int64, i int) string { return fmt.Sprintf("snap.%d.%d.%d", shard, gen, i) }
 
-// encodeState serialises st; the caller holds the state's lock.
+// encodeState serialises st in the snapshot's binary form; the caller holds
+// the state's lock.
 func encodeState(st *State) ([]byte, uint64, error) {
-	var buf bytes.Buffer
-	if err := gob.NewEncoder(&buf).Encode(st); err != nil {
-		return nil, 0, fmt.Errorf("encode state snapshot: %w", err)
+	b, err := appendState(nil, st)
+	if err != nil {
+		return nil, 0, err
 	}
-	return buf.Bytes(), st.WALSeq, nil
+	return b, st.WALSeq, nil
 }
 
-// decodeState is the inverse of encodeState.
+// decodeState is the inverse of encodeState. It also reads the gob form of
+// snapshots written before the binary form.
 func decodeState(data []byte, window int) (*State, error) {
+	if bytes.HasPrefix(data, []byte(snapMagic)) {
+		return readState(data, window)
+	}
 	st := NewState(window)
 	if err := gob.NewDecoder(bytes.NewReader(data)).Decode(st); err != nil {
 		return nil, fmt.Errorf("decode state snapshot: %w", err)
@@ -139,8 +147,8 @@ func loadSnapshot(ctx context.Context, kv jetstream.KeyValue, shard, window int)
 	if err := json.Unmarshal(e.Value(), &m); err != nil {
 		return nil, fmt.Errorf("snapshot manifest %s: %w", manifestKey(shard), err)
 	}
-	if m.Format != snapshotFormat {
-		return nil, fmt.Errorf("snapshot manifest %s: format %q is not %q", manifestKey(shard), m.Format, snapshotFormat)
+	if m.Format != snapshotFormat && m.Format != gobSnapshotFormat {
+		return nil, fmt.Errorf("snapshot manifest %s: format %q is neither %q nor %q: written by a newer pserver?", manifestKey(shard), m.Format, snapshotFormat, gobSnapshotFormat)
 	}
 	data := make([]byte, 0, m.Bytes)
 	for i := range m.Parts {
