@@ -2,7 +2,6 @@ package adnode
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 
 	"github.com/nats-io/nats.go"
@@ -20,7 +19,7 @@ type NATSSyncer struct {
 
 // Sync implements Syncer.
 func (s *NATSSyncer) Sync(ctx context.Context, shard int, req *psync.SyncRequest) (*psync.SyncReply, error) {
-	data, err := json.Marshal(req)
+	data, err := psync.MarshalRequest(req)
 	if err != nil {
 		return nil, fmt.Errorf("encode sync request: %w", err)
 	}
@@ -29,9 +28,9 @@ func (s *NATSSyncer) Sync(ctx context.Context, shard int, req *psync.SyncRequest
 	if err != nil {
 		return nil, fmt.Errorf("sync request on %s: %w", subj, err)
 	}
-	var rep psync.SyncReply
-	if err := json.Unmarshal(msg.Data, &rep); err != nil {
+	rep, err := psync.UnmarshalReply(msg.Data)
+	if err != nil {
 		return nil, fmt.Errorf("decode sync reply from %s: %w", subj, err)
 	}
-	return &rep, nil
+	return rep, nil
 }

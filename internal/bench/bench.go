@@ -430,7 +430,7 @@ func benchSync(ctx context.Context, dir string, n, funcs int) (p50, p99, mergesP
 			req.Models = append(req.Models, psync.ModelDelta{Key: fmt.Sprintf("func_%d", f), Moments: m})
 		}
 		req.Steps = []psync.StepSummary{{Step: 0, Executions: uint64(8 * funcs)}}
-		if reqs[d], err = json.Marshal(&req); err != nil {
+		if reqs[d], err = psync.MarshalRequest(&req); err != nil {
 			return 0, 0, 0, err
 		}
 	}

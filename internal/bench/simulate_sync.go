@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"encoding/json"
 	"slices"
 	"sync"
 	"time"
@@ -48,8 +47,8 @@ func (s *syncMeter) Sync(ctx context.Context, shard int, req *psync.SyncRequest)
 			kind = "node read"
 		}
 	}
-	qb, _ := json.Marshal(req)
-	pb, _ := json.Marshal(rep)
+	qb, _ := psync.MarshalRequest(req)
+	pb, _ := psync.MarshalReply(rep)
 	parts := uint64(max(1, len(req.Ranks)))
 	var keys uint64
 	for i := range req.Models {

@@ -11,7 +11,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	json "github.com/go-json-experiment/json"
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
@@ -281,7 +280,7 @@ func (s *Server) respond(reply string, rep *psync.SyncReply, t0 time.Time) {
 	if reply == "" {
 		return
 	}
-	data, err := json.Marshal(rep)
+	data, err := psync.MarshalReply(rep)
 	if err != nil {
 		data = []byte(`{"error":"encode sync reply"}`)
 	}
@@ -298,7 +297,7 @@ func (s *Server) replyError(reply string, err error) {
 	if reply == "" {
 		return
 	}
-	data, _ := json.Marshal(psync.SyncReply{Error: err.Error()})
+	data, _ := psync.MarshalReply(&psync.SyncReply{Error: err.Error()})
 	_ = s.nc.Publish(reply, data)
 }
 
@@ -398,9 +397,9 @@ func flush(ctx context.Context, nc *nats.Conn) error {
 
 // decodeRequest decodes a sync request (JSON, schemas/sync.schema.json).
 func decodeRequest(data []byte) (*psync.SyncRequest, error) {
-	var req psync.SyncRequest
-	if err := json.Unmarshal(data, &req); err != nil {
+	req, err := psync.UnmarshalRequest(data)
+	if err != nil {
 		return nil, fmt.Errorf("decode sync request: %w", err)
 	}
-	return &req, nil
+	return req, nil
 }
