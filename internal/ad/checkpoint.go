@@ -29,9 +29,10 @@ import (
 // launches, threads with their executions, attached events and profiles),
 // the models, the records waiting for their window, the pserver protocol
 // state (per shard: Seq, the request in flight and its keys; unsent step
-// summaries and counters) and the frames held for their names. The
-// statistics types are in their own binary forms (stats: Moments, Histogram,
-// TailHist, Summary). Integers are
+// summaries and counters), the frames held for their names and the io_steps
+// the executions waiting for a label ran in. The statistics types are in
+// their own binary forms (stats: Moments, Histogram, TailHist, Summary).
+// Integers are
 // uvarints (signed ones zigzag), floats their IEEE 754 bits (8 bytes, 4 for
 // float32), strings and lists a uvarint length and their elements; an
 // optional list or value has a uvarint 0 for nil and length+1 otherwise.
@@ -43,9 +44,11 @@ const (
 	// sync state's incarnation, each thread's first timestamp; 3: the
 	// false-alarm rate, in the configuration and in queued requests'
 	// rules; 4: each model's statistics as three stats.Summary binary
-	// forms, and only its algorithm's state). Restore reads it and every
-	// version from minCheckpointVersion on.
-	CheckpointVersion = 4
+	// forms, and only its algorithm's state; 5: the io_steps executions
+	// waiting for a label ran in; 6: the step summaries' peer data, the
+	// baseline comparison's counts and its evidence in pending records).
+	// Restore reads it and every version from minCheckpointVersion on.
+	CheckpointVersion = 6
 	// minCheckpointVersion is the oldest format Restore reads.
 	minCheckpointVersion = 2
 	// maxCheckpointSize bounds what Restore accepts (1 GiB).
@@ -110,6 +113,8 @@ func (d *Detector) Checkpoint() ([]byte, error) {
 		return nil, fmt.Errorf("checkpoint of rank %d: %w", d.cfg.Rank, err)
 	}
 	w.frames(d.held)
+	w.ranSteps(d)
+	w.baseline(d)
 	w.b = binary.LittleEndian.AppendUint32(w.b, crc32.Checksum(w.b, castagnoli))
 	return w.b, nil
 }
@@ -165,6 +170,12 @@ func Restore(cfg Config, data []byte) (*Detector, error) {
 	r.pending(d)
 	r.sync(tmp)
 	d.held = r.frames()
+	if r.version >= 5 {
+		r.ranSteps(d)
+	}
+	if r.version >= 6 {
+		r.baseline(d)
+	}
 	if r.err == nil && r.off != len(r.b) {
 		r.fail("%d bytes after the last section", len(r.b)-r.off)
 	}
@@ -643,6 +654,7 @@ func (w *ckWriter) record(r *provenance.Exec) {
 			w.f64(v)
 		}
 		w.str(x.Text)
+		w.evidence(x.Baseline)
 	}
 	w.str(r.FinalLabel)
 }
@@ -677,6 +689,7 @@ func (w *ckWriter) summary(s *psync.StepSummary) {
 		w.uvarint(f.FirstTS)
 		w.uvarint(f.LastTS)
 	}
+	w.peer(s.Peer)
 }
 
 func (w *ckWriter) request(q *psync.SyncRequest) error {
@@ -1474,6 +1487,9 @@ func (r *ckReader) record() *provenance.Exec {
 		x.Explanation = &provenance.Explanation{Key: r.str(), Value: r.f64(), NaturalMin: r.f64(), NaturalMax: r.f64(),
 			LowThreshold: r.f64(), Threshold: r.f64(), Ratio: r.f64(), P99: r.f64(), LogSigmas: r.f64(), Excess: r.f64()}
 		x.Explanation.Text = r.str()
+		if r.version >= 6 {
+			x.Explanation.Baseline = r.evidence()
+		}
 	}
 	x.FinalLabel = r.str()
 	return x
@@ -1528,6 +1544,9 @@ func (r *ckReader) summary(s *psync.StepSummary) {
 		r.moments(&f.Severity)
 		f.FirstTS = r.uvarint()
 		f.LastTS = r.uvarint()
+	}
+	if r.version >= 6 {
+		s.Peer = r.peer()
 	}
 }
 

@@ -715,7 +715,8 @@ func TestCheckpointCoversEveryField(t *testing.T) {
 		// records and sync messages: every field is written
 		{provenance.Exec{}, `CallStack CounterEvents Entry Exit EventID FID Func FuncStats IsGPUEvent GPULocation GPUParent
 			PID RID TID RuntimeExclusive RuntimeTotal IOStep IOStepTStart IOStepTEnd EventWindow OutlierScore OutlierSeverity
-			Hostname Algorithm Explanation FinalLabel`},
+			Hostname Algorithm Explanation FinalLabel
+			LabelledIOStep`}, // LabelledIOStep is set when the record leaves pending (its step)
 		{provenance.CallFrame{}, "Entry Exit FID Func EventID IsAnomaly"},
 		{provenance.CounterEvent{}, "CounterIdx CounterName CounterValue PID RID TID TS"},
 		{provenance.FuncStats{}, "Accumulate Count Kurtosis Maximum Mean Minimum Skewness Stddev"},
@@ -724,15 +725,17 @@ func TestCheckpointCoversEveryField(t *testing.T) {
 		{provenance.WindowExec{}, "Entry Exit FID Func EventID ParentEventID IsAnomaly"},
 		{provenance.CommRecord{}, "Type PID RID TID Src Tar Bytes Tag Timestamp ExecdataKey"},
 		{provenance.EventWindow{}, "ExecWindow CommWindow"},
-		{provenance.Explanation{}, "Key Value NaturalMin NaturalMax LowThreshold Threshold Ratio P99 LogSigmas Excess Text"},
-		{psync.StepSummary{}, "Step Anomalies Executions MinTS MaxTS Scores Severity FuncAnomalies Events BadFrames MissingSteps Funcs"},
+		{provenance.Explanation{}, "Key Value NaturalMin NaturalMax LowThreshold Threshold Ratio P99 LogSigmas Excess Text Baseline"},
+		{provenance.BaselineEvidence{}, "Source Bound BaselineCalls BaselineBeyond Calls Beyond PValue"},
+		{psync.StepSummary{}, "Step Anomalies Executions MinTS MaxTS Scores Severity FuncAnomalies Events BadFrames MissingSteps Funcs Peer"},
 		{psync.FuncAnomalyMetrics{}, "Func Count Score Severity FirstTS LastTS"},
 		// More is only in a node's request, which a checkpoint refuses
 		{psync.ModelDelta{}, "Key Moments Histogram Tail Anomalies More"},
 		// Node and Ranks likewise
 		// Incarnation is the sync state's, written once for every shard
 		{psync.SyncRequest{}, "PID Rank Seq Incarnation Step Algorithm Models Counters Steps Hostname TailRule Node Ranks"},
-		{execRec{}, "entry exit childIncl parent step idx pstep pidx fid path key nchild score label flags"},
+		// xstep is written for the executions waiting for a label (ranSteps)
+		{execRec{}, "entry exit childIncl parent step idx pstep pidx fid path key nchild score label flags xstep"},
 		// ctrIdx, commIdx, ctrPos, commPos and entries are one frame's cursors;
 		// fcalls is counted again from paths and over (fcallsSet unset)
 		{thread{}, "tid gpu lastTS firstTS tsSeen loc meta ring base detached pins stack counters comms paths over ctrs summ ctrIdx commIdx ctrPos commPos entries fcalls fcallsSet"},
@@ -754,13 +757,18 @@ func TestCheckpointCoversEveryField(t *testing.T) {
 		// cfg, stats and done are wiring; byTid, tidMap and pathTab follow
 		// from threads and nodes, srcCtr from ctrNames; counterStep is empty
 		// at a step boundary
-		{callStacks{}, "cfg stats done threads byTid tidMap funcNames funcKnown ctrNames corrCID srcCtr nodes pathTab launches launchOrder launchHead counterStep"},
+		{callStacks{}, "cfg stats done xstep threads byTid tidMap funcNames funcKnown ctrNames corrCID srcCtr nodes pathTab launches launchOrder launchHead counterStep"},
 		// all but the lists are the configuration and scratch
 		{modelSet{}, "cfg stats stacks scorer hist gated rule tmp ignored list keyByName fidKey pathKey"},
 		// preempt (the last steps' context switches) starts again after a restore
-		{recorder{}, "cfg stats stacks models cur batch pending preempt scratch"},
+		// late is emptied at the end of every step
+		{recorder{}, "cfg stats stacks models cur batch pending wins late preempt scratch"},
 		{pendingRec{}, "rec t seq step anomaly ew pinnedTo"},
 		{stepInfo{}, "step tstart tend"},
+		// the reference and level are the restoring process's (its
+		// --baseline); resolved and ref follow from the key's name
+		{baseState{}, "ref level keys"},
+		{baseKey{}, "resolved ref calls beyond sig"},
 		// done and healthy are the senders' (a restored shard starts healthy)
 		{shardState{}, "seq inflight keys done healthy"},
 		// cfg, stats, models and cur are wiring; syncer, node, left,
@@ -769,15 +777,16 @@ func TestCheckpointCoversEveryField(t *testing.T) {
 		{syncState{}, "cfg stats models cur syncer node left shards summaries held counters incarnation refused lag ctx cancel wg"},
 		// batch is empty between steps (Checkpoint refuses otherwise), snap
 		// follows from the stacks, closeMu and closed are the process's;
-		// lent and giveBack are set only while ProcessLent runs
-		{Detector{}, `cfg stacks models rec sync metaSeen cur lastStep lastSeen missing stepEvents stepBad processed
+		// lent and giveBack are set only while ProcessLent runs; peers
+		// is emptied at the end of every step
+		{Detector{}, `cfg stacks models rec sync base metaSeen peers cur lastStep lastSeen missing stepEvents stepBad processed
 			held heldOnce lent giveBack batch stats requestProfiles snap closeMu closed`},
 		// a setting the state depends on goes into identity(); these are
 		// the restoring process's (Hostname is the checkpoint's)
 		{Config{}, `PID Rank Algorithm Chimbuko TailRatio TailRecur RecurFrac FalseAlarmRate SettleCount Resolution Sigma Threshold Bins
 			Statistic SlowOnly ByCallPath ModelPathDepth ProfilePaths CallPathDepth MinRuntime Ignore MinCount Isolation
-			MaxMass Window MaxPendingSteps NormalRate Shards Syncer
-			ProfileEvery MaxHeldFrames Hostname Barrier SyncWait ExactSync SyncTimeout SyncBackoffMax MaxStepSummaries Sink Logger`},
+			MaxMass Window MaxPendingSteps NormalRate Shards Syncer Baseline
+			ProfileEvery MaxHeldFrames MaxHeldBytes Hostname Barrier SyncWait ExactSync SyncTimeout SyncBackoffMax MaxStepSummaries Sink Logger`},
 	}
 	for _, tc := range tests {
 		typ := reflect.TypeOf(tc.v)
@@ -1010,6 +1019,16 @@ func TestRestoreVersion3(t *testing.T) {
 				return d
 			}
 			a, b := restore(old), restore(fresh)
+			// version 3 has no io_steps of the executions waiting for a
+			// label, and its step summaries count anomalies in the io_step
+			// they were labelled in (version 5: the one they ran in)
+			forgetRanSteps(b)
+			b.sync.summaries = slices.Clone(a.sync.summaries)
+			for i, sh := range b.sync.shards {
+				if sh.inflight != nil && a.sync.shards[i].inflight != nil {
+					sh.inflight.Steps = slices.Clone(a.sync.shards[i].inflight.Steps)
+				}
+			}
 			b.sync.incarnation = a.sync.incarnation
 			for _, sh := range b.sync.shards {
 				if sh.inflight != nil {

@@ -35,7 +35,8 @@
 //   - With a Barrier (kipimo run on files) the detectors of a process move in
 //     lockstep, so detection is reproducible.
 //   - Event ids are "<rank>:<io_step>:<idx>" with the io_step and index of the
-//     entry event; io_step of a record is the step it was labelled in.
+//     entry event; io_step of a record is the step it ran in (the frame
+//     holding its exit event), labelled_io_step the one it was labelled in.
 //   - outlier_severity is the exclusive runtime in µs; outlier_score is the
 //     ratio to the natural maximum (tail), |z| (SSTD), -log2(p + α) (HBOS) or
 //     the COPOD tail score; every record explains itself (Explanation).
@@ -54,6 +55,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/kipimo-hpc/kipimo/internal/baseline"
 	"github.com/kipimo-hpc/kipimo/internal/stats"
 )
 
@@ -114,7 +116,8 @@ type Config struct {
 	TailRatio float64
 	// TailRecur is how many runtimes per bin (about 9% wide) it occupies a
 	// mode beyond a gap needs to be natural whatever the gap below it
-	// (default 5).
+	// (default 5; a mode spread over an octave or more, stats.WideRatio,
+	// needs at most twice this in all).
 	TailRecur uint64
 	// RecurFrac is the share of the model's runtimes such a mode must also
 	// hold, all its bins together, or 0.3 of it (stats.DenseShare; 0.5 for
@@ -212,6 +215,18 @@ type Config struct {
 	// DefaultMaxHeldFrames); beyond it the oldest is dropped and counted in
 	// Stats.UnnamedFrames.
 	MaxHeldFrames int
+	// MaxHeldBytes bounds the same frames by the memory they take (default
+	// DefaultMaxHeldBytes): beyond it the oldest are dropped and counted
+	// as for MaxHeldFrames.
+	MaxHeldBytes int64
+
+	// Baseline, when set, is a finished run of the same code this run is
+	// compared with while it runs (package baseline; ad --baseline, kipimo
+	// run --baseline): executions of a key whose calls beyond the
+	// baseline's natural threshold are significantly more frequent than in
+	// the baseline are flagged, with the baseline named in their
+	// explanation (docs/detection.md). Shared read-only by the detectors.
+	Baseline *baseline.Reference
 
 	// Hostname goes into every record; default the host's name, replaced by
 	// the stream's "Hostname" metadata when present.
@@ -400,6 +415,12 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxHeldFrames < 1 || c.MaxHeldFrames > 1<<16 {
 		return fmt.Errorf("max held frames %d must be in [1, 65536]", c.MaxHeldFrames)
+	}
+	if c.MaxHeldBytes == 0 {
+		c.MaxHeldBytes = DefaultMaxHeldBytes
+	}
+	if c.MaxHeldBytes < 1<<20 || c.MaxHeldBytes > 1<<36 {
+		return fmt.Errorf("max held bytes %d must be between 1 MiB and 64 GiB", c.MaxHeldBytes)
 	}
 	if c.Hostname == "" {
 		c.Hostname, _ = os.Hostname()

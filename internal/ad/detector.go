@@ -53,8 +53,11 @@ type Detector struct {
 	models *modelSet
 	rec    *recorder
 	sync   *syncState
+	base   *baseState // nil without Config.Baseline
 
 	metaSeen map[metaKey]struct{}
+	// peers is the current step's time per function and waits (peers.go)
+	peers peerAcc
 
 	// the current step, and the last one processed (lastSeen false before
 	// the first)
@@ -100,9 +103,13 @@ func New(cfg Config) (*Detector, error) {
 	d := &Detector{cfg: cfg, metaSeen: map[metaKey]struct{}{}}
 	d.stacks = newCallStacks(&d.cfg, &d.stats, nil)
 	d.models = newModelSet(&d.cfg, &d.stats, d.stacks)
-	d.stacks.done = d.models.observe
+	d.stacks.done = func(t *thread, e *execRec) {
+		d.models.observe(t, e)
+		d.peers.observe(d.stacks, t, e)
+	}
 	d.rec = &recorder{cfg: &d.cfg, stats: &d.stats, stacks: d.stacks, models: d.models, cur: &d.cur, batch: &d.batch}
 	d.sync = newSyncState(&d.cfg, &d.stats, d.models, &d.cur)
+	d.base = newBaseState(&d.cfg)
 	d.snap.Store(&psync.CallstackReply{PID: cfg.PID, Rank: cfg.Rank, Threads: []psync.ThreadStack{}})
 	return d, nil
 }

@@ -113,7 +113,9 @@ func (r *refusingSyncer) Sync(ctx context.Context, shard int, req *psync.SyncReq
 // closes, instead of resending the refused request for ever.
 func TestRefusedSyncIsDropped(t *testing.T) {
 	rs := &refusingSyncer{ps: newFakePServer(), refuse: 2}
-	d, err := New(Config{Syncer: rs})
+	// no settling: every summary is its own io_step's (none of executions
+	// labelled after the step they ran in)
+	d, err := New(Config{Syncer: rs, SettleCount: -1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/bits"
 	"slices"
+	"unsafe"
 
 	"github.com/kipimo-hpc/kipimo/internal/frame"
 )
@@ -16,6 +17,10 @@ import (
 // that starts at any point of a rank's stream learns every name before it
 // has to drop anything, with room for frames lost on the way.
 const DefaultMaxHeldFrames = 64
+
+// DefaultMaxHeldBytes is Config.MaxHeldBytes's default: 64 MiB of frames
+// per rank (64 frames of 1 MiB).
+const DefaultMaxHeldBytes = 64 << 20
 
 // ErrNameConflict is wrapped by Process's error for a frame that names a
 // function or counter id differently from the name the id already has (in
@@ -126,10 +131,31 @@ func (d *Detector) admit(ctx context.Context, f *frame.Frame) {
 	d.held = append(d.held, cloneFrame(f))
 	d.returnLent(f)
 	d.releaseHeld(ctx)
-	for len(d.held) > d.cfg.MaxHeldFrames {
+	for len(d.held) > d.cfg.MaxHeldFrames || heldBytes(d.held) > d.cfg.MaxHeldBytes {
 		d.dropHeld(1)
 		d.releaseHeld(ctx)
 	}
+}
+
+// heldBytes is the memory the held frames take, as their slices' elements
+// and names' bytes (what cloneFrame copies).
+func heldBytes(held []*frame.Frame) int64 {
+	var n int64
+	for _, f := range held {
+		n += int64(unsafe.Sizeof(*f)) +
+			int64(len(f.Events))*int64(unsafe.Sizeof(frame.FuncEvent{})) +
+			int64(len(f.CounterEvents))*int64(unsafe.Sizeof(frame.CounterEvent{})) +
+			int64(len(f.Comms))*int64(unsafe.Sizeof(frame.CommEvent{}))
+		for _, l := range [][]frame.Name{f.Funcs, f.Counters} {
+			for _, x := range l {
+				n += int64(unsafe.Sizeof(x)) + int64(len(x.Name))
+			}
+		}
+		for _, m := range f.Metadata {
+			n += int64(unsafe.Sizeof(m)) + int64(len(m.Key)+len(m.Value))
+		}
+	}
+	return n
 }
 
 // releaseHeld processes the held frames whose names have arrived, oldest

@@ -489,3 +489,68 @@ func TestUnnamedFrameDroppedAtNextDictionary(t *testing.T) {
 		t.Errorf("unnamed %d, missing %d, processed %d; want 1, 1, %d", st.UnnamedFrames, st.MissingSteps, st.Frames, steps-1)
 	}
 }
+
+// TestHeldFramesBoundedInBytes holds frames of ~400 KB each (their events
+// use a function id with no name yet) under a 1 MiB bound and a frame
+// bound far above it: the oldest are dropped and counted as unnamed as soon
+// as the held frames pass the byte bound, never after.
+func TestHeldFramesBoundedInBytes(t *testing.T) {
+	const calls = 8000 // 16,000 events of 24 bytes: ~384 KB a frame
+	big := func(step uint64) *frame.Frame {
+		f := &frame.Frame{Step: step, TStart: step * 1e6, TEnd: step*1e6 + 999_999}
+		if step == 0 {
+			f.Funcs = names(1, "a")
+		}
+		fid := uint32(2) // never named
+		if step == 0 {
+			fid = 1
+		}
+		for i := range uint64(calls) {
+			ts := step*1e6 + 100*i
+			f.Events = append(f.Events, frame.FuncEvent{Kind: frame.Entry, FID: fid, TS: ts}, frame.FuncEvent{Kind: frame.Exit, FID: fid, TS: ts + 50})
+		}
+		return f
+	}
+	d, err := New(Config{Algorithm: SSTD, MaxHeldFrames: 64, MaxHeldBytes: 1 << 20, Sink: &MemorySink{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for step := range uint64(10) {
+		if err := d.Process(ctx, big(step)); err != nil {
+			t.Fatal(err)
+		}
+		if b := heldBytes(d.held); b > 1<<20 {
+			t.Fatalf("after frame %d: %d bytes held, over the 1 MiB bound", step, b)
+		}
+	}
+	// 400 KB frames: two fit under 1 MiB, so 9 held frames leave 2.
+	if len(d.held) != 2 {
+		t.Errorf("%d frames held, want 2", len(d.held))
+	}
+	if s := d.Stats(); s.UnnamedFrames != 7 {
+		t.Errorf("%d unnamed frames counted, want 7", s.UnnamedFrames)
+	}
+}
+
+func TestMaxHeldBytesOption(t *testing.T) {
+	for _, tc := range []struct {
+		in   int64
+		want int64
+		bad  bool
+	}{
+		{0, DefaultMaxHeldBytes, false},
+		{1 << 20, 1 << 20, false},
+		{1000, 0, true},
+		{1 << 40, 0, true},
+	} {
+		c := Config{MaxHeldBytes: tc.in}
+		err := c.Validate()
+		if (err != nil) != tc.bad {
+			t.Errorf("MaxHeldBytes %d: err %v, want error %v", tc.in, err, tc.bad)
+		}
+		if err == nil && c.MaxHeldBytes != tc.want {
+			t.Errorf("MaxHeldBytes %d became %d, want %d", tc.in, c.MaxHeldBytes, tc.want)
+		}
+	}
+}

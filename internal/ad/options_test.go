@@ -139,9 +139,9 @@ func TestSettle(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		settle float64
-		want   map[uint64]uint64 // flagged runtime -> io_step of its record
+		want   map[uint64]uint64 // flagged runtime -> io_step of its record (the one it ran in)
 	}{
-		{"settling judges the early tail with the settled model", 100, map[uint64]uint64{2000: 1}},
+		{"settling judges the early tail with the settled model", 100, map[uint64]uint64{2000: 0}},
 		{"without settling the early tail is flagged", -1, map[uint64]uint64{300: 0, 2000: 0}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -161,6 +161,9 @@ func TestSettle(t *testing.T) {
 			got := map[uint64]uint64{}
 			for _, a := range sink.All().Anomalies {
 				got[a.RuntimeExclusive] = a.IOStep
+				if tc.settle > 0 && a.LabelledIOStep != 1 {
+					t.Errorf("%s labelled in io_step %d, want 1 (once the model settled)", a.EventID, a.LabelledIOStep)
+				}
 			}
 			if !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("flagged (runtime: step) %v, want %v", got, tc.want)

@@ -96,6 +96,11 @@ func (p *fakePServer) handle(shard int, req *psync.SyncRequest) *psync.SyncReply
 				if prev, ok := p.steps[k]; ok {
 					s.Anomalies += prev.Anomalies
 					s.Executions += prev.Executions
+					if s.Peer == nil {
+						// a summary of executions labelled after the
+						// step they ran in carries none
+						s.Peer = prev.Peer
+					}
 				}
 				p.steps[k] = s
 			}

@@ -23,6 +23,8 @@ type recorder struct {
 	cur     *stepInfo
 	batch   *Batch // the detector's current batch
 	pending []*pendingRec
+	wins    ranSteps   // the windows of the last io_steps, for records of executions labelled late
+	late    lateSums   // this step's summaries of earlier io_steps
 	preempt preemptLog // the rank's involuntary context switches per step
 	scratch struct {
 		ctr  []attachedCounter
@@ -51,9 +53,11 @@ func sample(tid uint32, seq uint64) float64 {
 }
 
 // add creates the provenance record of an execution labelled in this
-// step; its "after" window is filled in by finish.
+// step; its "after" window is filled in by finish. Its io_step is the one
+// it ran in (ranSteps).
 func (rc *recorder) add(t *thread, seq uint64, e *execRec, anomaly bool) {
 	m := rc.models.list[rc.models.keyOf(t, e)]
+	ran := rc.ranIn(e)
 	r := &provenance.Exec{
 		Entry:            e.entry,
 		Exit:             e.exit,
@@ -67,9 +71,9 @@ func (rc *recorder) add(t *thread, seq uint64, e *execRec, anomaly bool) {
 		TID:              t.tid,
 		RuntimeExclusive: e.excl(),
 		RuntimeTotal:     e.incl(),
-		IOStep:           rc.cur.step,
-		IOStepTStart:     rc.cur.tstart,
-		IOStepTEnd:       rc.cur.tend,
+		IOStep:           ran.step,
+		IOStepTStart:     ran.tstart,
+		IOStepTEnd:       ran.tend,
 		OutlierScore:     rc.models.exactScore(m, e),
 		OutlierSeverity:  float64(e.excl()),
 		Hostname:         rc.cfg.Hostname,
@@ -132,6 +136,7 @@ func (rc *recorder) callStack(t *thread, seq uint64) []provenance.CallFrame {
 // has finished (or that waited MaxPendingSteps, or at the end of the stream)
 // and moves them to the batch.
 func (rc *recorder) finish(final bool) {
+	rc.wins.add(*rc.cur, rc.cfg.MaxPendingSteps+1)
 	w := uint64(rc.cfg.Window)
 	keep := rc.pending[:0]
 	for _, p := range rc.pending {
@@ -160,6 +165,7 @@ func (rc *recorder) finish(final bool) {
 		for s := p.seq; s <= p.pinnedTo; s++ {
 			t.unpin(s)
 		}
+		p.rec.LabelledIOStep = p.step
 		if p.anomaly {
 			rc.batch.Anomalies = append(rc.batch.Anomalies, *p.rec)
 		} else {

@@ -22,6 +22,7 @@ type callStacks struct {
 	cfg   *Config
 	stats *counters
 	done  func(t *thread, e *execRec) // the next stage
+	xstep uint16                      // the frame being built's io_step, as execRec.xstep
 
 	threads []*thread // in order of first appearance
 	byTid   []*thread // tid < len(byTid)
@@ -235,6 +236,7 @@ func (cs *callStacks) build(f *frame.Frame) {
 	}
 	cs.reserve(f, side)
 	step := uint32(f.Step)
+	cs.xstep = ranMark(f.Step)
 	for i := range f.Events {
 		ev := &f.Events[i]
 		t := cs.thread(ev.Tid)
@@ -348,6 +350,7 @@ func (cs *callStacks) complete(t *thread, ts uint64, flags uint8) {
 	}
 	e.exit = ts
 	e.flags |= flagDone | flags
+	e.xstep = cs.xstep
 	if e.parent != 0 {
 		if p := t.rec(e.parent - 1); p != nil {
 			p.childIncl += e.exit - e.entry

@@ -67,6 +67,9 @@ func (d *Detector) endStep(ctx context.Context, final bool) {
 	if sum.MinTS == math.MaxUint64 {
 		sum.MinTS = 0
 	}
+	if sum.Peer = d.peers.step(d.stacks); sum.Peer != nil {
+		sum.Peer.Start, sum.Peer.End = d.cur.tstart, d.cur.tend
+	}
 	// Chimbuko's rule: one lowest-score normal execution per key that had an
 	// anomaly in this step.
 	for _, m := range d.models.list {
@@ -76,19 +79,8 @@ func (d *Detector) endStep(ctx context.Context, final bool) {
 			}
 		}
 	}
-	for k, fm := range funcs {
-		m := d.models.list[k]
-		if d.cfg.ExactSync {
-			m.heldAnoms += fm.Count
-		} else {
-			m.accum.Anomalies += fm.Count
-		}
-		if sum.FuncAnomalies == nil {
-			sum.FuncAnomalies = map[string]uint64{}
-		}
-		sum.FuncAnomalies[m.name] += fm.Count
-		sum.Funcs = append(sum.Funcs, *fm)
-	}
+	d.rec.late.flush(d, d.sync.addSummary)
+	d.foldFuncs(&sum, funcs)
 	d.sync.addSummary(sum)
 	d.sync.addCounters(d.stacks.counterStep)
 	// 4. records whose window is complete
@@ -112,6 +104,8 @@ func (d *Detector) endStep(ctx context.Context, final bool) {
 
 // label scores one completed execution against its model.
 func (d *Detector) label(t *thread, seq uint64, e *execRec, final bool, sum *psync.StepSummary, funcs map[int32]*psync.FuncAnomalyMetrics) {
+	// counted in the summary of the io_step it ran in
+	sum, funcs = d.rec.late.of(d.rec.ranIn(e), d.cur.step, sum, funcs)
 	key := d.models.keyOf(t, e)
 	m := d.models.list[key]
 	x := d.models.value(e)
@@ -120,8 +114,18 @@ func (d *Detector) label(t *thread, seq uint64, e *execRec, final bool, sum *psy
 	sum.MaxTS = max(sum.MaxTS, e.exit)
 	var score float64
 	anom := false
+	bv := baseNone
+	if d.base != nil {
+		// against the baseline run: a slow mode it did not have
+		if bv = d.base.judge(key, m.name, x, e, !final && d.cur.step-uint64(e.step) < uint64(d.cfg.MaxPendingSteps)); bv == baseWait {
+			sum.Executions--
+			return
+		}
+	}
 	switch {
 	case m.ignored || x < d.cfg.MinRuntime:
+	case bv == baseFlag:
+		score, anom = d.base.score(key, x), true
 	case !m.detReady:
 		if !final && d.cur.step-uint64(e.step) < uint64(d.cfg.MaxPendingSteps) {
 			// Too little data yet: retry at the next step.
@@ -167,6 +171,10 @@ func (d *Detector) label(t *thread, seq uint64, e *execRec, final bool, sum *psy
 	fm.FirstTS = min(fm.FirstTS, e.entry)
 	fm.LastTS = max(fm.LastTS, e.exit)
 	d.rec.add(t, seq, e, true)
+	if n := len(d.rec.pending); bv == baseFlag && n > 0 {
+		// add's record is the last pending one
+		d.base.explain(d.rec.pending[n-1].rec, key, m.name, x)
+	}
 }
 
 // release drops what no window can reach any more: per thread, everything

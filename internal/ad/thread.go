@@ -45,6 +45,10 @@ type execRec struct {
 	score     float32
 	label     int8
 	flags     uint8
+	// xstep is the io_step the execution exited in, as 1 + the step mod
+	// ranMod (0: unknown): the step it ran in, for its record (ranSteps).
+	// It takes the struct's padding.
+	xstep uint16
 }
 
 func (e *execRec) incl() uint64 {

@@ -1,10 +1,13 @@
 package adnode
 
 import (
-	"github.com/kipimo-hpc/kipimo/internal/ad"
+	"fmt"
 	"strconv"
 
 	"github.com/spf13/pflag"
+
+	"github.com/kipimo-hpc/kipimo/internal/ad"
+	"github.com/kipimo-hpc/kipimo/internal/daemon"
 )
 
 // AddFlags registers the detector's options on fs, writing into c: the one
@@ -14,7 +17,7 @@ func AddFlags(fs *pflag.FlagSet, c *ad.Config) {
 	fs.StringVar(&c.Algorithm, "algorithm", ad.Tail, "outlier algorithm: tail, sstd, hbos or copod")
 	fs.BoolVar(&c.Chimbuko, "chimbuko", false, "apply Chimbuko's rules exactly, for comparison: no natural-range gate (so real runtimes' recurring tails are flagged), HBOS by default, no end-of-run relabelling")
 	fs.Float64Var(&c.TailRatio, "tail-ratio", ad.DefaultTailRatio, "how far beyond its function's natural maximum a runtime must lie to be flagged")
-	fs.Uint64Var(&c.TailRecur, "tail-recur", ad.DefaultTailRecur, "runtimes per bin (9% wide) it occupies that a mode beyond a gap needs to be natural")
+	fs.Uint64Var(&c.TailRecur, "tail-recur", ad.DefaultTailRecur, "runtimes per bin (9% wide) it occupies that a mode beyond a gap needs to be natural (a mode spread over an octave or more: at most twice this in all)")
 	fs.Float64Var(&c.RecurFrac, "recur-frac", ad.DefaultRecurFrac, "share of a function's runtimes a mode beyond a gap needs, all its bins together (0.3 of it within 40%, 0.5 of it 4x beyond), to be natural")
 	fs.Float64Var(&c.FalseAlarmRate, "false-alarm-rate", ad.DefaultFalseAlarmRate, "share of a function's calls that may lie beyond its natural range (per call, per function; in (0, 0.1)): the range reaches the (1-rate) quantile short of a clear gap (1.5x)")
 	fs.Float64Var(&c.SettleCount, "settle-count", ad.DefaultSettleCount, "runtimes a model needs before an execution beyond its natural range is flagged; earlier ones wait (at most 8 steps) for the model's tail to show (negative: never wait)")
@@ -37,6 +40,8 @@ func AddFlags(fs *pflag.FlagSet, c *ad.Config) {
 	fs.Float64Var(&c.NormalRate, "normal-rate", 0, "fraction of normal executions sampled into normalexecs, besides Chimbuko's rule")
 	fs.IntVar(&c.ProfileEvery, "profile-every", 0, "publish per-thread profiles every K steps (0: at the end only)")
 	fs.IntVar(&c.MaxHeldFrames, "max-held-frames", ad.DefaultMaxHeldFrames, "frames of a rank held while their events use function or counter ids whose names have not arrived yet (a detector started late learns them from the dictionary publishers re-send); beyond it the oldest is dropped and counted")
+	c.MaxHeldBytes = ad.DefaultMaxHeldBytes
+	fs.Var((*sizeFlag)(&c.MaxHeldBytes), "max-held-bytes", "memory the frames held for their names may take per rank (e.g. 64MiB); beyond it the oldest is dropped and counted")
 }
 
 // windowFlag is Config.Window as a flag: an explicit 0 means no window (the
@@ -63,3 +68,31 @@ func (w *windowFlag) Set(s string) error {
 }
 
 func (w *windowFlag) Type() string { return "int" }
+
+// sizeFlag is a byte count as a flag: a number with an optional unit (KiB,
+// MiB, GiB, ...; daemon.ParseSize).
+type sizeFlag int64
+
+func (f *sizeFlag) String() string {
+	n := int64(*f)
+	for _, u := range []struct {
+		name string
+		size int64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if n >= u.size && n%u.size == 0 {
+			return fmt.Sprintf("%d%s", n/u.size, u.name)
+		}
+	}
+	return strconv.FormatInt(n, 10)
+}
+
+func (f *sizeFlag) Set(s string) error {
+	n, err := daemon.ParseSize(s)
+	if err != nil {
+		return err
+	}
+	*f = sizeFlag(n)
+	return nil
+}
+
+func (f *sizeFlag) Type() string { return "size" }

@@ -44,3 +44,28 @@ func TestMaxHeldFramesOption(t *testing.T) {
 		t.Errorf("--max-held-frames 5: %v, %d", err, c.MaxHeldFrames)
 	}
 }
+
+func TestMaxHeldBytesFlag(t *testing.T) {
+	var c ad.Config
+	fs := pflag.NewFlagSet("ad", pflag.ContinueOnError)
+	AddFlags(fs, &c)
+	fl := fs.Lookup("max-held-bytes")
+	if fl == nil || fl.DefValue != "64MiB" || c.MaxHeldBytes != ad.DefaultMaxHeldBytes {
+		t.Fatalf("flag --max-held-bytes: %+v, value %d", fl, c.MaxHeldBytes)
+	}
+	for _, tc := range []struct {
+		arg  string
+		want int64
+		bad  bool
+	}{
+		{"2MiB", 2 << 20, false},
+		{"1048576", 1 << 20, false},
+		{"lots", 0, true},
+	} {
+		c.MaxHeldBytes = 0
+		err := fs.Set("max-held-bytes", tc.arg)
+		if (err != nil) != tc.bad || (err == nil && c.MaxHeldBytes != tc.want) {
+			t.Errorf("--max-held-bytes %s: %v, %d; want %d (error %v)", tc.arg, err, c.MaxHeldBytes, tc.want, tc.bad)
+		}
+	}
+}

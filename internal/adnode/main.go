@@ -110,6 +110,8 @@ type DaemonConfig struct {
 	NATSAuth    daemon.NATSAuth
 	MetricsAddr string // --metrics-addr: Prometheus /metrics listener; "" serves none
 	RankLabels  int    // --rank-labels: ranks with their own metric label
+	// --baseline and its options: read into Detector.Baseline by Run
+	Baseline BaselineFlags
 }
 
 // DefaultDaemonConfig is the ad command's defaults (Run is left empty: it is
@@ -258,6 +260,7 @@ func parseArgs(args []string, lookup func(string) (string, bool), stderr io.Writ
 	fs.Uint32Var(&c.PID, "pid", c.PID, "program id of the ranks served")
 	fs.StringVar(&c.Ranks, "ranks", c.Ranks, `ranks served by this process, e.g. "0-7" or "0,4,8"; "auto": every rank (of any --pid) that publishes frames on this NATS server`)
 	AddFlags(fs, &c.Detector)
+	AddBaselineFlags(fs, &c.Baseline)
 	fs.IntVar(&c.Detector.Shards, "shards", c.Detector.Shards, "number of parameter-server shards")
 	fs.DurationVar(&c.Detector.SyncWait, "sync-wait", c.Detector.SyncWait, "how long a step waits for a responsive pserver's reply")
 	fs.DurationVar(&c.Detector.SyncTimeout, "sync-timeout", c.Detector.SyncTimeout, "timeout of one sync attempt")
@@ -340,6 +343,9 @@ func Run(ctx context.Context, cfg DaemonConfig, log zerolog.Logger) (Summary, er
 		return sum, err
 	}
 	log = log.With().Str("component", "ad").Logger()
+	if err := cfg.Baseline.Load(ctx, &cfg.Detector); err != nil {
+		return sum, err
+	}
 	var ranks []uint32
 	discover := cfg.Ranks == "auto"
 	if !discover {

@@ -324,7 +324,11 @@ func (ns *NodeSyncer) pause(ctx context.Context, d time.Duration) bool {
 }
 
 func requestParts(r *psync.SyncRequest) int {
-	return 1 + len(r.Models) + len(r.Counters) + len(r.Steps)
+	n := 1 + len(r.Models) + len(r.Counters) + len(r.Steps)
+	for i := range r.Steps {
+		n += r.Steps[i].Peer.Parts() // each smaller than a delta
+	}
+	return n
 }
 
 // sendChunk delivers calls as one request (as several when the pserver

@@ -88,7 +88,7 @@ environment variable, the same ones the library itself reads.`,
 	f.Uint32Var(&env.PID, "pid", 0, "program id on the subjects (one per program of an MPMD job)")
 	f.DurationVar(&env.Period, "period", time.Second, "io_step period (like TAU_ADIOS2_PERIOD)")
 	f.StringSliceVar(&env.Exclude, "exclude", nil, "shell patterns of functions not recorded (repeat or comma-separate)")
-	f.StringArrayVar(&injects, "inject", nil, "FUNC:PROB:DELAY: delay FUNC by DELAY with probability PROB per call, recorded as ground truth (repeatable)")
+	f.StringArrayVar(&injects, "inject", nil, "FUNC:PROB:DELAY[@RANKS]: delay FUNC by DELAY with probability PROB per call, recorded as ground truth; @RANKS (e.g. @2 or @0-1+6) on those ranks only (repeatable)")
 	f.Uint64Var(&env.Seed, "seed", 1, "seed of the injection draws")
 	f.StringVar(&env.StatusDir, "status-dir", "", "directory each process writes its status (frames sent and dropped, injected calls) to at exit")
 	f.IntVar(&env.BufferEvents, "buffer-events", 0, "events each thread's buffer holds (default 131072)")

@@ -102,7 +102,7 @@ mongodb:// URI) or asks a running provdb over HTTP (--url).`,
 	pf.StringVar(&o.store, "store", "", "store to read: a SQLite file, a run's directory or a mongodb:// URI (default: the latest run's store under ./kipimo-out, else the provdb daemon's ./kipimo-prov.db)")
 	pf.StringVar(&o.tokenFile, "token-file", "", "file holding the bearer token of the provdb HTTP API")
 	pf.BoolVar(&o.json, "json", false, "print JSON lines instead of a table")
-	cmd.AddCommand(newQueryListCmd(o), newQueryShowCmd(o), newQueryCountCmd(o), newQueryAggCmd(o), newQueryRecurringCmd(o))
+	cmd.AddCommand(newQueryListCmd(o), newQueryShowCmd(o), newQueryCountCmd(o), newQueryAggCmd(o), newQueryRecurringCmd(o), newQueryCulpritsCmd(o))
 	return cmd
 }
 
@@ -116,8 +116,8 @@ func filterFlags(fs *pflag.FlagSet, sortable bool) {
 	fs.Uint32("tid", 0, "thread")
 	fs.String("func", "", "function name, exact")
 	fs.String("func-re", "", "function name, RE2 regular expression (unanchored)")
-	fs.Uint64("step-min", 0, "first io_step")
-	fs.Uint64("step-max", 0, "last io_step")
+	fs.Uint64("step-min", 0, "first io_step (the step an execution ran in: the frame of its exit)")
+	fs.Uint64("step-max", 0, "last io_step (the step an execution ran in)")
 	fs.Uint64("from", 0, "executions entered at or after this time (trace time units)")
 	fs.Uint64("to", 0, "executions exited at or before this time")
 	fs.Uint64("min-runtime", 0, "minimum total runtime")
@@ -685,7 +685,11 @@ func execTree(w io.Writer, kind provenance.Kind, e *provenance.Exec) error {
 	if e.Hostname != "" {
 		fmt.Fprintf(&b, ", host %s", e.Hostname)
 	}
-	fmt.Fprintf(&b, "\n├─ when: io_step %d [%d, %d], entry %d, exit %d\n", e.IOStep, e.IOStepTStart, e.IOStepTEnd, e.Entry, e.Exit)
+	fmt.Fprintf(&b, "\n├─ when: io_step %d [%d, %d], entry %d, exit %d", e.IOStep, e.IOStepTStart, e.IOStepTEnd, e.Entry, e.Exit)
+	if e.LabelledIOStep > e.IOStep {
+		fmt.Fprintf(&b, "; labelled in io_step %d (its model was too young to judge it at once)", e.LabelledIOStep)
+	}
+	b.WriteByte('\n')
 	fmt.Fprintf(&b, "├─ runtime: total %d, exclusive %d\n", e.RuntimeTotal, e.RuntimeExclusive)
 	fmt.Fprintf(&b, "├─ outlier: score %.3f, severity %g", e.OutlierScore, e.OutlierSeverity)
 	if e.Algorithm != "" {

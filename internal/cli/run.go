@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -36,6 +37,7 @@ func newRunCmd() *cobra.Command {
 		ev          evalFlags
 		memLimit    string
 		natsAuth    *daemon.NATSAuth
+		base        adnode.BaselineFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "run [flags] [--format FORMAT FILE... | --exec -- COMMAND [ARGS...]]",
@@ -57,7 +59,7 @@ through PMPI, every function of code built with -finstrument-functions, and
 regions marked with the kipimo.h API. Each rank cuts an io_step every --period
 and streams it to the detectors while the command runs; the dashboard is live
 meanwhile. The command's output and exit status are its own: kipimo exits with
-the command's status. --inject FUNC:PROB:DELAY delays calls on purpose and
+the command's status. --inject FUNC:PROB:DELAY[@RANKS] delays calls on purpose and
 scores the detection against them.
 
 Each run keeps its data under --out in a directory named by its id (--run;
@@ -161,10 +163,19 @@ data was kept, where the results are, and the commands to explore them.`,
 			} else if scale != 1 {
 				wl.Rates = wl.Rates.Scale(scale)
 			}
-			if cfg.TaudbDSN == "" {
+			dsnFromEnv := cfg.TaudbDSN == ""
+			if dsnFromEnv {
 				cfg.TaudbDSN = os.Getenv("KIPIMO_TAUDB_DSN")
 			}
+			if cfg.TaudbDSN != "" && cfg.RunID != "" {
+				if err := checkRunTrial(cmd.Context(), cfg.TaudbDSN, cfg.RunID, dsnFromEnv); err != nil {
+					return err
+				}
+			}
 			cfg.Workload = wl
+			if err := base.Load(cmd.Context(), &cfg.Detector); err != nil {
+				return err
+			}
 			if err := applyMemoryLimit(cmd.ErrOrStderr(), memLimit); err != nil {
 				return err
 			}
@@ -188,6 +199,7 @@ data was kept, where the results are, and the commands to explore them.`,
 	f.DurationVar(&cfg.Step, "step", 0, "traces: io_step length in trace time (default 1s)")
 	f.StringVar(&cfg.StepMarker, "step-marker", "", "traces: start a new io_step at each entry of this function")
 	adnode.AddFlags(f, &cfg.Detector)
+	adnode.AddBaselineFlags(f, &base)
 	f.StringVar(&cfg.HTTP, "http", "127.0.0.1:0", "dashboard address (port 0 picks a free port)")
 	f.BoolVar(&keepServing, "keep-serving", false, "keep the dashboard up after the run until interrupted")
 	f.StringVar(&cfg.TaudbDSN, "taudb", "", "PostgreSQL DSN: also store the run as a TAUdb trial (env KIPIMO_TAUDB or KIPIMO_TAUDB_DSN)")
@@ -201,7 +213,7 @@ data was kept, where the results are, and the commands to explore them.`,
 	f.DurationVar(&cfg.Live.Period, "period", time.Second, "--exec: io_step period of each rank (like TAU_ADIOS2_PERIOD)")
 	f.StringSliceVar(&cfg.Live.Exclude, "exclude", nil, "--exec: shell patterns of functions not recorded (repeat or comma-separate)")
 	ev.add(f, false)
-	f.StringArrayVar(&injects, "inject", nil, "--exec: FUNC:PROB:DELAY, delay FUNC by DELAY with probability PROB per call and score detection against it (repeatable)")
+	f.StringArrayVar(&injects, "inject", nil, "--exec: FUNC:PROB:DELAY[@RANKS], delay FUNC by DELAY with probability PROB per call (@RANKS, e.g. @2 or @0-1+6: on those ranks only) and score detection against it (repeatable)")
 	return cmd
 }
 
@@ -225,7 +237,8 @@ func runPipeline(ctx context.Context, stdout, stderr io.Writer, cfg run.Config, 
 		return natsAuthHint(err, &cfg.NATSAuth)
 	}
 	tty := isTerminal(stderr)
-	stopped, stopWatch := watchSignals(sigs, p, stderr, tty)
+	var serving atomic.Bool // the run is over; only its dashboard is up
+	stopped, stopWatch := watchSignals(sigs, p, stderr, tty, &serving)
 	defer stopWatch() // after Close: a second Ctrl-C still quits during it
 	defer func() {
 		p.Close(ctx)
@@ -287,6 +300,7 @@ func runPipeline(ctx context.Context, stdout, stderr io.Writer, cfg run.Config, 
 	}
 	if keepServing && sum.Interrupted == "" {
 		fmt.Fprintf(stderr, "serving the dashboard at %s until interrupted\n", p.DashboardURL())
+		serving.Store(true)
 		<-stopped
 	}
 	if l := sum.Live; l != nil && l.ExitCode != 0 {
@@ -319,10 +333,11 @@ func (e *interruptedError) Error() string { return "interrupted (" + e.sig + ")"
 func (e *interruptedError) ExitCode() int { return e.code }
 
 // watchSignals handles the signals of sigs during a run: the first asks p
-// to end the run early (Interrupt) and closes the channel it returns; a
-// second kills a live run's command and exits at once. stop ends the
-// watch; it returns once the watching goroutine has.
-func watchSignals(sigs <-chan os.Signal, p *run.Pipeline, stderr io.Writer, tty bool) (stopped <-chan struct{}, stop func()) {
+// to end the run early (Interrupt) and closes the channel it returns (once
+// serving is set, the run is over and the first only stops the dashboard
+// kept up after it); a second kills a live run's command and exits at
+// once. stop ends the watch; it returns once the watching goroutine has.
+func watchSignals(sigs <-chan os.Signal, p *run.Pipeline, stderr io.Writer, tty bool, serving *atomic.Bool) (stopped <-chan struct{}, stop func()) {
 	first := make(chan struct{})
 	done := make(chan struct{})
 	var wg sync.WaitGroup
@@ -338,8 +353,12 @@ func watchSignals(sigs <-chan os.Signal, p *run.Pipeline, stderr io.Writer, tty 
 		if tty {
 			fmt.Fprint(stderr, "\r\033[K") // the progress line
 		}
-		fmt.Fprintf(stderr, "%s: ending the run and keeping what it found (again to quit at once)\n", run.SignalName(sig))
-		p.Interrupt(sig)
+		if serving.Load() {
+			fmt.Fprintf(stderr, "%s: stopping the dashboard (the run is over)\n", run.SignalName(sig))
+		} else {
+			fmt.Fprintf(stderr, "%s: ending the run and keeping what it found (again to quit at once)\n", run.SignalName(sig))
+			p.Interrupt(sig)
+		}
 		close(first)
 		select {
 		case sig = <-sigs:

@@ -1,4 +1,4 @@
-package diff
+package diff_test
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/kipimo-hpc/kipimo/internal/diff"
 	"github.com/kipimo-hpc/kipimo/internal/run"
 	"github.com/kipimo-hpc/kipimo/internal/workload"
 )
@@ -46,23 +47,23 @@ func TestKipimoRuns(t *testing.T) {
 	dirA, sumA := kipimoRun(t, out, "low", 5, 0.5)
 	dirB, sumB := kipimoRun(t, out, "high", 5, 5)
 	ctx := context.Background()
-	a, err := LoadPath(ctx, dirA, "")
+	a, err := diff.LoadPath(ctx, dirA, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := LoadPath(ctx, dirB, "")
+	b, err := diff.LoadPath(ctx, dirB, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a.Kind != KindRun || b.Kind != KindRun {
+	if a.Kind != diff.KindRun || b.Kind != diff.KindRun {
 		t.Fatalf("kinds %q, %q; want run", a.Kind, b.Kind)
 	}
-	r, err := Compare(a, b, Options{Quantity: Anomalies})
+	r, err := diff.Compare(a, b, diff.Options{Quantity: diff.Anomalies})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range []struct {
-		side SideInfo
+		side diff.SideInfo
 		sum  *run.Summary
 	}{{r.A, sumA}, {r.B, sumB}} {
 		if c.side.Anomalies == nil || *c.side.Anomalies != int64(c.sum.Anomalies) {
@@ -77,7 +78,7 @@ func TestKipimoRuns(t *testing.T) {
 	}
 	// Anomalies per 1,000 calls over all functions, from the rows' totals
 	// (anomaly counts) and the calls diff reports separately.
-	calls, err := Compare(a, b, Options{Quantity: Calls})
+	calls, err := diff.Compare(a, b, diff.Options{Quantity: diff.Calls})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +105,7 @@ func TestKipimoRuns(t *testing.T) {
 	}
 	// Compared by time, each row carries its anomaly counts; they add up
 	// to the detectors' counts.
-	byTime, err := Compare(a, b, Options{})
+	byTime, err := diff.Compare(a, b, diff.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +120,7 @@ func TestKipimoRuns(t *testing.T) {
 	if nA != int64(sumA.Anomalies) || nB != int64(sumB.Anomalies) {
 		t.Errorf("the rows' anomaly counts add up to %d and %d, the detectors flagged %d and %d", nA, nB, sumA.Anomalies, sumB.Anomalies)
 	}
-	if _, err := Compare(a, b, Options{Quantity: Anomalies, CallPaths: true}); err == nil {
+	if _, err := diff.Compare(a, b, diff.Options{Quantity: diff.Anomalies, CallPaths: true}); err == nil {
 		t.Error("anomalies per call path compared; they are counted per function")
 	}
 }

@@ -14,20 +14,51 @@ import (
 
 // Injection is one fault to inject: the library sleeps Delay inside Func
 // with probability Prob per call, and records each such call as ground truth.
+// Ranks, when set, limits it to those ranks.
 type Injection struct {
 	Func  string
 	Prob  float64
 	Delay time.Duration
+	Ranks []RankRange
 }
 
-// String is the FUNC:PROB:DELAY form ParseInjection reads.
+// RankRange is an inclusive range of ranks.
+type RankRange struct{ First, Last uint32 }
+
+// String is the FUNC:PROB:DELAY[@RANKS] form ParseInjection reads.
 func (in Injection) String() string {
-	return in.Func + ":" + strconv.FormatFloat(in.Prob, 'g', -1, 64) + ":" + in.Delay.String()
+	return in.Func + ":" + strconv.FormatFloat(in.Prob, 'g', -1, 64) + ":" + in.Delay.String() + in.rankSuffix()
 }
 
-// ParseInjection reads FUNC:PROB:DELAY, e.g. MPI_Send:0.004:25ms. FUNC may
-// itself contain colons (C++ names): the last two fields are split off.
+// rankSuffix is "@RANKS", or "" for every rank.
+func (in Injection) rankSuffix() string {
+	s := ""
+	for i, r := range in.Ranks {
+		sep := "+"
+		if i == 0 {
+			sep = "@"
+		}
+		s += sep + strconv.FormatUint(uint64(r.First), 10)
+		if r.Last != r.First {
+			s += "-" + strconv.FormatUint(uint64(r.Last), 10)
+		}
+	}
+	return s
+}
+
+// ParseInjection reads FUNC:PROB:DELAY[@RANKS], e.g. MPI_Send:0.004:25ms or
+// compute:0.05:20ms@2. FUNC may itself contain colons (C++ names): the last
+// two fields are split off. RANKS limits the injection to ranks and ranges
+// R-R joined by '+' (e.g. 0-1+6).
 func ParseInjection(s string) (Injection, error) {
+	var ranks []RankRange
+	if at := strings.LastIndexByte(s, '@'); at >= 0 && at > strings.LastIndexByte(s, ':') {
+		var err error
+		if ranks, err = parseRankRanges(s[at+1:]); err != nil {
+			return Injection{}, fmt.Errorf("injection %q: %w", s, err)
+		}
+		s = s[:at]
+	}
 	i := strings.LastIndexByte(s, ':')
 	if i < 0 {
 		return Injection{}, fmt.Errorf("injection %q: want FUNC:PROB:DELAY (e.g. MPI_Send:0.004:25ms)", s)
@@ -36,7 +67,7 @@ func ParseInjection(s string) (Injection, error) {
 	if j <= 0 {
 		return Injection{}, fmt.Errorf("injection %q: want FUNC:PROB:DELAY (e.g. MPI_Send:0.004:25ms)", s)
 	}
-	in := Injection{Func: s[:j]}
+	in := Injection{Func: s[:j], Ranks: ranks}
 	p, err := strconv.ParseFloat(s[j+1:i], 64)
 	if err != nil || p <= 0 || p > 1 {
 		return Injection{}, fmt.Errorf("injection %q: probability %q is not a number in (0, 1]", s, s[j+1:i])
@@ -48,6 +79,26 @@ func ParseInjection(s string) (Injection, error) {
 	}
 	in.Delay = d
 	return in, nil
+}
+
+// parseRankRanges reads RANKS of an injection: R or R-R, joined by '+'.
+func parseRankRanges(s string) ([]RankRange, error) {
+	var out []RankRange
+	for part := range strings.SplitSeq(s, "+") {
+		lo, hi, isRange := strings.Cut(part, "-")
+		first, err := strconv.ParseUint(lo, 10, 32)
+		if err != nil {
+			return nil, fmt.Errorf("rank %q after @ is not a rank: want R or R-R joined by + (e.g. @2 or @0-1+6)", part)
+		}
+		last := first
+		if isRange {
+			if last, err = strconv.ParseUint(hi, 10, 32); err != nil || last < first {
+				return nil, fmt.Errorf("ranks %q after @ are not a range R-R with R <= R (e.g. @0-3)", part)
+			}
+		}
+		out = append(out, RankRange{uint32(first), uint32(last)})
+	}
+	return out, nil
 }
 
 // Env is what the library needs to know about a run; Environ turns it into
@@ -102,7 +153,7 @@ func (l *Library) Environ(e Env, base []string) []string {
 	if len(e.Inject) > 0 {
 		parts := make([]string, len(e.Inject))
 		for i, in := range e.Inject {
-			parts[i] = in.Func + ":" + strconv.FormatFloat(in.Prob, 'g', -1, 64) + ":" + strconv.FormatInt(in.Delay.Microseconds(), 10) + "us"
+			parts[i] = in.Func + ":" + strconv.FormatFloat(in.Prob, 'g', -1, 64) + ":" + strconv.FormatInt(in.Delay.Microseconds(), 10) + "us" + in.rankSuffix()
 		}
 		set["KIPIMO_INJECT"] = strings.Join(parts, ",")
 		set["KIPIMO_SEED"] = strconv.FormatUint(e.Seed, 10)

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -14,7 +15,8 @@ import (
 )
 
 func FuzzParseInjection(f *testing.F) {
-	for _, s := range []string{"MPI_Send:0.004:25ms", "ns::f(int):1:1s", "f:0:1ms", "f:1.5:1ms", ":0.1:1ms", "f:0.1:", "f::", "", "a:b:c:d"} {
+	for _, s := range []string{"MPI_Send:0.004:25ms", "ns::f(int):1:1s", "f:0:1ms", "f:1.5:1ms", ":0.1:1ms", "f:0.1:", "f::", "", "a:b:c:d",
+		"compute:0.05:20ms@2", "f:1:1ms@0-1+6", "f@x:1:1ms", "f:1:1ms@", "f:1:1ms@3-1", "f:1:1ms@1++2"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
@@ -27,7 +29,7 @@ func FuzzParseInjection(f *testing.F) {
 		}
 		// What String prints parses back to the same injection.
 		again, err := ParseInjection(in.String())
-		if err != nil || again != in {
+		if err != nil || !reflect.DeepEqual(again, in) {
 			t.Fatalf("%q -> %+v -> %q -> %+v, %v", s, in, in.String(), again, err)
 		}
 	})
@@ -122,7 +124,7 @@ func FuzzLibraryParsers(f *testing.F) {
 	seeds := []string{
 		"\x00nats://127.0.0.1:4222", "\x00nats://user:pa:ss@host:1,other:2", "\x00tok@[::1]:4222/x", "\x00", "\x00@", "\x00[",
 		"\x011s", "\x01250ms", "\x010.5", "\x01-1s", "\x011e400", "\x01nan", "\x01inf",
-		"\x02MPI_Send:0.004:25ms,ns::f:1:1s", "\x02::,:", "\x02a:2:1s", "\x02" + strings.Repeat("f:0.1:1ms,", 50),
+		"\x02MPI_Send:0.004:25ms,ns::f:1:1s", "\x02::,:", "\x02a:2:1s", "\x02compute:0.05:20ms@2,f:1:1s@0-1+6", "\x02f:1:1s@", "\x02f:1:1s@99999999999", "\x02f:1:1s@1-", "\x02f:1:1s@+", "\x02f@1:1:1s", "\x02" + strings.Repeat("f:0.1:1ms,", 50),
 		"\x03INFO {\"max_payload\":1048576}\r\nPING\r\nPONG\r\n", "\x03INFO {\"tls_required\":true}\r\nPING\r\n",
 		"\x03-ERR 'Authorization Violation'\r\n", "\x03" + strings.Repeat("PING\r\n", 100), "\x03" + strings.Repeat("x", 9000) + "\r\nPING\r\n",
 		"\x03PI\x00NG\r\n\r\n\r", "\x04main", "\x04\xff\xfe", "\x04\xed\xa0\x80", "\x04\xf4\x90\x80\x80", "\x04caf\xc3", "\x04\xe2\x82\xac ok",

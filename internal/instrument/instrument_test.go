@@ -425,10 +425,10 @@ func TestEnviron(t *testing.T) {
 	lib := &Library{Dir: "/lib", Core: "/lib/libkipimo.so", MPI: "/lib/libkipimo-mpi.so"}
 	got := lib.Environ(Env{
 		NATSURL: "nats://127.0.0.1:4222", Run: "r1", PID: 2, Period: 250 * time.Millisecond,
-		Exclude: []string{"std::*", "*_omp_fn*"}, Inject: []Injection{{"MPI_Send", 0.004, 25 * time.Millisecond}}, Seed: 9,
+		Exclude: []string{"std::*", "*_omp_fn*"}, Inject: []Injection{{Func: "MPI_Send", Prob: 0.004, Delay: 25 * time.Millisecond}, {Func: "compute", Prob: 1, Delay: time.Millisecond, Ranks: []RankRange{{2, 2}, {4, 6}}}}, Seed: 9,
 	}, []string{"PATH=/bin", "LD_PRELOAD=/opt/other.so", "KIPIMO_RUN=stale"})
 	want := []string{
-		"PATH=/bin", "KIPIMO_EXCLUDE=std::*,*_omp_fn*", "KIPIMO_INJECT=MPI_Send:0.004:25000us", "KIPIMO_NATS=nats://127.0.0.1:4222",
+		"PATH=/bin", "KIPIMO_EXCLUDE=std::*,*_omp_fn*", "KIPIMO_INJECT=MPI_Send:0.004:25000us,compute:1:1000us@2+4-6", "KIPIMO_NATS=nats://127.0.0.1:4222",
 		"KIPIMO_PERIOD=250000us", "KIPIMO_PID=2", "KIPIMO_RUN=r1", "KIPIMO_SEED=9",
 		"LD_PRELOAD=/lib/libkipimo-mpi.so /lib/libkipimo.so /opt/other.so",
 	}

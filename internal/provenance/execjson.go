@@ -111,6 +111,10 @@ func AppendExecJSON(dst []byte, e *Exec) ([]byte, error) {
 	w.uint(e.IOStepTStart)
 	w.raw(`,"io_step_tend":`)
 	w.uint(e.IOStepTEnd)
+	if e.LabelledIOStep != 0 {
+		w.raw(`,"labelled_io_step":`)
+		w.uint(e.LabelledIOStep)
+	}
 	w.raw(`,"event_window":{"exec_window":`)
 	if ew := e.EventWindow.ExecWindow; ew == nil {
 		w.raw("null")
@@ -208,6 +212,23 @@ func AppendExecJSON(dst []byte, e *Exec) ([]byte, error) {
 		w.float(x.Excess)
 		w.raw(`,"text":`)
 		w.str(x.Text)
+		if b := x.Baseline; b != nil {
+			w.raw(`,"baseline":{"source":`)
+			w.str(b.Source)
+			w.raw(`,"bound":`)
+			w.float(b.Bound)
+			w.raw(`,"baseline_calls":`)
+			w.uint(b.BaselineCalls)
+			w.raw(`,"baseline_beyond":`)
+			w.uint(b.BaselineBeyond)
+			w.raw(`,"calls":`)
+			w.uint(b.Calls)
+			w.raw(`,"beyond":`)
+			w.uint(b.Beyond)
+			w.raw(`,"p_value":`)
+			w.float(b.PValue)
+			w.b = append(w.b, '}')
+		}
 		w.b = append(w.b, '}')
 	}
 	if e.FinalLabel != "" {
@@ -897,10 +918,11 @@ var (
 	execKeys        = []string{
 		"call_stack", "counter_events", "entry", "exit", "event_id", "fid", "func", "func_stats",
 		"is_gpu_event", "gpu_location", "gpu_parent", "pid", "rid", "tid", "runtime_exclusive",
-		"runtime_total", "io_step", "io_step_tstart", "io_step_tend", "event_window",
+		"runtime_total", "io_step", "io_step_tstart", "io_step_tend", "labelled_io_step", "event_window",
 		"outlier_score", "outlier_severity", "hostname", "algorithm", "explanation", "final_label",
 	}
-	explanationKeys = []string{"key", "value", "natural_min", "natural_max", "low_threshold", "threshold", "ratio", "p99", "log_sigmas", "excess", "text"}
+	explanationKeys = []string{"key", "value", "natural_min", "natural_max", "low_threshold", "threshold", "ratio", "p99", "log_sigmas", "excess", "text", "baseline"}
+	baselineKeys    = []string{"source", "bound", "baseline_calls", "baseline_beyond", "calls", "beyond", "p_value"}
 )
 
 // slice decodes an array into *dst: elem decodes one element, which starts
@@ -1139,18 +1161,20 @@ func (d *jr) exec(e *Exec) {
 		case 18:
 			d.u64(&e.IOStepTEnd)
 		case 19:
-			d.eventWindow(&e.EventWindow)
+			d.u64(&e.LabelledIOStep)
 		case 20:
-			d.float(&e.OutlierScore)
+			d.eventWindow(&e.EventWindow)
 		case 21:
-			d.float(&e.OutlierSeverity)
+			d.float(&e.OutlierScore)
 		case 22:
-			d.name(&e.Hostname)
+			d.float(&e.OutlierSeverity)
 		case 23:
-			d.name(&e.Algorithm)
+			d.name(&e.Hostname)
 		case 24:
-			d.explanation(&e.Explanation)
+			d.name(&e.Algorithm)
 		case 25:
+			d.explanation(&e.Explanation)
+		case 26:
 			d.name(&e.FinalLabel)
 		}
 	}
@@ -1188,6 +1212,36 @@ func (d *jr) explanation(dst **Explanation) {
 			d.float(&x.Excess)
 		case 10:
 			d.str(&x.Text)
+		case 11:
+			d.baseline(&x.Baseline)
+		}
+	}
+}
+
+func (d *jr) baseline(dst **BaselineEvidence) {
+	if d.null() {
+		*dst = nil
+		return
+	}
+	b := new(BaselineEvidence)
+	*dst = b
+	var seen uint64
+	for members, _ := d.begin('{'); members; members = d.more('}') {
+		switch d.field(baselineKeys, &seen) {
+		case 0:
+			d.str(&b.Source)
+		case 1:
+			d.float(&b.Bound)
+		case 2:
+			d.u64(&b.BaselineCalls)
+		case 3:
+			d.u64(&b.BaselineBeyond)
+		case 4:
+			d.u64(&b.Calls)
+		case 5:
+			d.u64(&b.Beyond)
+		case 6:
+			d.float(&b.PValue)
 		}
 	}
 }

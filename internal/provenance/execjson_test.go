@@ -39,6 +39,11 @@ func TestAppendExecJSONIsMarshal(t *testing.T) {
 	x.Explanation = &provenance.Explanation{Key: "a => b", Value: 2100.5, NaturalMin: 12, NaturalMax: 700, LowThreshold: 8.5, Threshold: 980,
 		Ratio: 3.0007, P99: 310, LogSigmas: 41.2, Excess: 1400.5, Text: "3.0× the natural maximum <700 µs>"}
 	cases["explained"] = x
+	y := x
+	yx := *x.Explanation
+	yx.Baseline = &provenance.BaselineEvidence{Source: "kipimo-out/clean", Bound: 1165.5, BaselineCalls: 16210, BaselineBeyond: 11, Calls: 2400, Beyond: 17, PValue: 3.5e-9}
+	y.Explanation = &yx
+	cases["explained against a baseline"] = y
 	for name, e := range cases {
 		t.Run(name, func(t *testing.T) {
 			want, err := json.Marshal(&e)
@@ -98,6 +103,8 @@ func TestDecodeExecAgreesWithUnmarshal(t *testing.T) {
 		{"largest uint64", `{"entry":18446744073709551615,"fid":4294967295}`, true},
 		{"explanation", `{"explanation":{"key":"f","value":30,"natural_min":2,"natural_max":10,"low_threshold":1,"threshold":14,"ratio":3,"p99":8,"log_sigmas":9.5,"excess":20,"text":"3.0× the natural maximum"}}`, true},
 		{"null explanation", `{"explanation":null}`, true},
+		{"baseline evidence", `{"explanation":{"key":"f","value":30,"text":"t","baseline":{"source":"run","bound":14,"baseline_calls":100,"baseline_beyond":0,"calls":50,"beyond":9,"p_value":1e-9}}}`, true},
+		{"null baseline evidence", `{"explanation":{"baseline":null}}`, true},
 		{"case-folded key", `{"Entry":5}`, false},
 		{"kelvin-folded key", "{\"\u212aurtosis\":1}", true}, // unknown at the top level: no field folds to it
 		{"case-folded nested key", `{"func_stats":{"MEAN":1}}`, false},

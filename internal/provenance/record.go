@@ -143,14 +143,21 @@ type Exec struct {
 	TID              uint32         `json:"tid"`
 	RuntimeExclusive uint64         `json:"runtime_exclusive"`
 	RuntimeTotal     uint64         `json:"runtime_total"`
-	IOStep           uint64         `json:"io_step"`
-	IOStepTStart     uint64         `json:"io_step_tstart"`
-	IOStepTEnd       uint64         `json:"io_step_tend"`
-	EventWindow      EventWindow    `json:"event_window"`
-	OutlierScore     float64        `json:"outlier_score"`
-	OutlierSeverity  float64        `json:"outlier_severity"`
-	Hostname         string         `json:"hostname,omitempty"`
-	Algorithm        string         `json:"algorithm,omitempty"`
+	// IOStep is the io_step the execution ran in: the step of the frame
+	// holding its exit event; IOStepTStart and IOStepTEnd are that step's
+	// window (µs).
+	IOStep       uint64 `json:"io_step"`
+	IOStepTStart uint64 `json:"io_step_tstart"`
+	IOStepTEnd   uint64 `json:"io_step_tend"`
+	// LabelledIOStep is the io_step the execution was labelled in: later
+	// than IOStep when its model was too young to judge it at once. Absent
+	// (0) in records of other tools and of earlier versions.
+	LabelledIOStep  uint64      `json:"labelled_io_step,omitempty"`
+	EventWindow     EventWindow `json:"event_window"`
+	OutlierScore    float64     `json:"outlier_score"`
+	OutlierSeverity float64     `json:"outlier_severity"`
+	Hostname        string      `json:"hostname,omitempty"`
+	Algorithm       string      `json:"algorithm,omitempty"`
 	// Explanation says how far out the execution is (nil with Chimbuko's
 	// rules, and in records of other tools).
 	Explanation *Explanation `json:"explanation,omitempty"`
@@ -174,6 +181,27 @@ type Explanation struct {
 	LogSigmas    float64 `json:"log_sigmas"`    // distance from the mean in σ of log runtime
 	Excess       float64 `json:"excess"`        // Value - NaturalMax
 	Text         string  `json:"text"`          // all of it in words
+	// Baseline is set when the execution was flagged against a baseline
+	// run (kipimo run --baseline): it lies beyond the baseline's bound, in a
+	// slow mode that run did not have. The end-of-run relabelling keeps it
+	// when it lies in the mode the run's final model finds against the
+	// baseline.
+	Baseline *BaselineEvidence `json:"baseline,omitempty"`
+}
+
+// BaselineEvidence is why an execution was flagged against a baseline run:
+// its key's calls beyond Bound occur at a rate significantly above the
+// baseline's own (one-sided binomial test, PValue against 5 times the
+// baseline's smoothed rate (BaselineBeyond+1)/(BaselineCalls+2), the
+// margin two clean runs differ by).
+type BaselineEvidence struct {
+	Source         string  `json:"source"`          // the baseline, as named
+	Bound          float64 `json:"bound"`           // µs: the baseline's natural threshold
+	BaselineCalls  uint64  `json:"baseline_calls"`  // the key's calls in the baseline
+	BaselineBeyond uint64  `json:"baseline_beyond"` // of which beyond Bound
+	Calls          uint64  `json:"calls"`           // the key's calls on this rank so far
+	Beyond         uint64  `json:"beyond"`          // of which beyond Bound
+	PValue         float64 `json:"p_value"`         // of the test, before the correction for the number of keys
 }
 
 // Metadata is one metadata entry of a rank and thread (collection metadata).
@@ -195,12 +223,22 @@ type GlobalFuncStats struct {
 	Anomalies uint64    `json:"anomalies"`
 	// NaturalRange is the final model's natural range of the key, as the
 	// thresholds below and above which runtimes are anomalies (absent with
-	// Chimbuko's rules): the end-of-run relabelling reads it.
+	// Chimbuko's rules): the end-of-run relabelling reads it. With a
+	// baseline (kipimo run --baseline), the range of a key with a new slow
+	// mode against it ends where the mode starts (at or beyond the
+	// baseline's bound).
 	NaturalRange *Range `json:"natural_range,omitempty"`
 	// Recurring is the key's recurring slow mode, when it has one: natural
 	// runtimes beyond a gap above the body of its runtimes that hold at
 	// least 5% of its time (docs/detection.md).
 	Recurring *RecurringMode `json:"recurring,omitempty"`
+	// NaturalHist is the key's final natural-range histogram (absent with
+	// Chimbuko's rules): a later run compared with this one as its
+	// baseline (kipimo run --baseline) reads its quantiles and modes.
+	NaturalHist *stats.TailHist `json:"natural_hist,omitempty"`
+	// IOSteps is how many io_steps the run had (the same on every record
+	// of a run; 0 when unknown): calls per io_step are Stats.Count over it.
+	IOSteps uint64 `json:"io_steps,omitempty"`
 }
 
 // RecurringMode is a recurring slow mode of a model key (a function, or a
@@ -349,7 +387,9 @@ type Range struct {
 // FinalAnomaly reports whether anomaly e is still one against the final
 // models' natural ranges by model key (see Explanation): its value must lie
 // outside its key's range. Records without an explanation, or of a key
-// ranges lacks, stay anomalies.
+// ranges lacks, stay anomalies. With a baseline run, the range of a key with
+// a new slow mode ends where the mode starts (see GlobalFuncStats), so that
+// the executions in the mode stand though the run's own range takes it in.
 func FinalAnomaly(e *Exec, ranges map[string]Range) bool {
 	if e.Explanation == nil {
 		return true

@@ -178,6 +178,9 @@ type Aggregates struct {
 	blockOrder []blockKey
 	// top is the topN ranks by anomaly count, largest first (ties by id).
 	top []DetectorID
+	// peers is the culprit analysis of the summaries' peer data
+	// (culprits.go): not saved, rebuilt from the summaries that follow.
+	peers *culpritState
 }
 
 // topN is how many ranks AddStep keeps ordered by anomaly count: the
@@ -212,6 +215,12 @@ func (a *Aggregates) AddStep(id DetectorID, s *psync.StepSummary) {
 		a.addRank(id)
 	}
 	defer a.bumpTop(id)
+	if s.Peer != nil {
+		if a.peers == nil {
+			a.peers = newCulpritState()
+		}
+		a.peers.add(id, s)
+	}
 	if s.MinTS > 0 && (a.StartTS == 0 || s.MinTS < a.StartTS) {
 		a.StartTS = s.MinTS
 	}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/kipimo-hpc/kipimo/internal/baseline"
 	"github.com/kipimo-hpc/kipimo/internal/daemon"
 )
 
@@ -92,6 +93,12 @@ type Config struct {
 	// SyncWorkers is the number of subscriptions of the queue group in this
 	// process (parallel decoding); 0: default.
 	SyncWorkers int
+
+	// Baseline, when set, is the run the detectors compare this one with
+	// (ad.Config.Baseline): the final ranges (FinalRanges, the func_stats
+	// records) of keys with a new slow mode against it end where the mode
+	// starts.
+	Baseline *baseline.Reference
 }
 
 // DefaultConfig is the pserver command's defaults (Run is left empty: it is
@@ -213,7 +220,8 @@ func (c Config) Validate() error {
 		bad("SyncWorkers %d must be at least 1", c.SyncWorkers)
 	}
 	if len(errs) > 0 {
-		return fmt.Errorf("pserver config: %w", errors.Join(errs...))
+		// The program's name comes once, from its main ("pserver: --run ...").
+		return errors.Join(errs...)
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/kipimo-hpc/kipimo/internal/baseline"
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
 	"github.com/kipimo-hpc/kipimo/internal/provenance/provstream"
 	"github.com/kipimo-hpc/kipimo/internal/stats"
@@ -15,30 +16,94 @@ import (
 
 // FuncStatsRecords returns the final func_stats records of this shard's model
 // keys, in key order, with each key's final natural range when detectors
-// send them (the end-of-run relabelling reads it) and its recurring slow
-// mode, if any (State.Recurring). FID is the FNV-1a 32 hash of the key, the same on every
+// send them (the end-of-run relabelling reads it) with the histogram it is
+// read from (a later run's baseline reads it) and its recurring slow mode,
+// if any (State.Recurring), and the run's io_steps so far. FID is the FNV-1a 32 hash of the key, the same on every
 // shard, since keys are names (or call paths) rather than per-rank ids.
 func (s *Server) FuncStatsRecords() []provenance.GlobalFuncStats {
 	var out []provenance.GlobalFuncStats
 	s.View(func(st *State) {
-		ranges := st.NaturalRanges()
+		ranges := s.finalRanges(st)
 		recurring := map[string]*provenance.RecurringMode{}
 		for _, r := range st.Recurring() {
 			recurring[r.Func] = &r.RecurringMode
 		}
+		steps := ioSteps(st)
 		for _, k := range st.ModelKeys() {
 			m := st.Models[k]
 			f := provenance.GlobalFuncStats{
-				PID: m.PID, FID: keyID(k), Func: k, Stats: finiteStats(m.Moments), Anomalies: m.Anomalies,
+				PID: m.PID, FID: keyID(k), Func: k, Stats: finiteStats(m.Moments), Anomalies: m.Anomalies, IOSteps: steps,
 			}
 			if r, ok := ranges[k]; ok {
 				f.NaturalRange = &r
+			}
+			if m.Tail != nil && st.TailRule != nil {
+				h := m.Tail.Clone()
+				f.NaturalHist = &h
 			}
 			f.Recurring = recurring[k]
 			out = append(out, f)
 		}
 	})
 	return out
+}
+
+// FinalRanges returns the final natural ranges by model key that the
+// end-of-run relabelling reads (State.NaturalRanges): with a baseline
+// (Config.Baseline), the range of a key with a new slow mode against it
+// ends where the mode starts (baseline.NewMode.FromUs, at or beyond the
+// baseline's bound), so that the anomalies in the mode stand although this
+// run's own range takes it in.
+func (s *Server) FinalRanges() map[string]provenance.Range {
+	var out map[string]provenance.Range
+	s.View(func(st *State) { out = s.finalRanges(st) })
+	return out
+}
+
+func (s *Server) finalRanges(st *State) map[string]provenance.Range {
+	ranges := st.NaturalRanges()
+	ref := s.cfg.Baseline
+	if ref == nil || len(ranges) == 0 {
+		return ranges
+	}
+	for _, f := range baseline.Compare(ref, currentModels(st), ioSteps(st), baseline.DefaultAlpha).Functions {
+		if r, ok := ranges[f.Func]; ok && f.NewMode != nil && f.NewMode.FromUs < r.High {
+			r.High = f.NewMode.FromUs
+			ranges[f.Func] = r
+		}
+	}
+	return ranges
+}
+
+// currentModels is st's models as a baseline comparison reads them.
+func currentModels(st *State) []baseline.Current {
+	out := make([]baseline.Current, 0, len(st.Models))
+	for _, k := range st.ModelKeys() {
+		m := st.Models[k]
+		out = append(out, baseline.Current{Name: k, Calls: uint64(m.Moments.N), TotalUs: m.Moments.Mean * m.Moments.N, Hist: m.Tail})
+	}
+	return out
+}
+
+// CompareBaseline returns the run's models against Config.Baseline (nil
+// without one).
+func (s *Server) CompareBaseline() *baseline.Report {
+	if s.cfg.Baseline == nil {
+		return nil
+	}
+	var rep *baseline.Report
+	s.View(func(st *State) {
+		rep = baseline.Compare(s.cfg.Baseline, currentModels(st), ioSteps(st), baseline.DefaultAlpha)
+	})
+	return rep
+}
+
+// ioSteps is how many io_steps the run had so far (0 before any summary).
+func ioSteps(st *State) uint64 {
+	if st.Agg == nil || !st.Agg.HaveStep {
+		return 0
+	}
+	return st.Agg.MaxStep + 1
 }
 
 // CounterStatsRecords returns the final counter_stats records of this shard.

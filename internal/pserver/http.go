@@ -63,6 +63,7 @@ func (s *Server) newHandler() http.Handler {
 //	GET /api/rankfuncs?rank=&func=&n= []RankFuncRow
 //	GET /api/counters           []CounterRow
 //	GET /api/events             text/event-stream of Update, one per io_step
+//	GET /api/culprits, /api/outliers  the culprit analysis (culprits_http.go)
 //	GET /metrics                Prometheus metrics (live servers)
 //	    /provdb/...             the provdb query API (proxied, or on the store)
 //
@@ -161,6 +162,7 @@ func (d *dashboard) handler() http.Handler {
 		writeJSON(w, v)
 	})
 	api.HandleFunc("GET /api/events", d.events)
+	d.culpritRoutes(api)
 	if d.metrics != nil {
 		api.Handle("GET /metrics", d.metrics)
 	}

@@ -116,6 +116,10 @@ type StepSummary struct {
 	// Funcs carries per-function anomaly metrics of the step (score and
 	// severity statistics); when absent only FuncAnomalies counts are known.
 	Funcs []FuncAnomalyMetrics `json:"funcs,omitempty"`
+	// Peer is what the rank did in the step, for comparing ranks with their
+	// peers and tracing waits to the rank that caused them (see
+	// internal/culprit); absent from ranks that report none.
+	Peer *PeerStep `json:"peer,omitempty"`
 }
 
 // FuncAnomalyMetrics is one function's anomalies in one rank's step.

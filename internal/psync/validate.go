@@ -227,6 +227,11 @@ func validateStep(s *StepSummary) error {
 	if byFunc > s.Anomalies {
 		return fmt.Errorf("func_anomalies add up to %d, more than the step's %d anomalies", byFunc, s.Anomalies)
 	}
+	if s.Peer != nil {
+		if err := s.Peer.Validate(); err != nil {
+			return err
+		}
+	}
 	if err := ValidateMoments(&s.Scores); err != nil {
 		return fmt.Errorf("scores: %w", err)
 	}

@@ -115,7 +115,9 @@ func (p *Pipeline) start(ctx context.Context) error {
 	// them pending, so the default queue of 64k messages per subscription
 	// (512 KiB each, 2 GiB at 4,096 ranks) is not needed; a live run's
 	// processes publish without it and keep the default.
-	var opts []nats.Option
+	// Losing and regaining the server (an external one) is logged once
+	// per change, as the daemons do.
+	opts := []nats.Option{natsx.Logged(p.log)}
 	if len(cfg.Live.Command) == 0 {
 		opts = append(opts, nats.SyncQueueLen(max(256, 4*max(cfg.MaxLag, maxAutoLag))))
 	}
@@ -193,7 +195,7 @@ func (p *Pipeline) startProvenance(ctx context.Context) error {
 }
 
 func (p *Pipeline) startPServer(ctx context.Context, addr string) error {
-	ps, err := pserver.New(pserver.Config{Run: p.cfg.RunID, HTTPAddr: addr, ProvDBURL: p.provURL}, p.log)
+	ps, err := pserver.New(pserver.Config{Run: p.cfg.RunID, HTTPAddr: addr, ProvDBURL: p.provURL, Baseline: p.cfg.Detector.Baseline}, p.log)
 	if err != nil {
 		return err
 	}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/kipimo-hpc/kipimo/internal/ad"
+	"github.com/kipimo-hpc/kipimo/internal/baseline"
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
 	"github.com/kipimo-hpc/kipimo/internal/pserver"
 	"github.com/kipimo-hpc/kipimo/internal/replay"
@@ -63,6 +64,16 @@ type Summary struct {
 	// least 5% of their time, whether or not any were flagged
 	// (docs/detection.md).
 	Recurring []pserver.Recurring `json:"recurring"`
+	// Culprits are the ranks and functions where waits began, ordered by
+	// the time they cost the job (their own excess and the waits they
+	// caused); OutlierRanks the ranks whose time in a function stood out
+	// from their peers', with the io_steps (docs/detection.md). The whole
+	// analysis, with its bursts, is in the run's culprits.json.
+	Culprits     []pserver.CulpritRow `json:"culprits"`
+	OutlierRanks []pserver.OutlierRow `json:"outlier_ranks"`
+	// Baseline compares the run with its baseline (--baseline), per
+	// function, by extra time; absent without one.
+	Baseline *baseline.Report `json:"baseline,omitempty"`
 
 	EventsPerSecond float64 `json:"events_per_s"`
 	DetectSeconds   float64 `json:"detect_seconds"`
@@ -205,10 +216,15 @@ type execSource interface {
 }
 
 // topFunctions reads the stored anomalies and returns the n functions that
-// lost the most time, ties broken by more anomalies, then by name.
-func topFunctions(ctx context.Context, src execSource, n int) ([]TopFunction, error) {
+// lost the most time, ties broken by more anomalies, then by name. With
+// stand (the final models' labels) only the anomalies that stand after the
+// end-of-run relabelling count, as in the summary's anomaly count.
+func topFunctions(ctx context.Context, src execSource, n int, stand func(*provenance.Exec) bool) ([]TopFunction, error) {
 	byFunc := map[string]*TopFunction{}
 	err := src.Each(ctx, provenance.Query{Kind: provenance.KindAnomalies, Limit: provenance.NoLimit}, func(e provenance.Exec) error {
+		if stand != nil && !stand(&e) {
+			return nil
+		}
 		t := byFunc[e.Func]
 		if t == nil {
 			t = &TopFunction{Func: e.Func}
@@ -269,12 +285,16 @@ func (p *Pipeline) summarize(ctx context.Context, st []ad.Stats, truthFn func() 
 		}
 		sum.Stored[kind] = n
 	}
-	top, err := topFunctions(ctx, p.store, topFunctionsN)
+	top, err := topFunctions(ctx, p.store, topFunctionsN, p.finalLabel())
 	if err != nil {
 		return nil, fmt.Errorf("top functions: %w", err)
 	}
 	sum.TopFunctions = top
 	p.ps.View(func(st *pserver.State) { sum.Recurring = st.Recurring() })
+	if err := p.addCulprits(sum); err != nil {
+		return nil, err
+	}
+	sum.Baseline = p.compareBaseline()
 	if sum.StoredBytes, err = p.store.DiskUsage(ctx); err != nil {
 		return nil, err
 	}
@@ -430,11 +450,11 @@ func (s *Summary) WriteText(w io.Writer) error {
 		}
 	}
 	if sc := s.Score; sc != nil {
-		fmt.Fprintf(tw, "vs. ground truth\t%s, recall %.3f (%d of %d injected found, %d flagged)\n",
-			precisionText(sc.Precision, sc.Flagged), sc.Recall, sc.TruePositives, sc.Injected, sc.Flagged)
+		fmt.Fprintf(tw, "vs. ground truth\t%s, %s (%d of %d injected found, %d flagged)\n",
+			precisionText(sc.Precision, sc.Flagged), recallText(sc.Recall, sc.Injected), sc.TruePositives, sc.Injected, sc.Flagged)
 		if l := sc.Live; l != nil {
-			fmt.Fprintf(tw, "  live labels\t%s, recall %.3f (%d flagged during the run; %d unflagged by the final model)\n",
-				precisionText(l.Precision, l.Flagged), l.Recall, l.Flagged, l.Unflagged)
+			fmt.Fprintf(tw, "  live labels\t%s, %s (%d flagged during the run; %d unflagged by the final model)\n",
+				precisionText(l.Precision, l.Flagged), recallText(l.Recall, sc.Injected), l.Flagged, l.Unflagged)
 			// Phases are scored where the run's steps are known (not for
 			// a live program's injected delays): nothing to say otherwise.
 			if l.Cold.Flagged+l.Warm.Flagged > 0 {
@@ -465,6 +485,8 @@ func (s *Summary) WriteText(w io.Writer) error {
 		fmt.Fprintf(tw, "%s\t%s: %.2g%% of its calls take about %s (%.0f%% of its time), from io_step %d on %d ranks\n",
 			label, r.Func, 100*r.CallsFraction, time.Duration(r.TypicalUs*float64(time.Microsecond)).Round(time.Microsecond), 100*r.TimeShare, r.FirstIOStep, len(r.Ranks))
 	}
+	writeCulpritText(tw, s)
+	writeBaselineText(tw, s)
 	if ti := s.TraceInput; ti != nil {
 		// A trace is already on disk: what matters is how little of it
 		// must be kept and what keeping it costs, not a ratio of two
@@ -525,6 +547,16 @@ func precisionText(p float64, flagged int) string {
 		return "precision not measured (nothing flagged)"
 	}
 	return fmt.Sprintf("precision %.3f", p)
+}
+
+// recallText is a recall for the summary, or that there is none to
+// measure when nothing was injected (a program whose injected function was
+// never called).
+func recallText(r float64, injected int) string {
+	if injected == 0 {
+		return "recall not measured (nothing injected)"
+	}
+	return fmt.Sprintf("recall %.3f", r)
 }
 
 // phaseText is one phase's live precision for the summary.

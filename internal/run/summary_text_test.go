@@ -31,6 +31,15 @@ func TestSummaryText(t *testing.T) {
 			not:  []string{"precision 0.000", "live precision", "(0 flagged)"},
 		},
 		{
+			name: "live program whose injected function was never called",
+			edit: func(s *Summary) {
+				s.Score = &Score{Live: &LiveScore{}}
+				s.Live = &LiveReport{Command: []string{"true"}}
+			},
+			want: []string{"precision not measured (nothing flagged), recall not measured (nothing injected) (0 of 0 injected found"},
+			not:  []string{"recall 0.000"},
+		},
+		{
 			name: "synthetic run with both phases",
 			edit: func(s *Summary) {
 				s.Score = &Score{Injected: 3, Flagged: 3, TruePositives: 3, Precision: 1, Recall: 1,

@@ -38,7 +38,7 @@ func TestSummaryTopFunctionsByTimeLost(t *testing.T) {
 	if err := s.Write(ctx, provenance.Batch{Kind: provenance.KindAnomalies, Execs: es}); err != nil {
 		t.Fatal(err)
 	}
-	top, err := topFunctions(ctx, s, 3)
+	top, err := topFunctions(ctx, s, 3, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,5 +72,37 @@ func TestSummaryTopFunctionsByTimeLost(t *testing.T) {
 	text := strings.Join(strings.Fields(b.String()), " ")
 	if w := "top functions rare (2, 42.5ms lost), often (9, 90µs lost), chimbuko (2, 0s lost)"; !strings.Contains(text, w) {
 		t.Errorf("text lacks %q:\n%s", w, text)
+	}
+}
+
+// The top list counts the anomalies that stand after the end-of-run
+// relabelling, as the summary's anomaly count does: a function whose
+// anomalies the final model unflagged leaves it, and the others count only
+// what stands.
+func TestSummaryTopFunctionsCountFinalLabels(t *testing.T) {
+	ctx := context.Background()
+	s, err := sqlitestore.Open(ctx, filepath.Join(t.TempDir(), "prov.db"), sqlitestore.Options{Synchronous: "OFF"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	es := storetest.Generate(storetest.GenConfig{Seed: 8, N: 6, Ranks: 2, Steps: 3, Anomaly: true})
+	// "send": two of three beyond the final range [0, 100]; "wait": both inside
+	funcs := []string{"send", "send", "send", "wait", "wait", "send"}
+	values := []float64{500, 50, 900, 20, 30, 700}
+	for i := range es {
+		es[i].Func = funcs[i]
+		es[i].Explanation = &provenance.Explanation{Key: funcs[i], Value: values[i], Excess: values[i] - 100, Text: "t"}
+	}
+	if err := s.Write(ctx, provenance.Batch{Kind: provenance.KindAnomalies, Execs: es}); err != nil {
+		t.Fatal(err)
+	}
+	ranges := map[string]provenance.Range{"send": {Low: 0, High: 100}, "wait": {Low: 0, High: 100}}
+	top, err := topFunctions(ctx, s, 5, func(e *provenance.Exec) bool { return provenance.FinalAnomaly(e, ranges) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (TopFunction{Func: "send", Count: 3, TimeLostUs: 1_800}); len(top) != 1 || top[0] != want {
+		t.Errorf("top %+v, want only %+v", top, want)
 	}
 }

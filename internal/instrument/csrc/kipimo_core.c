@@ -47,7 +47,8 @@
  *   KIPIMO_NAMES_EVERY   every Nth frame carries every name and metadata entry again
  *                        (default 16; 0: only after a reconnect or a dropped frame)
  *   KIPIMO_EXCLUDE       comma-separated shell patterns of function names not recorded
- *   KIPIMO_INJECT        FUNC:PROB:DELAY[,...] fault injection (e.g. MPI_Send:0.004:25ms)
+ *   KIPIMO_INJECT        FUNC:PROB:DELAY[@RANKS][,...] fault injection (e.g. MPI_Send:0.004:25ms,
+ *                        compute:0.05:20ms@2; RANKS: ranks and ranges R-R joined by +)
  *   KIPIMO_SEED          seed of the injection draws (default 1)
  *   KIPIMO_COUNTERS      0 turns the per-step process counters off
  *   KIPIMO_CLOCK         tsc or monotonic (default: tsc where it is invariant)
@@ -212,6 +213,8 @@ typedef struct kp_inject {
 	char *func;
 	double prob;
 	uint64_t delay_ns;
+	uint32_t (*ranks)[2]; /* inclusive rank ranges; none: every rank */
+	int nranks;
 } kp_inject;
 
 typedef struct kp_truth {
@@ -480,21 +483,79 @@ static char **split_list(const char *s, int *n) {
 	return out;
 }
 
+/* parse_ranks reads RANKS of FUNC:PROB:DELAY@RANKS: ranks and ranges
+ * R-R joined by '+', e.g. 3 or 0-1+6. It returns 0 on success. */
+static int parse_ranks(const char *s, kp_inject *in) {
+	int n = 1;
+	for (const char *c = s; *c; c++)
+		n += *c == '+';
+	in->ranks = calloc((size_t)n, sizeof *in->ranks);
+	if (!in->ranks)
+		return -1;
+	const char *c = s;
+	for (;;) {
+		char *end;
+		if (*c < '0' || *c > '9')
+			return -1;
+		unsigned long lo = strtoul(c, &end, 10), hi = lo;
+		if (*end == '-') {
+			if (end[1] < '0' || end[1] > '9')
+				return -1;
+			hi = strtoul(end + 1, &end, 10);
+		}
+		if (lo > hi || hi > UINT32_MAX)
+			return -1;
+		in->ranks[in->nranks][0] = (uint32_t)lo;
+		in->ranks[in->nranks][1] = (uint32_t)hi;
+		in->nranks++;
+		if (*end == 0)
+			return 0;
+		if (*end != '+')
+			return -1;
+		c = end + 1;
+	}
+}
+
+/* inject_here reports whether injection in applies to this process's rank
+ * (read at each draw: MPI_Init may set the rank after the names). */
+static int inject_here(const kp_inject *in) {
+	if (in->nranks == 0)
+		return 1;
+	uint32_t r = atomic_load_explicit(&K.rank, memory_order_relaxed);
+	for (int i = 0; i < in->nranks; i++)
+		if (r >= in->ranks[i][0] && r <= in->ranks[i][1])
+			return 1;
+	return 0;
+}
+
 static void parse_inject(const char *s) {
 	int n;
 	char **items = split_list(s, &n);
 	K.inject = calloc((size_t)n + 1, sizeof *K.inject);
 	for (int i = 0; i < n; i++) {
+		kp_inject in = {0};
+		/* FUNC:PROB:DELAY[@RANKS]; RANKS follows the last ':' */
+		char *at = strrchr(items[i], '@');
+		if (at && at > strrchr(items[i], ':')) {
+			*at = 0;
+			if (parse_ranks(at + 1, &in) != 0) {
+				set_error("KIPIMO_INJECT: bad ranks @%s (want R or R-R, joined by +)", at + 1);
+				free(in.ranks);
+				continue;
+			}
+		}
 		/* FUNC:PROB:DELAY; FUNC may contain ':' (C++ names), so split from the right */
 		char *d = strrchr(items[i], ':');
 		if (!d) {
 			set_error("KIPIMO_INJECT: %s is not FUNC:PROB:DELAY", items[i]);
+			free(in.ranks);
 			continue;
 		}
 		*d = 0;
 		char *p = strrchr(items[i], ':');
 		if (!p) {
 			set_error("KIPIMO_INJECT: %s is not FUNC:PROB:DELAY", items[i]);
+			free(in.ranks);
 			continue;
 		}
 		*p = 0;
@@ -503,9 +564,13 @@ static void parse_inject(const char *s) {
 		uint64_t delay;
 		if (*end || prob < 0 || prob > 1 || parse_duration_ns(d + 1, &delay) != 0) {
 			set_error("KIPIMO_INJECT: bad probability or delay in %s", items[i]);
+			free(in.ranks);
 			continue;
 		}
-		K.inject[K.ninject++] = (kp_inject){.func = strdup(items[i]), .prob = prob, .delay_ns = delay};
+		in.func = strdup(items[i]);
+		in.prob = prob;
+		in.delay_ns = delay;
+		K.inject[K.ninject++] = in;
 		free(items[i]);
 	}
 	free(items);
@@ -976,8 +1041,11 @@ static __attribute__((noinline)) void enter_slow(kp_thread *t, uint32_t fid) {
 	}
 	uint64_t th = atomic_load_explicit(&K.inject_threshold[fid], memory_order_relaxed);
 	uint64_t type = EV_ENTRY;
-	if (th != 0 && (th == UINT64_MAX || xorshift(t) < th))
-		type = EV_ENTRY_INJECTED;
+	if (th != 0 && (th == UINT64_MAX || xorshift(t) < th)) {
+		uint16_t k = atomic_load_explicit(&K.inject_of[fid], memory_order_relaxed);
+		if (k && inject_here(&K.inject[k - 1]))
+			type = EV_ENTRY_INJECTED;
+	}
 	uint64_t tk = ticks();
 	/* injected calls are never summarised */
 	if (count_call(t, fid) && type == EV_ENTRY && t->depth < KP_STACK) {
@@ -1173,7 +1241,7 @@ int kp_inject_draw(uint32_t fid, uint64_t *delay_ns) {
 		return 0;
 	kp_thread *t = self();
 	uint16_t k = atomic_load_explicit(&K.inject_of[fid], memory_order_relaxed);
-	if (!t || !k || !(th == UINT64_MAX || xorshift(t) < th))
+	if (!t || !k || !(th == UINT64_MAX || xorshift(t) < th) || !inject_here(&K.inject[k - 1]))
 		return 0;
 	*delay_ns = K.inject[k - 1].delay_ns;
 	return 1;

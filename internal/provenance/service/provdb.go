@@ -145,7 +145,8 @@ func (c Config) Validate() error {
 		bad("RetryDelay %v must be positive", c.RetryDelay)
 	}
 	if len(errs) > 0 {
-		return fmt.Errorf("provdb config: %w", errors.Join(errs...))
+		// The program's name comes once, from its main ("provdb: --run ...").
+		return errors.Join(errs...)
 	}
 	return nil
 }

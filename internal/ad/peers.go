@@ -1,0 +1,191 @@
+package ad
+
+import (
+	"cmp"
+	"slices"
+	"strings"
+
+	"github.com/kipimo-hpc/kipimo/internal/frame"
+	"github.com/kipimo-hpc/kipimo/internal/psync"
+)
+
+// Kinds of function for the peer comparison, by fid (peerKinds).
+const (
+	peerUnknown int8 = iota // not classified yet
+	peerWork
+	peerP2P
+	peerColl
+)
+
+// collTag is the tag of the communication events of a collective (the
+// event library's KP_TAG_COLLECTIVE): they name no partner to wait on.
+const collTag = 0xFFFFFFFF
+
+// peerAcc accumulates what one rank did in the current io_step: the
+// exclusive time and calls of each function whose executions completed in
+// the step, and the time of its point-to-point waits by partner (from the
+// communication events attached to the wait). Reported in the step summary
+// (psync.PeerStep) for the parameter server's comparison of ranks and its
+// tracing of waits (internal/culprit). Owned by the detector's goroutine.
+type peerAcc struct {
+	us, calls, maxUs []uint64 // by fid
+	kinds            []int8   // by fid
+	touched          []uint32 // fids with executions in the step
+	waits            map[uint32]uint64
+	partners         []uint32 // scratch: the partners of one wait
+}
+
+// peerKind classifies a function by name: an MPI point-to-point wait
+// (receives, waits and tests on requests, synchronous sends, probes; a
+// standard send returns once its buffer is free, so it is work), an MPI
+// collective (whose ranks all wait for the last to arrive), or work.
+// Fortran names (mpi_waitall_) and profiling names (PMPI_) count the same.
+func peerKind(name string) int8 {
+	n := strings.ToLower(strings.TrimRight(name, "_"))
+	n = strings.TrimPrefix(n, "p")
+	if !strings.HasPrefix(n, "mpi_") {
+		return peerWork
+	}
+	n = n[len("mpi_"):]
+	switch n {
+	case "recv", "wait", "waitall", "waitany", "waitsome", "test", "testall", "testany", "testsome",
+		"ssend", "sendrecv", "sendrecv_replace", "probe", "mprobe", "mrecv":
+		return peerP2P
+	case "barrier", "bcast", "reduce", "allreduce", "gather", "gatherv", "scatter", "scatterv",
+		"allgather", "allgatherv", "alltoall", "alltoallv", "alltoallw", "reduce_scatter",
+		"reduce_scatter_block", "scan", "exscan":
+		return peerColl
+	}
+	if strings.HasPrefix(n, "neighbor_") {
+		// among neighbours only: not a wait for every rank
+		return peerP2P
+	}
+	return peerWork
+}
+
+// observe adds a completed execution of t to the step: its exclusive time
+// to its function and, for a point-to-point wait, its time to each partner
+// whose message it completed or sent. Called as the execution completes,
+// before any later entry on t, so a leaf's communication events are the
+// last attached on its thread.
+func (p *peerAcc) observe(cs *callStacks, t *thread, e *execRec) {
+	if e.flags&(flagLost|flagRepaired) != 0 {
+		return
+	}
+	fid := e.fid
+	if int(fid) >= len(p.us) {
+		n := max(int(fid)+1, 2*len(p.us))
+		p.us = slices.Grow(p.us, n-len(p.us))[:n]
+		p.calls = slices.Grow(p.calls, n-len(p.calls))[:n]
+		p.maxUs = slices.Grow(p.maxUs, n-len(p.maxUs))[:n]
+		p.kinds = slices.Grow(p.kinds, n-len(p.kinds))[:n]
+	}
+	if p.kinds[fid] == peerUnknown {
+		p.kinds[fid] = peerKind(cs.funcName(fid))
+	}
+	if p.calls[fid] == 0 {
+		p.touched = append(p.touched, fid)
+	}
+	x := e.excl()
+	p.us[fid] += x
+	p.calls[fid]++
+	p.maxUs[fid] = max(p.maxUs[fid], x)
+	if p.kinds[fid] != peerP2P || e.nchild != 0 || len(t.comms) == 0 {
+		return
+	}
+	seq := t.next() - 1 // a leaf: the thread's latest execution
+	p.partners = p.partners[:0]
+	for i := len(t.comms) - 1; i >= 0 && t.comms[i].seq == seq; i-- {
+		c := &t.comms[i].ev
+		if c.Tag == collTag || (c.Kind != frame.Recv && c.Kind != frame.Send) || slices.Contains(p.partners, c.Partner) {
+			continue
+		}
+		p.partners = append(p.partners, c.Partner)
+	}
+	if len(p.partners) == 0 {
+		return
+	}
+	if p.waits == nil {
+		p.waits = map[uint32]uint64{}
+	}
+	for _, r := range p.partners {
+		p.waits[r] += e.incl()
+	}
+}
+
+// step returns the step's peer data and starts the next step: the
+// costliest work functions (psync.PeerWorkFuncs), every wait and collective
+// (within psync.MaxPeerFuncs), and the partners waited on longest
+// (psync.MaxPeerWaits). Nil when no execution completed in the step.
+func (p *peerAcc) step(cs *callStacks) *psync.PeerStep {
+	if len(p.touched) == 0 {
+		return nil
+	}
+	ps := &psync.PeerStep{Funcs: make([]psync.PeerFunc, 0, min(len(p.touched), psync.MaxPeerFuncs))}
+	slices.SortFunc(p.touched, func(a, b uint32) int {
+		if c := cmp.Compare(p.us[b], p.us[a]); c != 0 {
+			return c
+		}
+		return cmp.Compare(a, b)
+	})
+	work := 0
+	for _, fid := range p.touched {
+		k := p.kinds[fid]
+		if k == peerWork {
+			if work == psync.PeerWorkFuncs {
+				continue
+			}
+			work++
+		}
+		if len(ps.Funcs) == psync.MaxPeerFuncs {
+			break
+		}
+		f := psync.PeerFunc{Func: cs.funcName(fid), Us: p.us[fid], Calls: p.calls[fid], MaxUs: p.maxUs[fid]}
+		switch k {
+		case peerP2P:
+			f.Kind = psync.PeerP2P
+		case peerColl:
+			f.Kind = psync.PeerCollective
+		}
+		ps.Funcs = append(ps.Funcs, f)
+	}
+	// Two fids may carry one name (a name declared twice): merge them.
+	slices.SortStableFunc(ps.Funcs, func(a, b psync.PeerFunc) int { return strings.Compare(a.Func, b.Func) })
+	ps.Funcs = mergePeerFuncs(ps.Funcs)
+	for _, fid := range p.touched {
+		p.us[fid], p.calls[fid], p.maxUs[fid] = 0, 0, 0
+	}
+	p.touched = p.touched[:0]
+	if len(p.waits) > 0 {
+		ps.Waits = make([]psync.PeerWait, 0, len(p.waits))
+		for r, us := range p.waits {
+			ps.Waits = append(ps.Waits, psync.PeerWait{Partner: r, Us: us})
+		}
+		slices.SortFunc(ps.Waits, func(a, b psync.PeerWait) int {
+			if c := cmp.Compare(b.Us, a.Us); c != 0 {
+				return c
+			}
+			return cmp.Compare(a.Partner, b.Partner)
+		})
+		if len(ps.Waits) > psync.MaxPeerWaits {
+			ps.Waits = ps.Waits[:psync.MaxPeerWaits]
+		}
+		clear(p.waits)
+	}
+	return ps
+}
+
+// mergePeerFuncs merges adjacent entries of one name in fs (sorted by name).
+func mergePeerFuncs(fs []psync.PeerFunc) []psync.PeerFunc {
+	out := fs[:0]
+	for _, f := range fs {
+		if n := len(out); n > 0 && out[n-1].Func == f.Func {
+			out[n-1].Us += f.Us
+			out[n-1].Calls += f.Calls
+			out[n-1].MaxUs = max(out[n-1].MaxUs, f.MaxUs)
+			continue
+		}
+		out = append(out, f)
+	}
+	return out
+}
