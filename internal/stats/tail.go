@@ -202,9 +202,10 @@ type TailRule struct {
 	// maximum a value must lie to be outside the natural range.
 	Ratio float64 `json:"ratio"`
 	// Recur is how many values per bin it occupies a mode beyond a gap
-	// needs to belong to the natural range whatever the gap below it: a
-	// runtime that keeps coming back is the function's behaviour, however
-	// far it sits from the rest.
+	// needs to belong to the natural range whatever the gap below it (a
+	// mode WideRatio wide or more: at most twice Recur all together): a runtime
+	// that keeps coming back is the function's behaviour, however far it
+	// sits from the rest.
 	Recur uint64 `json:"recur"`
 	// RecurFrac is the fraction of the values counted a mode must also
 	// hold, its bins taken together, or DenseShare of it (FarDenseShare
@@ -236,6 +237,16 @@ const (
 	FarRatio      = 4
 	FarDenseShare = 0.5
 )
+
+// WideRatio is how many times its smallest value a mode's largest value
+// must be for the mode to be wide. A mode narrower than that needs Recur
+// values per bin it occupies (a cluster of a few runtimes is where rare
+// anomalies and a young model's first values sit); a wide one, spread over
+// an octave or more, cannot hold that many per bin short of hundreds of
+// values and is judged by its mass: RecurFrac of all values and twice
+// Recur (a wait on another rank or a scheduler's delays spread over
+// milliseconds in 1-15% of a small function's calls).
+const WideRatio = 2
 
 // ClearGapRatio is how far beyond the top of a natural range a value must
 // lie for the gap below it to be clear: the quantile floor of the
@@ -279,13 +290,15 @@ func (r TailRule) ClearGap(m float64) float64 {
 
 // recurs reports whether the mode made of the nonempty bins among i..j-1
 // (each within the Threshold of the one before) holds enough values to be
-// natural: at least total of all values and Recur per nonempty bin all
-// together, or at least dense and twice Recur per nonempty bin within the
-// Threshold of the smallest value of one of its bins (a window gathers a few
-// bins' values: a handful of anomalies in a young model must not pass).
+// natural: at least total of all values and, all together, Recur per
+// nonempty bin, or at most twice Recur for a wide mode (see WideRatio); or at least
+// dense and twice Recur per nonempty bin within the Threshold of the
+// smallest value of one of its bins (a window gathers a few bins' values: a
+// handful of anomalies in a young model must not pass).
 func (h *TailHist) recurs(r TailRule, i, j int, total, dense uint64) bool {
 	var all, win uint64
 	var allBins, winBins uint64
+	lowest, highest := -1.0, 0.0
 	b := i
 	for a := i; a < j; a++ {
 		c := h.Counts[a]
@@ -294,6 +307,10 @@ func (h *TailHist) recurs(r TailRule, i, j int, total, dense uint64) bool {
 		}
 		all += c
 		allBins++
+		if lowest < 0 {
+			lowest = h.Mins[a]
+		}
+		highest = h.Maxs[a]
 		// the window of bins from a whose values lie within Threshold(Mins[a])
 		if b <= a {
 			b, win, winBins = a, 0, 0
@@ -310,7 +327,11 @@ func (h *TailHist) recurs(r TailRule, i, j int, total, dense uint64) bool {
 		win -= c
 		winBins--
 	}
-	return all >= max(total, r.Recur*allBins)
+	need := r.Recur * allBins
+	if highest >= WideRatio*lowest {
+		need = min(need, 2*r.Recur)
+	}
+	return all >= max(total, need)
 }
 
 // NaturalRange returns the smallest and largest values of h's natural range.
@@ -323,8 +344,9 @@ func (h *TailHist) recurs(r TailRule, i, j int, total, dense uint64) bool {
 // judged by its total mass, not bin by bin), or when its values within the
 // Threshold of each other hold at least DenseShare × RecurFrac of all
 // (FarDenseShare × RecurFrac for a mode that starts FarRatio beyond) and
-// twice Recur values per bin they occupy; all together, at least Recur per
-// bin. A mode that does not stays outside and the scan goes on past it, so a
+// twice Recur values per bin they occupy; all together, at least Recur
+// per bin, or at most twice Recur for a mode WideRatio wide or more. A mode that
+// does not stays outside and the scan goes on past it, so a
 // recurring mode beyond isolated values is still found. Going down is the
 // same with LowThreshold.
 //
