@@ -10,31 +10,31 @@ import "github.com/kipimo-hpc/kipimo/internal/provenance"
 // its counts afresh, since they were against another bound.
 
 func (w *ckWriter) baseline(d *Detector) {
-	w.bool(d.base != nil)
+	w.Bool(d.base != nil)
 	if d.base == nil {
 		return
 	}
-	w.str(d.base.ref.Source)
-	w.uvarint(uint64(len(d.base.keys)))
+	w.Str(d.base.ref.Source)
+	w.Uvarint(uint64(len(d.base.keys)))
 	for i := range d.base.keys {
 		k := &d.base.keys[i]
-		w.uvarint(k.calls)
-		w.uvarint(k.beyond)
-		w.bool(k.sig)
+		w.Uvarint(k.calls)
+		w.Uvarint(k.beyond)
+		w.Bool(k.sig)
 	}
 }
 
 func (r *ckReader) baseline(d *Detector) {
-	if !r.bool() {
+	if !r.Bool() {
 		return
 	}
-	source := r.str()
-	n := r.count(3)
+	source := r.Str()
+	n := r.Count(3)
 	keys := make([]baseKey, 0, n)
 	for range n {
-		keys = append(keys, baseKey{calls: r.uvarint(), beyond: r.uvarint(), sig: r.bool()})
+		keys = append(keys, baseKey{calls: r.Uvarint(), beyond: r.Uvarint(), sig: r.Bool()})
 	}
-	if r.err != nil || d.base == nil || d.base.ref.Source != source {
+	if r.Err != nil || d.base == nil || d.base.ref.Source != source {
 		return
 	}
 	// Each key resolves its baseline key by name again on first use.
@@ -44,26 +44,26 @@ func (r *ckReader) baseline(d *Detector) {
 // The baseline evidence of a pending record's explanation (version 6 on).
 
 func (w *ckWriter) evidence(b *provenance.BaselineEvidence) {
-	w.bool(b != nil)
+	w.Bool(b != nil)
 	if b == nil {
 		return
 	}
-	w.str(b.Source)
-	w.f64(b.Bound)
+	w.Str(b.Source)
+	w.F64(b.Bound)
 	for _, v := range [...]uint64{b.BaselineCalls, b.BaselineBeyond, b.Calls, b.Beyond} {
-		w.uvarint(v)
+		w.Uvarint(v)
 	}
-	w.f64(b.PValue)
+	w.F64(b.PValue)
 }
 
 func (r *ckReader) evidence() *provenance.BaselineEvidence {
-	if !r.bool() {
+	if !r.Bool() {
 		return nil
 	}
-	b := &provenance.BaselineEvidence{Source: r.str(), Bound: r.f64()}
+	b := &provenance.BaselineEvidence{Source: r.Str(), Bound: r.F64()}
 	for _, p := range [...]*uint64{&b.BaselineCalls, &b.BaselineBeyond, &b.Calls, &b.Beyond} {
-		*p = r.uvarint()
+		*p = r.Uvarint()
 	}
-	b.PValue = r.f64()
+	b.PValue = r.F64()
 	return b
 }

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"github.com/kipimo-hpc/kipimo/internal/binio"
 	"github.com/kipimo-hpc/kipimo/internal/frame"
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
 	"github.com/kipimo-hpc/kipimo/internal/psync"
@@ -99,9 +100,9 @@ func (d *Detector) Checkpoint() ([]byte, error) {
 	if d.batch.Len() != 0 {
 		return nil, fmt.Errorf("checkpoint of rank %d: %d records not yet handed to the sink (not at a step boundary)", d.cfg.Rank, d.batch.Len())
 	}
-	w := &ckWriter{b: make([]byte, 0, 4096)}
-	w.b = append(w.b, CheckpointMagic...)
-	w.uvarint(CheckpointVersion)
+	w := &ckWriter{binio.Writer{B: make([]byte, 0, 4096)}}
+	w.B = append(w.B, CheckpointMagic...)
+	w.Uvarint(CheckpointVersion)
 	w.identity(&d.cfg)
 	w.detector(d)
 	w.stacks(d.stacks)
@@ -115,8 +116,8 @@ func (d *Detector) Checkpoint() ([]byte, error) {
 	w.frames(d.held)
 	w.ranSteps(d)
 	w.baseline(d)
-	w.b = binary.LittleEndian.AppendUint32(w.b, crc32.Checksum(w.b, castagnoli))
-	return w.b, nil
+	w.B = binary.LittleEndian.AppendUint32(w.B, crc32.Checksum(w.B, castagnoli))
+	return w.B, nil
 }
 
 // Restore returns a detector configured by cfg whose state is the
@@ -176,11 +177,11 @@ func Restore(cfg Config, data []byte) (*Detector, error) {
 	if r.version >= 6 {
 		r.baseline(d)
 	}
-	if r.err == nil && r.off != len(r.b) {
-		r.fail("%d bytes after the last section", len(r.b)-r.off)
+	if r.Err == nil && r.Off != len(r.B) {
+		r.Fail("%d bytes after the last section", len(r.B)-r.Off)
 	}
-	if r.err != nil {
-		return nil, r.err
+	if r.Err != nil {
+		return nil, r.Err
 	}
 	s := newSyncState(&d.cfg, &d.stats, d.models, &d.cur)
 	for i, sh := range s.shards {
@@ -215,35 +216,21 @@ func (d *Detector) LastStep() (uint64, bool) {
 
 // ---- writer ----
 
-type ckWriter struct{ b []byte }
-
-func (w *ckWriter) uvarint(v uint64) { w.b = binary.AppendUvarint(w.b, v) }
-func (w *ckWriter) varint(v int64)   { w.b = binary.AppendVarint(w.b, v) }
-func (w *ckWriter) u32(v uint32)     { w.uvarint(uint64(v)) }
-func (w *ckWriter) f64(v float64)    { w.b = binary.LittleEndian.AppendUint64(w.b, math.Float64bits(v)) }
-func (w *ckWriter) f32(v float32)    { w.b = binary.LittleEndian.AppendUint32(w.b, math.Float32bits(v)) }
-func (w *ckWriter) byte1(v uint8)    { w.b = append(w.b, v) }
-func (w *ckWriter) bool(v bool) {
-	if v {
-		w.b = append(w.b, 1)
-	} else {
-		w.b = append(w.b, 0)
-	}
-}
-func (w *ckWriter) str(s string) { w.uvarint(uint64(len(s))); w.b = append(w.b, s...) }
+// ckWriter writes a checkpoint: binio's values and the detector's forms.
+type ckWriter struct{ binio.Writer }
 
 // optLen writes 0 for a nil list and n+1 otherwise.
 func optLen[T any](w *ckWriter, s []T) {
 	if s == nil {
-		w.uvarint(0)
+		w.Uvarint(0)
 	} else {
-		w.uvarint(uint64(len(s)) + 1)
+		w.Uvarint(uint64(len(s)) + 1)
 	}
 }
 
 // delta writes v as a zigzag difference from *prev (exact modulo 2^64).
 func (w *ckWriter) delta(prev *uint64, v uint64) {
-	w.varint(int64(v - *prev))
+	w.Varint(int64(v - *prev))
 	*prev = v
 }
 
@@ -287,86 +274,86 @@ func identity(c *Config) [][2]string {
 
 func (w *ckWriter) identity(c *Config) {
 	id := identity(c)
-	w.uvarint(uint64(len(id)))
+	w.Uvarint(uint64(len(id)))
 	for _, kv := range id {
-		w.str(kv[0])
-		w.str(kv[1])
+		w.Str(kv[0])
+		w.Str(kv[1])
 	}
-	w.str(c.Hostname)
+	w.Str(c.Hostname)
 }
 
 func (w *ckWriter) detector(d *Detector) {
-	w.uvarint(d.cur.step)
-	w.uvarint(d.cur.tstart)
-	w.uvarint(d.cur.tend)
-	w.uvarint(d.lastStep)
-	w.bool(d.lastSeen)
-	w.uvarint(d.missing)
-	w.uvarint(d.stepEvents)
-	w.uvarint(d.stepBad)
-	w.uvarint(d.processed)
-	w.bool(d.requestProfiles.Load())
-	w.bool(d.heldOnce)
+	w.Uvarint(d.cur.step)
+	w.Uvarint(d.cur.tstart)
+	w.Uvarint(d.cur.tend)
+	w.Uvarint(d.lastStep)
+	w.Bool(d.lastSeen)
+	w.Uvarint(d.missing)
+	w.Uvarint(d.stepEvents)
+	w.Uvarint(d.stepBad)
+	w.Uvarint(d.processed)
+	w.Bool(d.requestProfiles.Load())
+	w.Bool(d.heldOnce)
 	keys := slices.SortedFunc(maps.Keys(d.metaSeen), func(a, b metaKey) int {
 		if a.tid != b.tid {
 			return int(a.tid) - int(b.tid)
 		}
 		return strings.Compare(a.key, b.key)
 	})
-	w.uvarint(uint64(len(keys)))
+	w.Uvarint(uint64(len(keys)))
 	for _, k := range keys {
-		w.u32(k.tid)
-		w.str(k.key)
+		w.U32(k.tid)
+		w.Str(k.key)
 	}
 	c := &d.stats
 	cs := counterFields(c)
-	w.uvarint(uint64(len(cs)))
+	w.Uvarint(uint64(len(cs)))
 	for _, p := range cs {
-		w.uvarint(p.Load())
+		w.Uvarint(p.Load())
 	}
-	w.bool(c.ended.Load())
-	w.uvarint(d.sync.lag.Load())
+	w.Bool(c.ended.Load())
+	w.Uvarint(d.sync.lag.Load())
 }
 
 func (w *ckWriter) stacks(cs *callStacks) {
 	optLen(w, cs.funcNames)
 	for i, n := range cs.funcNames {
-		w.str(n)
-		w.bool(i < len(cs.funcKnown) && cs.funcKnown[i])
+		w.Str(n)
+		w.Bool(i < len(cs.funcKnown) && cs.funcKnown[i])
 	}
 	ids := slices.Sorted(maps.Keys(cs.ctrNames))
-	w.uvarint(uint64(len(ids)))
+	w.Uvarint(uint64(len(ids)))
 	for _, id := range ids {
-		w.u32(id)
-		w.str(cs.ctrNames[id])
+		w.U32(id)
+		w.Str(cs.ctrNames[id])
 	}
-	w.varint(cs.corrCID)
-	w.uvarint(uint64(len(cs.nodes)))
+	w.Varint(cs.corrCID)
+	w.Uvarint(uint64(len(cs.nodes)))
 	for _, n := range cs.nodes[1:] {
-		w.u32(n.parent)
-		w.u32(n.fid)
-		w.u32(n.suffix)
+		w.U32(n.parent)
+		w.U32(n.fid)
+		w.U32(n.suffix)
 	}
-	w.uvarint(uint64(len(cs.launchOrder)))
-	w.uvarint(uint64(cs.launchHead))
+	w.Uvarint(uint64(len(cs.launchOrder)))
+	w.Uvarint(uint64(cs.launchHead))
 	for _, cid := range cs.launchOrder {
 		l := cs.launches[cid]
-		w.uvarint(cid)
-		w.u32(l.tid)
-		w.uvarint(l.seq)
-		w.u32(l.step)
-		w.u32(l.idx)
-		w.u32(l.fid)
-		w.uvarint(l.entry)
+		w.Uvarint(cid)
+		w.U32(l.tid)
+		w.Uvarint(l.seq)
+		w.U32(l.step)
+		w.U32(l.idx)
+		w.U32(l.fid)
+		w.Uvarint(l.entry)
 		optLen(w, l.stack)
 		for _, f := range l.stack {
-			w.u32(f.fid)
-			w.u32(f.step)
-			w.u32(f.idx)
-			w.uvarint(f.entry)
+			w.U32(f.fid)
+			w.U32(f.step)
+			w.U32(f.idx)
+			w.Uvarint(f.entry)
 		}
 	}
-	w.uvarint(uint64(len(cs.threads)))
+	w.Uvarint(uint64(len(cs.threads)))
 	for _, t := range cs.threads {
 		w.thread(t)
 	}
@@ -376,145 +363,145 @@ func (w *ckWriter) stacks(cs *callStacks) {
 // differences from its own (small numbers).
 func (w *ckWriter) exec(seq uint64, prev *uint64, e *execRec) {
 	w.delta(prev, e.entry)
-	w.varint(int64(e.exit - e.entry))
-	w.uvarint(e.childIncl)
-	w.varint(int64(seq - e.parent))
-	w.u32(e.step)
-	w.u32(e.idx)
-	w.varint(int64(e.step) - int64(e.pstep))
-	w.varint(int64(e.idx) - int64(e.pidx))
-	w.u32(e.fid)
-	w.u32(e.path)
-	w.u32(uint32(e.key))
-	w.u32(e.nchild)
-	w.f32(e.score)
-	w.byte1(uint8(e.label))
-	w.byte1(e.flags)
+	w.Varint(int64(e.exit - e.entry))
+	w.Uvarint(e.childIncl)
+	w.Varint(int64(seq - e.parent))
+	w.U32(e.step)
+	w.U32(e.idx)
+	w.Varint(int64(e.step) - int64(e.pstep))
+	w.Varint(int64(e.idx) - int64(e.pidx))
+	w.U32(e.fid)
+	w.U32(e.path)
+	w.U32(uint32(e.key))
+	w.U32(e.nchild)
+	w.F32(e.score)
+	w.Byte1(uint8(e.label))
+	w.Byte1(e.flags)
 }
 
 func (w *ckWriter) timers(ts []timerAcc) {
-	w.uvarint(uint64(len(ts)))
+	w.Uvarint(uint64(len(ts)))
 	for i := range ts {
 		a := &ts[i]
 		if *a == (timerAcc{}) && math.Float64bits(a.sqIncl)|math.Float64bits(a.sqExcl) == 0 {
-			w.uvarint(0) // never called
+			w.Uvarint(0) // never called
 			continue
 		}
-		w.uvarint(a.calls + 1)
-		w.uvarint(a.subrs)
-		w.uvarint(a.incl)
-		w.uvarint(a.excl)
-		w.f64(a.sqIncl)
-		w.f64(a.sqExcl)
+		w.Uvarint(a.calls + 1)
+		w.Uvarint(a.subrs)
+		w.Uvarint(a.incl)
+		w.Uvarint(a.excl)
+		w.F64(a.sqIncl)
+		w.F64(a.sqExcl)
 	}
 }
 
 func (w *ckWriter) thread(t *thread) {
-	w.u32(t.tid)
-	w.bool(t.gpu)
-	w.uvarint(t.lastTS)
-	w.bool(t.tsSeen)
-	w.uvarint(t.firstTS)
-	w.u32(t.loc.context)
-	w.u32(t.loc.device)
-	w.u32(t.loc.stream)
-	w.bool(t.loc.set)
+	w.U32(t.tid)
+	w.Bool(t.gpu)
+	w.Uvarint(t.lastTS)
+	w.Bool(t.tsSeen)
+	w.Uvarint(t.firstTS)
+	w.U32(t.loc.context)
+	w.U32(t.loc.device)
+	w.U32(t.loc.stream)
+	w.Bool(t.loc.set)
 	mk := slices.Sorted(maps.Keys(t.meta))
-	w.uvarint(uint64(len(mk)))
+	w.Uvarint(uint64(len(mk)))
 	for _, k := range mk {
-		w.str(k)
-		w.str(t.meta[k])
+		w.Str(k)
+		w.Str(t.meta[k])
 	}
-	w.uvarint(t.base)
-	w.uvarint(uint64(len(t.ring)))
+	w.Uvarint(t.base)
+	w.Uvarint(uint64(len(t.ring)))
 	var prev uint64
 	for i := range t.ring {
 		w.exec(t.base+uint64(i), &prev, &t.ring[i])
 	}
 	seqs := slices.Sorted(maps.Keys(t.detached))
-	w.uvarint(uint64(len(seqs)))
+	w.Uvarint(uint64(len(seqs)))
 	prev = 0
 	for _, s := range seqs {
-		w.uvarint(s)
+		w.Uvarint(s)
 		w.exec(s, &prev, t.detached[s])
 	}
 	pins := slices.Sorted(maps.Keys(t.pins))
-	w.uvarint(uint64(len(pins)))
+	w.Uvarint(uint64(len(pins)))
 	for _, s := range pins {
-		w.uvarint(s)
-		w.u32(t.pins[s])
+		w.Uvarint(s)
+		w.U32(t.pins[s])
 	}
-	w.uvarint(uint64(len(t.stack)))
+	w.Uvarint(uint64(len(t.stack)))
 	for _, s := range t.stack {
-		w.uvarint(s)
+		w.Uvarint(s)
 	}
-	w.uvarint(uint64(len(t.counters)))
+	w.Uvarint(uint64(len(t.counters)))
 	prev = 0
 	for _, c := range t.counters {
-		w.uvarint(c.seq)
-		w.u32(c.ev.Tid)
-		w.u32(c.ev.CID)
-		w.uvarint(c.ev.Value)
+		w.Uvarint(c.seq)
+		w.U32(c.ev.Tid)
+		w.U32(c.ev.CID)
+		w.Uvarint(c.ev.Value)
 		w.delta(&prev, c.ev.TS)
 	}
-	w.uvarint(uint64(len(t.comms)))
+	w.Uvarint(uint64(len(t.comms)))
 	prev = 0
 	for _, c := range t.comms {
-		w.uvarint(c.seq)
-		w.u32(c.ev.Tid)
-		w.byte1(uint8(c.ev.Kind))
-		w.u32(c.ev.Tag)
-		w.u32(c.ev.Partner)
-		w.uvarint(c.ev.Bytes)
+		w.Uvarint(c.seq)
+		w.U32(c.ev.Tid)
+		w.Byte1(uint8(c.ev.Kind))
+		w.U32(c.ev.Tag)
+		w.U32(c.ev.Partner)
+		w.Uvarint(c.ev.Bytes)
 		w.delta(&prev, c.ev.TS)
 	}
 	w.timers(t.paths)
 	w.timers(t.over)
 	cids := slices.Sorted(maps.Keys(t.ctrs))
-	w.uvarint(uint64(len(cids)))
+	w.Uvarint(uint64(len(cids)))
 	for _, cid := range cids {
 		a := t.ctrs[cid]
-		w.u32(cid)
-		w.uvarint(a.n)
-		w.f64(a.min)
-		w.f64(a.max)
-		w.f64(a.sum)
-		w.f64(a.sumsq)
+		w.U32(cid)
+		w.Uvarint(a.n)
+		w.F64(a.min)
+		w.F64(a.max)
+		w.F64(a.sum)
+		w.F64(a.sumsq)
 	}
 	paths := slices.Sorted(maps.Keys(t.summ))
-	w.uvarint(uint64(len(paths)))
+	w.Uvarint(uint64(len(paths)))
 	for _, p := range paths {
-		w.str(p)
-		w.uvarint(t.summ[p].calls)
-		w.uvarint(t.summ[p].ns)
+		w.Str(p)
+		w.Uvarint(t.summ[p].calls)
+		w.Uvarint(t.summ[p].ns)
 	}
 }
 
-func (w *ckWriter) moments(m *stats.Moments) { w.b, _ = m.AppendBinary(w.b) }
-func (w *ckWriter) hist(h *stats.Histogram)  { w.b, _ = h.AppendBinary(w.b) }
-func (w *ckWriter) tail(h *stats.TailHist)   { w.b, _ = h.AppendBinary(w.b) }
-func (w *ckWriter) summ(s *stats.Summary)    { w.b, _ = s.AppendBinary(w.b) }
+func (w *ckWriter) moments(m *stats.Moments) { w.B, _ = m.AppendBinary(w.B) }
+func (w *ckWriter) hist(h *stats.Histogram)  { w.B, _ = h.AppendBinary(w.B) }
+func (w *ckWriter) tail(h *stats.TailHist)   { w.B, _ = h.AppendBinary(w.B) }
+func (w *ckWriter) summ(s *stats.Summary)    { w.B, _ = s.AppendBinary(w.B) }
 
 func (w *ckWriter) models(ms *modelSet) {
-	w.uvarint(uint64(len(ms.list)))
+	w.Uvarint(uint64(len(ms.list)))
 	for _, m := range ms.list {
-		w.str(m.name)
-		w.bool(m.ignored)
+		w.Str(m.name)
+		w.Bool(m.ignored)
 		w.summ(&m.accum)
 		w.summ(&m.inflight)
 		w.summ(&m.global)
-		w.bool(m.inFlight)
+		w.Bool(m.inFlight)
 		for _, v := range [...]float64{m.natMin, m.natMax, m.natLowThr, m.natThr, m.p99, m.logMean, m.logStd} {
-			w.f64(v)
+			w.F64(v)
 		}
 		w.moments(&m.det)
-		w.bool(m.detReady)
+		w.Bool(m.detReady)
 		w.scoreState(m.state)
 	}
 	for _, ks := range [][]int32{ms.fidKey, ms.pathKey} {
-		w.uvarint(uint64(len(ks)))
+		w.Uvarint(uint64(len(ks)))
 		for _, k := range ks {
-			w.varint(int64(k))
+			w.Varint(int64(k))
 		}
 	}
 }
@@ -525,9 +512,9 @@ func (w *ckWriter) models(ms *modelSet) {
 func (w *ckWriter) scoreState(st scoreState) {
 	switch st := st.(type) {
 	case *sstdState:
-		w.f64(st.std)
-		w.f64(st.lo)
-		w.f64(st.hi)
+		w.F64(st.std)
+		w.F64(st.lo)
+		w.F64(st.hi)
 	case *hbosState:
 		h := st.s.Histogram()
 		w.hist(&h)
@@ -542,17 +529,17 @@ func (w *ckWriter) pending(d *Detector) error {
 	for i, t := range d.stacks.threads {
 		idx[t] = i
 	}
-	w.uvarint(uint64(len(d.rec.pending)))
+	w.Uvarint(uint64(len(d.rec.pending)))
 	for _, p := range d.rec.pending {
 		ti, ok := idx[p.t]
 		if !ok {
 			return fmt.Errorf("record of %s waits on a thread the detector does not hold", p.rec.EventID)
 		}
-		w.uvarint(uint64(ti))
-		w.uvarint(p.seq)
-		w.uvarint(p.step)
-		w.bool(p.anomaly)
-		w.uvarint(p.pinnedTo)
+		w.Uvarint(uint64(ti))
+		w.Uvarint(p.seq)
+		w.Uvarint(p.step)
+		w.Bool(p.anomaly)
+		w.Uvarint(p.pinnedTo)
 		w.record(p.rec)
 		w.window(&p.ew)
 	}
@@ -562,38 +549,38 @@ func (w *ckWriter) pending(d *Detector) error {
 func (w *ckWriter) frames1(fs []provenance.CallFrame) {
 	optLen(w, fs)
 	for _, f := range fs {
-		w.uvarint(f.Entry)
-		w.uvarint(f.Exit)
-		w.u32(f.FID)
-		w.str(f.Func)
-		w.str(f.EventID)
-		w.bool(f.IsAnomaly)
+		w.Uvarint(f.Entry)
+		w.Uvarint(f.Exit)
+		w.U32(f.FID)
+		w.Str(f.Func)
+		w.Str(f.EventID)
+		w.Bool(f.IsAnomaly)
 	}
 }
 
 func (w *ckWriter) window(ew *provenance.EventWindow) {
 	optLen(w, ew.ExecWindow)
 	for _, x := range ew.ExecWindow {
-		w.uvarint(x.Entry)
-		w.uvarint(x.Exit)
-		w.u32(x.FID)
-		w.str(x.Func)
-		w.str(x.EventID)
-		w.str(x.ParentEventID)
-		w.bool(x.IsAnomaly)
+		w.Uvarint(x.Entry)
+		w.Uvarint(x.Exit)
+		w.U32(x.FID)
+		w.Str(x.Func)
+		w.Str(x.EventID)
+		w.Str(x.ParentEventID)
+		w.Bool(x.IsAnomaly)
 	}
 	optLen(w, ew.CommWindow)
 	for _, c := range ew.CommWindow {
-		w.str(c.Type)
-		w.u32(c.PID)
-		w.u32(c.RID)
-		w.u32(c.TID)
-		w.u32(c.Src)
-		w.u32(c.Tar)
-		w.uvarint(c.Bytes)
-		w.u32(c.Tag)
-		w.uvarint(c.Timestamp)
-		w.str(c.ExecdataKey)
+		w.Str(c.Type)
+		w.U32(c.PID)
+		w.U32(c.RID)
+		w.U32(c.TID)
+		w.U32(c.Src)
+		w.U32(c.Tar)
+		w.Uvarint(c.Bytes)
+		w.U32(c.Tag)
+		w.Uvarint(c.Timestamp)
+		w.Str(c.ExecdataKey)
 	}
 }
 
@@ -603,91 +590,91 @@ func (w *ckWriter) record(r *provenance.Exec) {
 	w.frames1(r.CallStack)
 	optLen(w, r.CounterEvents)
 	for _, c := range r.CounterEvents {
-		w.u32(c.CounterIdx)
-		w.str(c.CounterName)
-		w.uvarint(c.CounterValue)
-		w.u32(c.PID)
-		w.u32(c.RID)
-		w.u32(c.TID)
-		w.uvarint(c.TS)
+		w.U32(c.CounterIdx)
+		w.Str(c.CounterName)
+		w.Uvarint(c.CounterValue)
+		w.U32(c.PID)
+		w.U32(c.RID)
+		w.U32(c.TID)
+		w.Uvarint(c.TS)
 	}
-	w.uvarint(r.Entry)
-	w.uvarint(r.Exit)
-	w.str(r.EventID)
-	w.u32(r.FID)
-	w.str(r.Func)
+	w.Uvarint(r.Entry)
+	w.Uvarint(r.Exit)
+	w.Str(r.EventID)
+	w.U32(r.FID)
+	w.Str(r.Func)
 	fs := r.FuncStats
 	for _, v := range [...]float64{fs.Accumulate, fs.Count, fs.Kurtosis, fs.Maximum, fs.Mean, fs.Minimum, fs.Skewness, fs.Stddev} {
-		w.f64(v)
+		w.F64(v)
 	}
-	w.bool(r.IsGPUEvent)
-	w.bool(r.GPULocation != nil)
+	w.Bool(r.IsGPUEvent)
+	w.Bool(r.GPULocation != nil)
 	if g := r.GPULocation; g != nil {
-		w.u32(g.Context)
-		w.u32(g.Device)
-		w.u32(g.Stream)
-		w.u32(g.Thread)
+		w.U32(g.Context)
+		w.U32(g.Device)
+		w.U32(g.Stream)
+		w.U32(g.Thread)
 	}
-	w.bool(r.GPUParent != nil)
+	w.Bool(r.GPUParent != nil)
 	if g := r.GPUParent; g != nil {
-		w.str(g.EventID)
-		w.u32(g.TID)
+		w.Str(g.EventID)
+		w.U32(g.TID)
 		w.frames1(g.CallStack)
 	}
-	w.u32(r.PID)
-	w.u32(r.RID)
-	w.u32(r.TID)
-	w.uvarint(r.RuntimeExclusive)
-	w.uvarint(r.RuntimeTotal)
-	w.uvarint(r.IOStep)
-	w.uvarint(r.IOStepTStart)
-	w.uvarint(r.IOStepTEnd)
+	w.U32(r.PID)
+	w.U32(r.RID)
+	w.U32(r.TID)
+	w.Uvarint(r.RuntimeExclusive)
+	w.Uvarint(r.RuntimeTotal)
+	w.Uvarint(r.IOStep)
+	w.Uvarint(r.IOStepTStart)
+	w.Uvarint(r.IOStepTEnd)
 	w.window(&r.EventWindow)
-	w.f64(r.OutlierScore)
-	w.f64(r.OutlierSeverity)
-	w.str(r.Hostname)
-	w.str(r.Algorithm)
-	w.bool(r.Explanation != nil)
+	w.F64(r.OutlierScore)
+	w.F64(r.OutlierSeverity)
+	w.Str(r.Hostname)
+	w.Str(r.Algorithm)
+	w.Bool(r.Explanation != nil)
 	if x := r.Explanation; x != nil {
-		w.str(x.Key)
+		w.Str(x.Key)
 		for _, v := range [...]float64{x.Value, x.NaturalMin, x.NaturalMax, x.LowThreshold, x.Threshold, x.Ratio, x.P99, x.LogSigmas, x.Excess} {
-			w.f64(v)
+			w.F64(v)
 		}
-		w.str(x.Text)
+		w.Str(x.Text)
 		w.evidence(x.Baseline)
 	}
-	w.str(r.FinalLabel)
+	w.Str(r.FinalLabel)
 }
 
 func (w *ckWriter) summary(s *psync.StepSummary) {
-	w.uvarint(s.Step)
-	w.uvarint(s.Anomalies)
-	w.uvarint(s.Executions)
-	w.uvarint(s.MinTS)
-	w.uvarint(s.MaxTS)
+	w.Uvarint(s.Step)
+	w.Uvarint(s.Anomalies)
+	w.Uvarint(s.Executions)
+	w.Uvarint(s.MinTS)
+	w.Uvarint(s.MaxTS)
 	w.moments(&s.Scores)
 	w.moments(&s.Severity)
 	if s.FuncAnomalies == nil {
-		w.uvarint(0)
+		w.Uvarint(0)
 	} else {
-		w.uvarint(uint64(len(s.FuncAnomalies)) + 1)
+		w.Uvarint(uint64(len(s.FuncAnomalies)) + 1)
 		for _, k := range slices.Sorted(maps.Keys(s.FuncAnomalies)) {
-			w.str(k)
-			w.uvarint(s.FuncAnomalies[k])
+			w.Str(k)
+			w.Uvarint(s.FuncAnomalies[k])
 		}
 	}
-	w.uvarint(s.Events)
-	w.uvarint(s.BadFrames)
-	w.uvarint(s.MissingSteps)
+	w.Uvarint(s.Events)
+	w.Uvarint(s.BadFrames)
+	w.Uvarint(s.MissingSteps)
 	optLen(w, s.Funcs)
 	for i := range s.Funcs {
 		f := &s.Funcs[i]
-		w.str(f.Func)
-		w.uvarint(f.Count)
+		w.Str(f.Func)
+		w.Uvarint(f.Count)
 		w.moments(&f.Score)
 		w.moments(&f.Severity)
-		w.uvarint(f.FirstTS)
-		w.uvarint(f.LastTS)
+		w.Uvarint(f.FirstTS)
+		w.Uvarint(f.LastTS)
 	}
 	w.peer(s.Peer)
 }
@@ -696,19 +683,19 @@ func (w *ckWriter) request(q *psync.SyncRequest) error {
 	if q.Node != "" || q.Ranks != nil {
 		return fmt.Errorf("sync request %d in flight is a node's request, not the detector's own", q.Seq)
 	}
-	w.u32(q.PID)
-	w.u32(q.Rank)
-	w.uvarint(q.Seq)
-	w.uvarint(q.Step)
-	w.str(q.Algorithm)
-	w.str(q.Hostname)
-	w.bool(q.TailRule != nil)
+	w.U32(q.PID)
+	w.U32(q.Rank)
+	w.Uvarint(q.Seq)
+	w.Uvarint(q.Step)
+	w.Str(q.Algorithm)
+	w.Str(q.Hostname)
+	w.Bool(q.TailRule != nil)
 	if r := q.TailRule; r != nil {
-		w.f64(r.Ratio)
-		w.uvarint(r.Recur)
-		w.f64(r.RecurFrac)
-		w.f64(r.Resolution)
-		w.f64(r.Alpha)
+		w.F64(r.Ratio)
+		w.Uvarint(r.Recur)
+		w.F64(r.RecurFrac)
+		w.F64(r.Resolution)
+		w.F64(r.Alpha)
 	}
 	optLen(w, q.Models)
 	for i := range q.Models {
@@ -716,21 +703,21 @@ func (w *ckWriter) request(q *psync.SyncRequest) error {
 		if m.More != nil {
 			return fmt.Errorf("sync request %d in flight merges other ranks' deltas", q.Seq)
 		}
-		w.str(m.Key)
+		w.Str(m.Key)
 		w.moments(&m.Moments)
-		w.bool(m.Histogram != nil)
+		w.Bool(m.Histogram != nil)
 		if m.Histogram != nil {
 			w.hist(m.Histogram)
 		}
-		w.bool(m.Tail != nil)
+		w.Bool(m.Tail != nil)
 		if m.Tail != nil {
 			w.tail(m.Tail)
 		}
-		w.uvarint(m.Anomalies)
+		w.Uvarint(m.Anomalies)
 	}
 	optLen(w, q.Counters)
 	for i := range q.Counters {
-		w.str(q.Counters[i].Name)
+		w.Str(q.Counters[i].Name)
 		w.moments(&q.Counters[i].Moments)
 	}
 	optLen(w, q.Steps)
@@ -741,11 +728,11 @@ func (w *ckWriter) request(q *psync.SyncRequest) error {
 }
 
 func (w *ckWriter) sync(s *syncState) error {
-	w.uvarint(s.incarnation)
-	w.uvarint(uint64(len(s.shards)))
+	w.Uvarint(s.incarnation)
+	w.Uvarint(uint64(len(s.shards)))
 	for _, sh := range s.shards {
-		w.uvarint(sh.seq)
-		w.bool(sh.inflight != nil)
+		w.Uvarint(sh.seq)
+		w.Bool(sh.inflight != nil)
 		if sh.inflight != nil {
 			if sh.inflight.Incarnation != s.incarnation {
 				return fmt.Errorf("sync request %d in flight is of incarnation %x, the detector's is %x", sh.inflight.Seq, sh.inflight.Incarnation, s.incarnation)
@@ -755,12 +742,12 @@ func (w *ckWriter) sync(s *syncState) error {
 			}
 		}
 		if sh.inflight == nil {
-			w.uvarint(0) // keys of the last answered request: not state
+			w.Uvarint(0) // keys of the last answered request: not state
 			continue
 		}
-		w.uvarint(uint64(len(sh.keys)))
+		w.Uvarint(uint64(len(sh.keys)))
 		for _, k := range sh.keys {
-			w.u32(uint32(k))
+			w.U32(uint32(k))
 		}
 	}
 	optLen(w, s.summaries)
@@ -768,9 +755,9 @@ func (w *ckWriter) sync(s *syncState) error {
 		w.summary(&s.summaries[i])
 	}
 	names := slices.Sorted(maps.Keys(s.counters))
-	w.uvarint(uint64(len(names)))
+	w.Uvarint(uint64(len(names)))
 	for _, n := range names {
-		w.str(n)
+		w.Str(n)
 		w.moments(s.counters[n])
 	}
 	return nil
@@ -778,12 +765,12 @@ func (w *ckWriter) sync(s *syncState) error {
 
 // frames writes frames in frame's binary encoding, each length-prefixed.
 func (w *ckWriter) frames(fs []*frame.Frame) {
-	w.uvarint(uint64(len(fs)))
+	w.Uvarint(uint64(len(fs)))
 	for _, f := range fs {
-		start := len(w.b)
-		w.b = append(w.b, 0, 0, 0, 0)
-		w.b = frame.AppendBinary(w.b, f)
-		binary.LittleEndian.PutUint32(w.b[start:], uint32(len(w.b)-start-4))
+		start := len(w.B)
+		w.B = append(w.B, 0, 0, 0, 0)
+		w.B = frame.AppendBinary(w.B, f)
+		binary.LittleEndian.PutUint32(w.B[start:], uint32(len(w.B)-start-4))
 	}
 }
 
@@ -806,11 +793,11 @@ func counterFields(c *counters) []*atomic.Uint64 {
 
 // ckReader decodes a checkpoint body. The first error sticks: every later
 // read returns zero values, so decoding code reads straight through and
-// checks r.err once.
+// checks r.Err once.
+// ckReader reads a checkpoint: binio's values (errors wrap
+// ErrBadCheckpoint) and the detector's forms.
 type ckReader struct {
-	b       []byte
-	off     int
-	err     error
+	binio.Reader
 	version uint64 // the checkpoint's format version
 }
 
@@ -831,138 +818,32 @@ func openCheckpoint(data []byte) (*ckReader, error) {
 	if got, want := binary.LittleEndian.Uint32(data[end:]), crc32.Checksum(data[:end], castagnoli); got != want {
 		return nil, bad(end, "checksum %08x, the content's is %08x (truncated or corrupted)", got, want)
 	}
-	r := &ckReader{b: data[:end], off: len(CheckpointMagic)}
-	r.version = r.uvarint()
-	if r.err == nil && (r.version < minCheckpointVersion || r.version > CheckpointVersion) {
+	r := &ckReader{Reader: binio.Reader{B: data[:end], Off: len(CheckpointMagic), Wrap: ErrBadCheckpoint}}
+	r.version = r.Uvarint()
+	if r.Err == nil && (r.version < minCheckpointVersion || r.version > CheckpointVersion) {
 		return nil, bad(len(CheckpointMagic), "version %d, this detector reads versions %d to %d", r.version, minCheckpointVersion, CheckpointVersion)
 	}
-	return r, r.err
-}
-
-func (r *ckReader) fail(format string, args ...any) {
-	if r.err == nil {
-		r.err = fmt.Errorf("%w: offset %d: %s", ErrBadCheckpoint, r.off, fmt.Sprintf(format, args...))
-	}
-}
-
-func (r *ckReader) uvarint() uint64 {
-	if r.err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(r.b[r.off:])
-	if n <= 0 {
-		r.fail("bad or truncated integer")
-		return 0
-	}
-	r.off += n
-	return v
-}
-
-func (r *ckReader) varint() int64 {
-	if r.err != nil {
-		return 0
-	}
-	v, n := binary.Varint(r.b[r.off:])
-	if n <= 0 {
-		r.fail("bad or truncated integer")
-		return 0
-	}
-	r.off += n
-	return v
-}
-
-func (r *ckReader) u32() uint32 {
-	v := r.uvarint()
-	if v > math.MaxUint32 {
-		r.fail("value %d does not fit 32 bits", v)
-		return 0
-	}
-	return uint32(v)
+	return r, r.Err
 }
 
 // below reads a uvarint that must be less than n.
 func (r *ckReader) below(n uint64, what string) uint64 {
-	v := r.uvarint()
-	if r.err == nil && v >= n {
-		r.fail("%s %d out of range (%d)", what, v, n)
+	v := r.Uvarint()
+	if r.Err == nil && v >= n {
+		r.Fail("%s %d out of range (%d)", what, v, n)
 		return 0
 	}
 	return v
 }
 
-func (r *ckReader) fixed(n int) []byte {
-	if r.err != nil {
-		return nil
-	}
-	if len(r.b)-r.off < n {
-		r.fail("truncated: %d bytes wanted, %d left", n, len(r.b)-r.off)
-		return nil
-	}
-	s := r.b[r.off : r.off+n]
-	r.off += n
-	return s
-}
-
-func (r *ckReader) f64() float64 {
-	if b := r.fixed(8); b != nil {
-		return math.Float64frombits(binary.LittleEndian.Uint64(b))
-	}
-	return 0
-}
-
-func (r *ckReader) f32() float32 {
-	if b := r.fixed(4); b != nil {
-		return math.Float32frombits(binary.LittleEndian.Uint32(b))
-	}
-	return 0
-}
-
-func (r *ckReader) byte1() uint8 {
-	if b := r.fixed(1); b != nil {
-		return b[0]
-	}
-	return 0
-}
-
-func (r *ckReader) bool() bool {
-	switch v := r.byte1(); v {
-	case 0:
-		return false
-	case 1:
-		return true
-	default:
-		r.fail("boolean byte %d", v)
-		return false
-	}
-}
-
-func (r *ckReader) str() string {
-	n := r.count(1)
-	return string(r.fixed(n))
-}
-
-// count reads a list length whose elements take at least min bytes each, so
-// that no length can ask for more than the checkpoint holds.
-func (r *ckReader) count(min int) int {
-	n := r.uvarint()
-	if r.err != nil {
-		return 0
-	}
-	if left := uint64(len(r.b) - r.off); n > left/uint64(min) {
-		r.fail("list of %d elements of at least %d bytes with %d bytes left", n, min, left)
-		return 0
-	}
-	return int(n)
-}
-
 // optCount reads an optional list's length: nil is -1.
 func (r *ckReader) optCount(min int) int {
-	n := r.uvarint()
-	if r.err != nil || n == 0 {
+	n := r.Uvarint()
+	if r.Err != nil || n == 0 {
 		return -1
 	}
-	if left := uint64(len(r.b) - r.off); n-1 > left/uint64(min) {
-		r.fail("list of %d elements of at least %d bytes with %d bytes left", n-1, min, left)
+	if left := uint64(len(r.B) - r.Off); n-1 > left/uint64(min) {
+		r.Fail("list of %d elements of at least %d bytes with %d bytes left", n-1, min, left)
 		return -1
 	}
 	return int(n - 1)
@@ -977,7 +858,7 @@ func optMake[T any](n int) []T {
 }
 
 func (r *ckReader) delta(prev *uint64) uint64 {
-	*prev += uint64(r.varint())
+	*prev += uint64(r.Varint())
 	return *prev
 }
 
@@ -988,15 +869,15 @@ func (r *ckReader) identity(c *Config) error {
 		// histograms the rate only reads
 		want = slices.DeleteFunc(want, func(kv [2]string) bool { return kv[0] == "false-alarm-rate" })
 	}
-	n := r.count(2)
+	n := r.Count(2)
 	got := make([][2]string, 0, n)
 	for range n {
-		k := r.str()
-		got = append(got, [2]string{k, r.str()})
+		k := r.Str()
+		got = append(got, [2]string{k, r.Str()})
 	}
-	host := r.str()
-	if r.err != nil {
-		return r.err
+	host := r.Str()
+	if r.Err != nil {
+		return r.Err
 	}
 	for i, kv := range want {
 		if i >= len(got) || got[i][0] != kv[0] {
@@ -1015,131 +896,131 @@ func (r *ckReader) identity(c *Config) error {
 }
 
 func (r *ckReader) detector(d *Detector) {
-	d.cur.step = r.uvarint()
-	d.cur.tstart = r.uvarint()
-	d.cur.tend = r.uvarint()
-	d.lastStep = r.uvarint()
-	d.lastSeen = r.bool()
-	d.missing = r.uvarint()
-	d.stepEvents = r.uvarint()
-	d.stepBad = r.uvarint()
-	d.processed = r.uvarint()
-	d.requestProfiles.Store(r.bool())
-	d.heldOnce = r.bool()
-	n := r.count(2)
+	d.cur.step = r.Uvarint()
+	d.cur.tstart = r.Uvarint()
+	d.cur.tend = r.Uvarint()
+	d.lastStep = r.Uvarint()
+	d.lastSeen = r.Bool()
+	d.missing = r.Uvarint()
+	d.stepEvents = r.Uvarint()
+	d.stepBad = r.Uvarint()
+	d.processed = r.Uvarint()
+	d.requestProfiles.Store(r.Bool())
+	d.heldOnce = r.Bool()
+	n := r.Count(2)
 	for range n {
-		tid := r.u32()
-		d.metaSeen[metaKey{tid, r.str()}] = struct{}{}
+		tid := r.U32()
+		d.metaSeen[metaKey{tid, r.Str()}] = struct{}{}
 	}
 	cs := counterFields(&d.stats)
 	// A checkpoint of an earlier version has fewer counts: the newer ones
 	// start at zero.
-	n = r.count(1)
-	if r.err == nil && n > len(cs) {
-		r.fail("%d counts, this detector keeps %d", n, len(cs))
+	n = r.Count(1)
+	if r.Err == nil && n > len(cs) {
+		r.Fail("%d counts, this detector keeps %d", n, len(cs))
 	}
 	for i, p := range cs {
 		if i < n {
-			p.Store(r.uvarint())
+			p.Store(r.Uvarint())
 		}
 	}
-	d.stats.ended.Store(r.bool())
-	d.sync.lag.Store(r.uvarint())
+	d.stats.ended.Store(r.Bool())
+	d.sync.lag.Store(r.Uvarint())
 }
 
 func (r *ckReader) stacks(cs *callStacks) {
 	if n := r.optCount(1); n >= 0 {
 		if n > maxFID {
-			r.fail("%d function names, more than %d", n, maxFID)
+			r.Fail("%d function names, more than %d", n, maxFID)
 			return
 		}
 		cs.funcNames = make([]string, n)
 		cs.funcKnown = make([]bool, n)
 		for i := range cs.funcNames {
-			cs.funcNames[i] = r.str()
-			cs.funcKnown[i] = r.bool()
+			cs.funcNames[i] = r.Str()
+			cs.funcKnown[i] = r.Bool()
 		}
 	}
-	n := r.count(2)
+	n := r.Count(2)
 	for range n {
-		id := r.u32()
-		cs.nameCounter(id, r.str())
+		id := r.U32()
+		cs.nameCounter(id, r.Str())
 	}
-	cs.corrCID = r.varint()
-	if r.err == nil && (cs.corrCID < -1 || cs.corrCID > math.MaxUint32) {
-		r.fail("correlation counter id %d", cs.corrCID)
+	cs.corrCID = r.Varint()
+	if r.Err == nil && (cs.corrCID < -1 || cs.corrCID > math.MaxUint32) {
+		r.Fail("correlation counter id %d", cs.corrCID)
 	}
-	nn := r.uvarint()
+	nn := r.Uvarint()
 	// Top-level calls get their node beyond ProfilePaths, one per function.
-	if r.err == nil && (nn < 1 || nn-1 > uint64(len(r.b)-r.off)/3 || nn > uint64(cs.cfg.ProfilePaths)+1+maxFID) {
-		r.fail("%d call-path nodes (at most %d, and 3 bytes each)", nn, cs.cfg.ProfilePaths+1+maxFID)
+	if r.Err == nil && (nn < 1 || nn-1 > uint64(len(r.B)-r.Off)/3 || nn > uint64(cs.cfg.ProfilePaths)+1+maxFID) {
+		r.Fail("%d call-path nodes (at most %d, and 3 bytes each)", nn, cs.cfg.ProfilePaths+1+maxFID)
 	}
-	if r.err != nil {
+	if r.Err != nil {
 		return
 	}
 	cs.nodes = make([]pathNode, 1, nn)
-	for i := uint64(1); i < nn && r.err == nil; i++ {
+	for i := uint64(1); i < nn && r.Err == nil; i++ {
 		p := uint32(r.below(i, "call-path parent"))
 		fid := uint32(r.below(maxFID, "call-path function"))
-		suf := r.u32()
-		if r.err == nil && uint64(suf) > nn {
-			r.fail("call-path suffix %d out of range (%d)", suf, nn)
+		suf := r.U32()
+		if r.Err == nil && uint64(suf) > nn {
+			r.Fail("call-path suffix %d out of range (%d)", suf, nn)
 		}
 		depth := cs.nodes[p].depth + 1
-		if r.err == nil && int(depth) > cs.cfg.CallPathDepth {
-			r.fail("call path %d is %d frames deep, more than %d", i, depth, cs.cfg.CallPathDepth)
+		if r.Err == nil && int(depth) > cs.cfg.CallPathDepth {
+			r.Fail("call path %d is %d frames deep, more than %d", i, depth, cs.cfg.CallPathDepth)
 		}
 		k := uint64(p)<<32 | uint64(fid)
-		if _, dup := cs.pathTab.get(k); dup && r.err == nil {
-			r.fail("call path %d repeats an earlier one", i)
+		if _, dup := cs.pathTab.get(k); dup && r.Err == nil {
+			r.Fail("call path %d repeats an earlier one", i)
 		}
-		if r.err != nil {
+		if r.Err != nil {
 			return
 		}
 		cs.nodes = append(cs.nodes, pathNode{parent: p, fid: fid, depth: depth, suffix: suf})
 		cs.pathTab.put(k, uint32(i))
 	}
-	for i := 1; i < len(cs.nodes) && r.err == nil; i++ {
+	for i := 1; i < len(cs.nodes) && r.Err == nil; i++ {
 		// a suffix is one frame shorter: following suffixes ends
 		if s := cs.nodes[i].suffix; s != 0 && cs.nodes[s-1].depth+1 != cs.nodes[i].depth {
-			r.fail("call path %d has suffix %d of %d frames, not %d", i, s-1, cs.nodes[s-1].depth, cs.nodes[i].depth-1)
+			r.Fail("call path %d has suffix %d of %d frames, not %d", i, s-1, cs.nodes[s-1].depth, cs.nodes[i].depth-1)
 		}
 	}
-	nl := r.count(8)
-	head := r.uvarint()
-	if r.err == nil && (nl > maxLaunches || (head != 0 && head >= uint64(nl))) {
-		r.fail("%d launches with head %d (at most %d)", nl, head, maxLaunches)
+	nl := r.Count(8)
+	head := r.Uvarint()
+	if r.Err == nil && (nl > maxLaunches || (head != 0 && head >= uint64(nl))) {
+		r.Fail("%d launches with head %d (at most %d)", nl, head, maxLaunches)
 	}
 	cs.launchHead = int(head)
 	for range nl {
-		if r.err != nil {
+		if r.Err != nil {
 			return
 		}
-		cid := r.uvarint()
-		l := launch{tid: r.u32(), seq: r.uvarint(), step: r.u32(), idx: r.u32(), fid: r.u32(), entry: r.uvarint()}
+		cid := r.Uvarint()
+		l := launch{tid: r.U32(), seq: r.Uvarint(), step: r.U32(), idx: r.U32(), fid: r.U32(), entry: r.Uvarint()}
 		if m := r.optCount(4); m >= 0 {
 			l.stack = make([]launchFrame, m)
 			for j := range l.stack {
-				l.stack[j] = launchFrame{fid: r.u32(), step: r.u32(), idx: r.u32(), entry: r.uvarint()}
+				l.stack[j] = launchFrame{fid: r.U32(), step: r.U32(), idx: r.U32(), entry: r.Uvarint()}
 			}
 		}
-		if _, dup := cs.launches[cid]; dup && r.err == nil {
-			r.fail("launch of correlation id %d twice", cid)
+		if _, dup := cs.launches[cid]; dup && r.Err == nil {
+			r.Fail("launch of correlation id %d twice", cid)
 		}
 		cs.launchOrder = append(cs.launchOrder, cid)
 		cs.launches[cid] = l
 	}
-	nt := r.count(16)
-	if r.err == nil && nt > maxThreads {
-		r.fail("%d threads, more than %d", nt, maxThreads)
+	nt := r.Count(16)
+	if r.Err == nil && nt > maxThreads {
+		r.Fail("%d threads, more than %d", nt, maxThreads)
 	}
 	for range nt {
-		if r.err != nil {
+		if r.Err != nil {
 			return
 		}
-		tid := r.u32()
+		tid := r.U32()
 		if cs.known(tid) {
-			r.fail("thread %d twice", tid)
+			r.Fail("thread %d twice", tid)
 			return
 		}
 		r.thread(cs, cs.thread(tid))
@@ -1149,73 +1030,73 @@ func (r *ckReader) stacks(cs *callStacks) {
 // exec reads execution seq.
 func (r *ckReader) exec(cs *callStacks, seq uint64, prev *uint64, e *execRec) {
 	e.entry = r.delta(prev)
-	e.exit = e.entry + uint64(r.varint())
-	e.childIncl = r.uvarint()
-	e.parent = seq - uint64(r.varint())
-	if r.err == nil && e.parent > seq {
+	e.exit = e.entry + uint64(r.Varint())
+	e.childIncl = r.Uvarint()
+	e.parent = seq - uint64(r.Varint())
+	if r.Err == nil && e.parent > seq {
 		// a parent is entered before its children: chains of parents end
-		r.fail("execution %d has parent %d", seq, e.parent-1)
+		r.Fail("execution %d has parent %d", seq, e.parent-1)
 	}
-	e.step = r.u32()
-	e.idx = r.u32()
-	e.pstep = uint32(int64(e.step) - r.varint())
-	e.pidx = uint32(int64(e.idx) - r.varint())
+	e.step = r.U32()
+	e.idx = r.U32()
+	e.pstep = uint32(int64(e.step) - r.Varint())
+	e.pidx = uint32(int64(e.idx) - r.Varint())
 	e.fid = uint32(r.below(maxFID, "function id"))
-	e.path = r.u32()
-	if r.err == nil && e.path != pathOverflow && int(e.path) >= len(cs.nodes) {
-		r.fail("call-path node %d out of range (%d)", e.path, len(cs.nodes))
+	e.path = r.U32()
+	if r.Err == nil && e.path != pathOverflow && int(e.path) >= len(cs.nodes) {
+		r.Fail("call-path node %d out of range (%d)", e.path, len(cs.nodes))
 	}
-	e.key = int32(r.u32())
-	e.nchild = r.u32()
-	e.score = r.f32()
-	e.label = int8(r.byte1())
-	e.flags = r.byte1()
+	e.key = int32(r.U32())
+	e.nchild = r.U32()
+	e.score = r.F32()
+	e.label = int8(r.Byte1())
+	e.flags = r.Byte1()
 }
 
 func (r *ckReader) timers(limit int, what string) []timerAcc {
-	n := r.count(1)
-	if r.err == nil && n > limit {
-		r.fail("%d %s timers, more than %d", n, what, limit)
+	n := r.Count(1)
+	if r.Err == nil && n > limit {
+		r.Fail("%d %s timers, more than %d", n, what, limit)
 	}
-	if r.err != nil || n == 0 {
+	if r.Err != nil || n == 0 {
 		return nil
 	}
 	ts := make([]timerAcc, n)
 	for i := range ts {
 		a := &ts[i]
-		c := r.uvarint()
+		c := r.Uvarint()
 		if c == 0 {
 			continue
 		}
 		a.calls = c - 1
-		a.subrs = r.uvarint()
-		a.incl = r.uvarint()
-		a.excl = r.uvarint()
-		a.sqIncl = r.f64()
-		a.sqExcl = r.f64()
+		a.subrs = r.Uvarint()
+		a.incl = r.Uvarint()
+		a.excl = r.Uvarint()
+		a.sqIncl = r.F64()
+		a.sqExcl = r.F64()
 	}
 	return ts
 }
 
 func (r *ckReader) thread(cs *callStacks, t *thread) {
-	t.gpu = r.bool()
-	t.lastTS = r.uvarint()
-	t.tsSeen = r.bool()
-	t.firstTS = r.uvarint()
-	t.loc = gpuLoc{context: r.u32(), device: r.u32(), stream: r.u32(), set: r.bool()}
-	if n := r.count(2); n > 0 {
+	t.gpu = r.Bool()
+	t.lastTS = r.Uvarint()
+	t.tsSeen = r.Bool()
+	t.firstTS = r.Uvarint()
+	t.loc = gpuLoc{context: r.U32(), device: r.U32(), stream: r.U32(), set: r.Bool()}
+	if n := r.Count(2); n > 0 {
 		t.meta = make(map[string]string, n)
 		for range n {
-			k := r.str()
-			t.meta[k] = r.str()
+			k := r.Str()
+			t.meta[k] = r.Str()
 		}
 	}
-	t.base = r.uvarint()
-	nr := r.count(17)
-	if r.err == nil && t.base+uint64(nr) < t.base {
-		r.fail("execution numbers overflow")
+	t.base = r.Uvarint()
+	nr := r.Count(17)
+	if r.Err == nil && t.base+uint64(nr) < t.base {
+		r.Fail("execution numbers overflow")
 	}
-	if r.err != nil {
+	if r.Err != nil {
 		return
 	}
 	t.ring = make([]execRec, nr)
@@ -1223,86 +1104,86 @@ func (r *ckReader) thread(cs *callStacks, t *thread) {
 	for i := range t.ring {
 		r.exec(cs, t.base+uint64(i), &prev, &t.ring[i])
 	}
-	nd := r.count(18)
+	nd := r.Count(18)
 	prev = 0
 	for range nd {
-		seq := r.uvarint()
+		seq := r.Uvarint()
 		e := &execRec{}
 		r.exec(cs, seq, &prev, e)
-		if r.err == nil && (seq >= t.base || t.detached[seq] != nil) {
-			r.fail("detached execution %d of thread %d is in the ring or twice", seq, t.tid)
+		if r.Err == nil && (seq >= t.base || t.detached[seq] != nil) {
+			r.Fail("detached execution %d of thread %d is in the ring or twice", seq, t.tid)
 		}
-		if r.err != nil {
+		if r.Err != nil {
 			return
 		}
 		t.detached[seq] = e
 	}
-	np := r.count(2)
+	np := r.Count(2)
 	for range np {
-		seq := r.uvarint()
-		t.pins[seq] = r.u32()
+		seq := r.Uvarint()
+		t.pins[seq] = r.U32()
 	}
-	ns := r.count(1)
-	if r.err == nil && ns > 0 {
+	ns := r.Count(1)
+	if r.Err == nil && ns > 0 {
 		t.stack = make([]uint64, ns)
 	}
 	for i := range t.stack {
-		t.stack[i] = r.uvarint()
-		if r.err != nil {
+		t.stack[i] = r.Uvarint()
+		if r.Err != nil {
 			return
 		}
 		// open executions, outermost first: entered in that order, held,
 		// and not exited
 		if e := t.rec(t.stack[i]); e == nil || e.flags&flagDone != 0 || (i > 0 && t.stack[i] <= t.stack[i-1]) {
-			r.fail("open execution %d of thread %d is not held, exited or out of order", t.stack[i], t.tid)
+			r.Fail("open execution %d of thread %d is not held, exited or out of order", t.stack[i], t.tid)
 			return
 		}
 	}
-	nc := r.count(5)
-	if r.err == nil && nc > 0 {
+	nc := r.Count(5)
+	if r.Err == nil && nc > 0 {
 		t.counters = make([]attachedCounter, nc)
 	}
 	prev = 0
 	for i := range t.counters {
 		c := &t.counters[i]
-		c.seq = r.uvarint()
-		c.ev = frame.CounterEvent{Tid: r.u32(), CID: r.u32(), Value: r.uvarint(), TS: r.delta(&prev)}
+		c.seq = r.Uvarint()
+		c.ev = frame.CounterEvent{Tid: r.U32(), CID: r.U32(), Value: r.Uvarint(), TS: r.delta(&prev)}
 	}
-	nm := r.count(7)
-	if r.err == nil && nm > 0 {
+	nm := r.Count(7)
+	if r.Err == nil && nm > 0 {
 		t.comms = make([]attachedComm, nm)
 	}
 	prev = 0
 	for i := range t.comms {
 		c := &t.comms[i]
-		c.seq = r.uvarint()
-		c.ev = frame.CommEvent{Tid: r.u32(), Kind: frame.CommKind(r.byte1()), Tag: r.u32(), Partner: r.u32(), Bytes: r.uvarint(), TS: r.delta(&prev)}
+		c.seq = r.Uvarint()
+		c.ev = frame.CommEvent{Tid: r.U32(), Kind: frame.CommKind(r.Byte1()), Tag: r.U32(), Partner: r.U32(), Bytes: r.Uvarint(), TS: r.delta(&prev)}
 	}
 	t.paths = r.timers(len(cs.nodes), "call-path")
 	t.over = r.timers(maxFID, "function")
-	nk := r.count(34)
+	nk := r.Count(34)
 	for range nk {
-		cid := r.u32()
-		t.ctrs[cid] = &counterAcc{n: r.uvarint(), min: r.f64(), max: r.f64(), sum: r.f64(), sumsq: r.f64()}
+		cid := r.U32()
+		t.ctrs[cid] = &counterAcc{n: r.Uvarint(), min: r.F64(), max: r.F64(), sum: r.F64(), sumsq: r.F64()}
 	}
-	nsumm := r.count(3)
+	nsumm := r.Count(3)
 	for range nsumm {
-		p := r.str()
-		t.summ[p] = &summaryAcc{calls: r.uvarint(), ns: r.uvarint()}
+		p := r.Str()
+		t.summ[p] = &summaryAcc{calls: r.Uvarint(), ns: r.Uvarint()}
 	}
 }
 
 // decode reads a value in its own binary form (the stats types').
 func (r *ckReader) decode(v interface{ DecodeBinary([]byte) (int, error) }) {
-	if r.err != nil {
+	if r.Err != nil {
 		return
 	}
-	n, err := v.DecodeBinary(r.b[r.off:])
+	n, err := v.DecodeBinary(r.B[r.Off:])
 	if err != nil {
-		r.fail("%v", err)
+		r.Fail("%v", err)
 		return
 	}
-	r.off += n
+	r.Off += n
 }
 
 func (r *ckReader) moments(m *stats.Moments) { r.decode(m) }
@@ -1314,11 +1195,11 @@ func (r *ckReader) tail(h *stats.TailHist)   { r.decode(h) }
 func (r *ckReader) scoreState(m *model) {
 	switch st := m.state.(type) {
 	case *sstdState:
-		st.std, st.lo, st.hi = r.f64(), r.f64(), r.f64()
+		st.std, st.lo, st.hi = r.F64(), r.F64(), r.F64()
 	case *hbosState, *copodState:
 		var h stats.Histogram
 		r.hist(&h)
-		if r.err == nil {
+		if r.Err == nil {
 			st.reset(m, h)
 		}
 	}
@@ -1334,21 +1215,21 @@ func (r *ckReader) modelV3(m *model) {
 	for _, s := range []*stats.Summary{&m.accum, &m.inflight, &m.global} {
 		r.hist(&s.Histogram)
 	}
-	m.inFlight = r.bool()
-	m.accum.Anomalies = r.uvarint()
-	m.inflight.Anomalies = r.uvarint()
+	m.inFlight = r.Bool()
+	m.accum.Anomalies = r.Uvarint()
+	m.inflight.Anomalies = r.Uvarint()
 	for _, s := range []*stats.Summary{&m.accum, &m.inflight, &m.global} {
 		r.tail(&s.Tail)
 	}
 	var lo, hi, std float64
 	for _, p := range [...]*float64{&m.natMin, &m.natMax, &m.natLowThr, &m.natThr, &m.p99, &m.logMean, &m.logStd, &lo, &hi, &std} {
-		*p = r.f64()
+		*p = r.F64()
 	}
 	r.moments(&m.det)
-	m.detReady = r.bool()
+	m.detReady = r.Bool()
 	var h stats.Histogram
 	r.hist(&h)
-	if r.err != nil {
+	if r.Err != nil {
 		return
 	}
 	switch st := m.state.(type) {
@@ -1360,61 +1241,61 @@ func (r *ckReader) modelV3(m *model) {
 }
 
 func (r *ckReader) models(ms *modelSet) {
-	n := r.count(64)
+	n := r.Count(64)
 	for k := range n {
-		if r.err != nil {
+		if r.Err != nil {
 			return
 		}
-		name := r.str()
-		if _, dup := ms.keyByName[name]; dup && r.err == nil {
-			r.fail("model %q twice", name)
+		name := r.Str()
+		if _, dup := ms.keyByName[name]; dup && r.Err == nil {
+			r.Fail("model %q twice", name)
 		}
-		m := &model{name: name, shard: psync.Shard(name, ms.cfg.Shards), ignored: r.bool(), state: ms.scorer.newState()}
+		m := &model{name: name, shard: psync.Shard(name, ms.cfg.Shards), ignored: r.Bool(), state: ms.scorer.newState()}
 		if r.version < 4 {
 			r.modelV3(m)
 		} else {
 			r.decode(&m.accum)
 			r.decode(&m.inflight)
 			r.decode(&m.global)
-			m.inFlight = r.bool()
+			m.inFlight = r.Bool()
 			for _, p := range [...]*float64{&m.natMin, &m.natMax, &m.natLowThr, &m.natThr, &m.p99, &m.logMean, &m.logStd} {
-				*p = r.f64()
+				*p = r.F64()
 			}
 			r.moments(&m.det)
-			m.detReady = r.bool()
+			m.detReady = r.Bool()
 			r.scoreState(m)
 		}
-		if r.err != nil {
+		if r.Err != nil {
 			return
 		}
 		ms.list = append(ms.list, m)
 		ms.keyByName[name] = int32(k)
 	}
 	for _, ks := range []*[]int32{&ms.fidKey, &ms.pathKey} {
-		n := r.count(1)
-		if r.err == nil && n > maxFID {
-			r.fail("%d model keys, more than %d", n, maxFID)
+		n := r.Count(1)
+		if r.Err == nil && n > maxFID {
+			r.Fail("%d model keys, more than %d", n, maxFID)
 		}
-		if r.err != nil || n == 0 {
+		if r.Err != nil || n == 0 {
 			continue
 		}
 		*ks = make([]int32, n)
 		for i := range *ks {
-			v := r.varint()
-			if r.err == nil && (v < -1 || v >= int64(len(ms.list))) {
-				r.fail("model key %d out of range (%d)", v, len(ms.list))
+			v := r.Varint()
+			if r.Err == nil && (v < -1 || v >= int64(len(ms.list))) {
+				r.Fail("model key %d out of range (%d)", v, len(ms.list))
 			}
 			(*ks)[i] = int32(v)
 		}
 	}
-	if r.err != nil {
+	if r.Err != nil {
 		return
 	}
 	// executions that know their key must name a model
 	for _, t := range ms.stacks.threads {
 		check := func(e *execRec) {
-			if r.err == nil && (e.key < 0 || e.key > int32(len(ms.list))) {
-				r.fail("execution of thread %d has model key %d, there are %d models", t.tid, e.key-1, len(ms.list))
+			if r.Err == nil && (e.key < 0 || e.key > int32(len(ms.list))) {
+				r.Fail("execution of thread %d has model key %d, there are %d models", t.tid, e.key-1, len(ms.list))
 			}
 		}
 		for i := range t.ring {
@@ -1429,7 +1310,7 @@ func (r *ckReader) models(ms *modelSet) {
 func (r *ckReader) callFrames() []provenance.CallFrame {
 	fs := optMake[provenance.CallFrame](r.optCount(6))
 	for i := range fs {
-		fs[i] = provenance.CallFrame{Entry: r.uvarint(), Exit: r.uvarint(), FID: r.u32(), Func: r.str(), EventID: r.str(), IsAnomaly: r.bool()}
+		fs[i] = provenance.CallFrame{Entry: r.Uvarint(), Exit: r.Uvarint(), FID: r.U32(), Func: r.Str(), EventID: r.Str(), IsAnomaly: r.Bool()}
 	}
 	return fs
 }
@@ -1437,13 +1318,13 @@ func (r *ckReader) callFrames() []provenance.CallFrame {
 func (r *ckReader) window(ew *provenance.EventWindow) {
 	ew.ExecWindow = optMake[provenance.WindowExec](r.optCount(7))
 	for i := range ew.ExecWindow {
-		ew.ExecWindow[i] = provenance.WindowExec{Entry: r.uvarint(), Exit: r.uvarint(), FID: r.u32(), Func: r.str(),
-			EventID: r.str(), ParentEventID: r.str(), IsAnomaly: r.bool()}
+		ew.ExecWindow[i] = provenance.WindowExec{Entry: r.Uvarint(), Exit: r.Uvarint(), FID: r.U32(), Func: r.Str(),
+			EventID: r.Str(), ParentEventID: r.Str(), IsAnomaly: r.Bool()}
 	}
 	ew.CommWindow = optMake[provenance.CommRecord](r.optCount(10))
 	for i := range ew.CommWindow {
-		ew.CommWindow[i] = provenance.CommRecord{Type: r.str(), PID: r.u32(), RID: r.u32(), TID: r.u32(), Src: r.u32(), Tar: r.u32(),
-			Bytes: r.uvarint(), Tag: r.u32(), Timestamp: r.uvarint(), ExecdataKey: r.str()}
+		ew.CommWindow[i] = provenance.CommRecord{Type: r.Str(), PID: r.U32(), RID: r.U32(), TID: r.U32(), Src: r.U32(), Tar: r.U32(),
+			Bytes: r.Uvarint(), Tag: r.U32(), Timestamp: r.Uvarint(), ExecdataKey: r.Str()}
 	}
 }
 
@@ -1452,65 +1333,65 @@ func (r *ckReader) record() *provenance.Exec {
 	x.CallStack = r.callFrames()
 	x.CounterEvents = optMake[provenance.CounterEvent](r.optCount(7))
 	for i := range x.CounterEvents {
-		x.CounterEvents[i] = provenance.CounterEvent{CounterIdx: r.u32(), CounterName: r.str(), CounterValue: r.uvarint(),
-			PID: r.u32(), RID: r.u32(), TID: r.u32(), TS: r.uvarint()}
+		x.CounterEvents[i] = provenance.CounterEvent{CounterIdx: r.U32(), CounterName: r.Str(), CounterValue: r.Uvarint(),
+			PID: r.U32(), RID: r.U32(), TID: r.U32(), TS: r.Uvarint()}
 	}
-	x.Entry = r.uvarint()
-	x.Exit = r.uvarint()
-	x.EventID = r.str()
-	x.FID = r.u32()
-	x.Func = r.str()
-	x.FuncStats = provenance.FuncStats{Accumulate: r.f64(), Count: r.f64(), Kurtosis: r.f64(), Maximum: r.f64(),
-		Mean: r.f64(), Minimum: r.f64(), Skewness: r.f64(), Stddev: r.f64()}
-	x.IsGPUEvent = r.bool()
-	if r.bool() {
-		x.GPULocation = &provenance.GPULocation{Context: r.u32(), Device: r.u32(), Stream: r.u32(), Thread: r.u32()}
+	x.Entry = r.Uvarint()
+	x.Exit = r.Uvarint()
+	x.EventID = r.Str()
+	x.FID = r.U32()
+	x.Func = r.Str()
+	x.FuncStats = provenance.FuncStats{Accumulate: r.F64(), Count: r.F64(), Kurtosis: r.F64(), Maximum: r.F64(),
+		Mean: r.F64(), Minimum: r.F64(), Skewness: r.F64(), Stddev: r.F64()}
+	x.IsGPUEvent = r.Bool()
+	if r.Bool() {
+		x.GPULocation = &provenance.GPULocation{Context: r.U32(), Device: r.U32(), Stream: r.U32(), Thread: r.U32()}
 	}
-	if r.bool() {
-		x.GPUParent = &provenance.GPUParent{EventID: r.str(), TID: r.u32()}
+	if r.Bool() {
+		x.GPUParent = &provenance.GPUParent{EventID: r.Str(), TID: r.U32()}
 		x.GPUParent.CallStack = r.callFrames()
 	}
-	x.PID = r.u32()
-	x.RID = r.u32()
-	x.TID = r.u32()
-	x.RuntimeExclusive = r.uvarint()
-	x.RuntimeTotal = r.uvarint()
-	x.IOStep = r.uvarint()
-	x.IOStepTStart = r.uvarint()
-	x.IOStepTEnd = r.uvarint()
+	x.PID = r.U32()
+	x.RID = r.U32()
+	x.TID = r.U32()
+	x.RuntimeExclusive = r.Uvarint()
+	x.RuntimeTotal = r.Uvarint()
+	x.IOStep = r.Uvarint()
+	x.IOStepTStart = r.Uvarint()
+	x.IOStepTEnd = r.Uvarint()
 	r.window(&x.EventWindow)
-	x.OutlierScore = r.f64()
-	x.OutlierSeverity = r.f64()
-	x.Hostname = r.str()
-	x.Algorithm = r.str()
-	if r.bool() {
-		x.Explanation = &provenance.Explanation{Key: r.str(), Value: r.f64(), NaturalMin: r.f64(), NaturalMax: r.f64(),
-			LowThreshold: r.f64(), Threshold: r.f64(), Ratio: r.f64(), P99: r.f64(), LogSigmas: r.f64(), Excess: r.f64()}
-		x.Explanation.Text = r.str()
+	x.OutlierScore = r.F64()
+	x.OutlierSeverity = r.F64()
+	x.Hostname = r.Str()
+	x.Algorithm = r.Str()
+	if r.Bool() {
+		x.Explanation = &provenance.Explanation{Key: r.Str(), Value: r.F64(), NaturalMin: r.F64(), NaturalMax: r.F64(),
+			LowThreshold: r.F64(), Threshold: r.F64(), Ratio: r.F64(), P99: r.F64(), LogSigmas: r.F64(), Excess: r.F64()}
+		x.Explanation.Text = r.Str()
 		if r.version >= 6 {
 			x.Explanation.Baseline = r.evidence()
 		}
 	}
-	x.FinalLabel = r.str()
+	x.FinalLabel = r.Str()
 	return x
 }
 
 func (r *ckReader) pending(d *Detector) {
-	n := r.count(8)
+	n := r.Count(8)
 	for range n {
-		if r.err != nil {
+		if r.Err != nil {
 			return
 		}
 		ti := r.below(uint64(len(d.stacks.threads)), "thread index")
-		p := &pendingRec{seq: r.uvarint(), step: r.uvarint(), anomaly: r.bool(), pinnedTo: r.uvarint()}
+		p := &pendingRec{seq: r.Uvarint(), step: r.Uvarint(), anomaly: r.Bool(), pinnedTo: r.Uvarint()}
 		p.rec = r.record()
 		r.window(&p.ew)
-		if r.err != nil {
+		if r.Err != nil {
 			return
 		}
 		p.t = d.stacks.threads[ti]
 		if p.pinnedTo < p.seq || p.pinnedTo-p.seq > uint64(d.cfg.Window) || p.pinnedTo >= p.t.next() {
-			r.fail("record %s pins executions %d..%d (window %d)", p.rec.EventID, p.seq, p.pinnedTo, d.cfg.Window)
+			r.Fail("record %s pins executions %d..%d (window %d)", p.rec.EventID, p.seq, p.pinnedTo, d.cfg.Window)
 			return
 		}
 		d.rec.pending = append(d.rec.pending, p)
@@ -1518,32 +1399,32 @@ func (r *ckReader) pending(d *Detector) {
 }
 
 func (r *ckReader) summary(s *psync.StepSummary) {
-	s.Step = r.uvarint()
-	s.Anomalies = r.uvarint()
-	s.Executions = r.uvarint()
-	s.MinTS = r.uvarint()
-	s.MaxTS = r.uvarint()
+	s.Step = r.Uvarint()
+	s.Anomalies = r.Uvarint()
+	s.Executions = r.Uvarint()
+	s.MinTS = r.Uvarint()
+	s.MaxTS = r.Uvarint()
 	r.moments(&s.Scores)
 	r.moments(&s.Severity)
 	if n := r.optCount(2); n >= 0 {
 		s.FuncAnomalies = make(map[string]uint64, n)
 		for range n {
-			k := r.str()
-			s.FuncAnomalies[k] = r.uvarint()
+			k := r.Str()
+			s.FuncAnomalies[k] = r.Uvarint()
 		}
 	}
-	s.Events = r.uvarint()
-	s.BadFrames = r.uvarint()
-	s.MissingSteps = r.uvarint()
+	s.Events = r.Uvarint()
+	s.BadFrames = r.Uvarint()
+	s.MissingSteps = r.Uvarint()
 	s.Funcs = optMake[psync.FuncAnomalyMetrics](r.optCount(5))
 	for i := range s.Funcs {
 		f := &s.Funcs[i]
-		f.Func = r.str()
-		f.Count = r.uvarint()
+		f.Func = r.Str()
+		f.Count = r.Uvarint()
 		r.moments(&f.Score)
 		r.moments(&f.Severity)
-		f.FirstTS = r.uvarint()
-		f.LastTS = r.uvarint()
+		f.FirstTS = r.Uvarint()
+		f.LastTS = r.Uvarint()
 	}
 	if r.version >= 6 {
 		s.Peer = r.peer()
@@ -1551,31 +1432,31 @@ func (r *ckReader) summary(s *psync.StepSummary) {
 }
 
 func (r *ckReader) request() *psync.SyncRequest {
-	q := &psync.SyncRequest{PID: r.u32(), Rank: r.u32(), Seq: r.uvarint(), Step: r.uvarint(), Algorithm: r.str(), Hostname: r.str()}
-	if r.bool() {
-		q.TailRule = &stats.TailRule{Ratio: r.f64(), Recur: r.uvarint(), RecurFrac: r.f64(), Resolution: r.f64()}
+	q := &psync.SyncRequest{PID: r.U32(), Rank: r.U32(), Seq: r.Uvarint(), Step: r.Uvarint(), Algorithm: r.Str(), Hostname: r.Str()}
+	if r.Bool() {
+		q.TailRule = &stats.TailRule{Ratio: r.F64(), Recur: r.Uvarint(), RecurFrac: r.F64(), Resolution: r.F64()}
 		if r.version >= 3 {
-			q.TailRule.Alpha = r.f64()
+			q.TailRule.Alpha = r.F64()
 		}
 	}
 	q.Models = optMake[psync.ModelDelta](r.optCount(5))
 	for i := range q.Models {
 		m := &q.Models[i]
-		m.Key = r.str()
+		m.Key = r.Str()
 		r.moments(&m.Moments)
-		if r.bool() {
+		if r.Bool() {
 			m.Histogram = &stats.Histogram{}
 			r.hist(m.Histogram)
 		}
-		if r.bool() {
+		if r.Bool() {
 			m.Tail = &stats.TailHist{}
 			r.tail(m.Tail)
 		}
-		m.Anomalies = r.uvarint()
+		m.Anomalies = r.Uvarint()
 	}
 	q.Counters = optMake[psync.CounterDelta](r.optCount(2))
 	for i := range q.Counters {
-		q.Counters[i].Name = r.str()
+		q.Counters[i].Name = r.Str()
 		r.moments(&q.Counters[i].Moments)
 	}
 	q.Steps = optMake[psync.StepSummary](r.optCount(10))
@@ -1586,39 +1467,39 @@ func (r *ckReader) request() *psync.SyncRequest {
 }
 
 func (r *ckReader) sync(s *syncState) {
-	s.incarnation = r.uvarint()
-	if r.err == nil && s.incarnation == 0 {
-		r.fail("sync incarnation 0")
+	s.incarnation = r.Uvarint()
+	if r.Err == nil && s.incarnation == 0 {
+		r.Fail("sync incarnation 0")
 	}
-	if n := r.count(2); r.err == nil && n != len(s.shards) {
-		r.fail("%d shards, the configuration has %d", n, len(s.shards))
+	if n := r.Count(2); r.Err == nil && n != len(s.shards) {
+		r.Fail("%d shards, the configuration has %d", n, len(s.shards))
 	}
 	inShard := make([]int, len(s.models.list))
 	for i, sh := range s.shards {
-		if r.err != nil {
+		if r.Err != nil {
 			return
 		}
-		sh.seq = r.uvarint()
-		if r.bool() {
+		sh.seq = r.Uvarint()
+		if r.Bool() {
 			sh.inflight = r.request()
 			sh.inflight.Incarnation = s.incarnation // written once for the shards
-			if r.err == nil && (sh.inflight.Seq != sh.seq || sh.inflight.PID != s.cfg.PID || sh.inflight.Rank != s.cfg.Rank) {
-				r.fail("request in flight on shard %d is seq %d of rank %d, the shard is at seq %d of rank %d",
+			if r.Err == nil && (sh.inflight.Seq != sh.seq || sh.inflight.PID != s.cfg.PID || sh.inflight.Rank != s.cfg.Rank) {
+				r.Fail("request in flight on shard %d is seq %d of rank %d, the shard is at seq %d of rank %d",
 					i, sh.inflight.Seq, sh.inflight.Rank, sh.seq, s.cfg.Rank)
 			}
 		}
-		nk := r.count(1)
-		if r.err == nil && nk > 0 && sh.inflight == nil {
-			r.fail("shard %d has %d keys in flight and no request", i, nk)
+		nk := r.Count(1)
+		if r.Err == nil && nk > 0 && sh.inflight == nil {
+			r.Fail("shard %d has %d keys in flight and no request", i, nk)
 		}
 		for range nk {
 			k := r.below(uint64(len(s.models.list)), "model key")
-			if r.err != nil {
+			if r.Err != nil {
 				return
 			}
 			m := s.models.list[k]
 			if m.shard != i || !m.inFlight || inShard[k] != 0 {
-				r.fail("model %q in flight on shard %d is of shard %d (in flight %v)", m.name, i, m.shard, m.inFlight)
+				r.Fail("model %q in flight on shard %d is of shard %d (in flight %v)", m.name, i, m.shard, m.inFlight)
 				return
 			}
 			inShard[k] = i + 1
@@ -1626,8 +1507,8 @@ func (r *ckReader) sync(s *syncState) {
 		}
 	}
 	for k, m := range s.models.list {
-		if r.err == nil && m.inFlight && inShard[k] == 0 {
-			r.fail("model %q is in flight in no request", m.name)
+		if r.Err == nil && m.inFlight && inShard[k] == 0 {
+			r.Fail("model %q is in flight in no request", m.name)
 		}
 	}
 	if n := r.optCount(10); n >= 0 {
@@ -1636,9 +1517,9 @@ func (r *ckReader) sync(s *syncState) {
 			r.summary(&s.summaries[i])
 		}
 	}
-	nc := r.count(2)
+	nc := r.Count(2)
 	for range nc {
-		name := r.str()
+		name := r.Str()
 		m := &stats.Moments{}
 		r.moments(m)
 		s.counters[name] = m
@@ -1647,26 +1528,26 @@ func (r *ckReader) sync(s *syncState) {
 
 // frames reads frames written by ckWriter.frames.
 func (r *ckReader) frames() []*frame.Frame {
-	n := r.count(4 + frame.HeaderSize)
+	n := r.Count(4 + frame.HeaderSize)
 	var fs []*frame.Frame
 	for range n {
-		b4 := r.fixed(4)
-		if r.err != nil {
+		b4 := r.Fixed(4)
+		if r.Err != nil {
 			return nil
 		}
 		sz := uint64(binary.LittleEndian.Uint32(b4))
-		if sz > uint64(len(r.b)-r.off) {
-			r.fail("held frame of %d bytes with %d left", sz, len(r.b)-r.off)
+		if sz > uint64(len(r.B)-r.Off) {
+			r.Fail("held frame of %d bytes with %d left", sz, len(r.B)-r.Off)
 			return nil
 		}
-		b := r.fixed(int(sz))
-		if r.err != nil {
+		b := r.Fixed(int(sz))
+		if r.Err != nil {
 			return nil
 		}
 		f := &frame.Frame{}
 		if _, err := frame.DecodeBinary(b, f); err != nil {
-			r.off -= len(b)
-			r.fail("held frame: %v", err)
+			r.Off -= len(b)
+			r.Fail("held frame: %v", err)
 			return nil
 		}
 		fs = append(fs, f)

@@ -873,9 +873,9 @@ func benchCheckpoint(b *testing.B, cfg Config, enc [][]byte, steps int) {
 			prof.timers(t.paths)
 			prof.timers(t.over)
 		}
-		b.ReportMetric(float64(len(ws.b)), "B-stacks")
-		b.ReportMetric(float64(len(prof.b)), "B-profiles")
-		b.ReportMetric(float64(len(wm.b)), "B-models")
+		b.ReportMetric(float64(len(ws.B)), "B-stacks")
+		b.ReportMetric(float64(len(prof.B)), "B-profiles")
+		b.ReportMetric(float64(len(wm.B)), "B-models")
 		b.ReportMetric(float64(len(d.models.list)), "models")
 		b.ReportMetric(float64(len(d.stacks.nodes)), "paths")
 		b.ReportMetric(float64(held), "executions")

@@ -126,11 +126,11 @@ func (d *Detector) foldFuncs(sum *psync.StepSummary, funcs map[int32]*psync.Func
 // io_steps and the exit step of every completed execution still waiting
 // for a label, by thread index and seq.
 func (w *ckWriter) ranSteps(d *Detector) {
-	w.uvarint(uint64(len(d.rec.wins)))
+	w.Uvarint(uint64(len(d.rec.wins)))
 	for _, s := range d.rec.wins {
-		w.uvarint(s.step)
-		w.uvarint(s.tstart)
-		w.uvarint(s.tend)
+		w.Uvarint(s.step)
+		w.Uvarint(s.tstart)
+		w.Uvarint(s.tend)
 	}
 	type waiter struct {
 		ti    int
@@ -150,11 +150,11 @@ func (w *ckWriter) ranSteps(d *Detector) {
 			}
 		}
 	}
-	w.uvarint(uint64(len(ws)))
+	w.Uvarint(uint64(len(ws)))
 	for _, x := range ws {
-		w.uvarint(uint64(x.ti))
-		w.uvarint(x.seq)
-		w.uvarint(uint64(x.xstep))
+		w.Uvarint(uint64(x.ti))
+		w.Uvarint(x.seq)
+		w.Uvarint(uint64(x.xstep))
 	}
 }
 
@@ -168,34 +168,34 @@ func waiting(e *execRec) bool {
 // to 4 has none: executions waiting for a label there are given the step
 // they are labelled in.
 func (r *ckReader) ranSteps(d *Detector) {
-	n := r.count(3)
-	if r.err == nil && n > d.cfg.MaxPendingSteps+1 {
-		r.fail("windows of %d io_steps, more than %d", n, d.cfg.MaxPendingSteps+1)
+	n := r.Count(3)
+	if r.Err == nil && n > d.cfg.MaxPendingSteps+1 {
+		r.Fail("windows of %d io_steps, more than %d", n, d.cfg.MaxPendingSteps+1)
 		return
 	}
 	for range n {
-		s := stepInfo{step: r.uvarint(), tstart: r.uvarint(), tend: r.uvarint()}
-		if r.err != nil {
+		s := stepInfo{step: r.Uvarint(), tstart: r.Uvarint(), tend: r.Uvarint()}
+		if r.Err != nil {
 			return
 		}
 		if k := len(d.rec.wins); s.step > d.cur.step || (k > 0 && s.step <= d.rec.wins[k-1].step) {
-			r.fail("window of io_step %d out of order (last io_step %d)", s.step, d.cur.step)
+			r.Fail("window of io_step %d out of order (last io_step %d)", s.step, d.cur.step)
 			return
 		}
 		d.rec.wins = append(d.rec.wins, s)
 	}
-	n = r.count(3)
+	n = r.Count(3)
 	for range n {
 		ti := r.below(uint64(len(d.stacks.threads)), "thread index")
-		seq := r.uvarint()
+		seq := r.Uvarint()
 		x := r.below(ranMod+1, "exit step")
-		if r.err != nil {
+		if r.Err != nil {
 			return
 		}
 		t := d.stacks.threads[ti]
 		e := t.rec(seq)
 		if e == nil || e.flags&flagDone == 0 || e.label != labelNone || x == 0 {
-			r.fail("execution %d of thread %d: exit step of an execution that does not wait for a label", seq, t.tid)
+			r.Fail("execution %d of thread %d: exit step of an execution that does not wait for a label", seq, t.tid)
 			return
 		}
 		e.xstep = uint16(x)

@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"math"
 	"sort"
-	"strings"
 	"testing"
 )
 
@@ -335,20 +334,4 @@ func argInt(t *testing.T, e *traceEvent, k string) int64 {
 		t.Fatalf("event %v: args.%s is not an integer", *e, k)
 	}
 	return v
-}
-
-// trackOf parses the names of a track into its rank and thread.
-func trackOf(t *testing.T, track string) (rank, tid uint32) {
-	t.Helper()
-	proc, th, _ := strings.Cut(track, "/")
-	if _, err := fmt.Sscanf(proc, "rank %d", &rank); err != nil {
-		t.Fatalf("process name %q is not \"rank N\"", proc)
-	}
-	if i := strings.LastIndex(th, "thread "); i >= 0 {
-		if _, err := fmt.Sscanf(th[i:], "thread %d", &tid); err == nil {
-			return rank, tid
-		}
-	}
-	t.Fatalf("thread name %q names no thread", th)
-	return 0, 0
 }

@@ -123,7 +123,7 @@ func TestSnapshotRefusesDamage(t *testing.T) {
 		{"a flipped bit", flip, "CRC"},
 		{"cut short", data[:len(data)-9], "CRC"},
 		{"a newer version", newer, "version 2"},
-		{"only the header", appendCRC([]byte(snapMagic + "\x01")), "bad uvarint"},
+		{"only the header", appendCRC([]byte(snapMagic + "\x01")), "bad or truncated integer"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := decodeState(tc.data, 8)

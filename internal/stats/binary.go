@@ -2,9 +2,9 @@ package stats
 
 import (
 	"encoding/binary"
-	"errors"
-	"fmt"
 	"math"
+
+	"github.com/kipimo-hpc/kipimo/internal/binio"
 )
 
 // The binary forms of the statistics types, used by the detector's
@@ -30,9 +30,6 @@ const (
 	maxTailLo   = 1 << 20
 )
 
-// errShort is a form cut before its end.
-var errShort = errors.New("truncated")
-
 // AppendBinary appends the binary form of m to b. It never fails (the error
 // is encoding.BinaryAppender's).
 func (m *Moments) AppendBinary(b []byte) ([]byte, error) {
@@ -50,7 +47,7 @@ func (m *Moments) AppendBinary(b []byte) ([]byte, error) {
 // DecodeBinary sets m from the binary form at the front of b and returns
 // the number of bytes it took.
 func (m *Moments) DecodeBinary(b []byte) (int, error) {
-	d := decoder{b: b}
+	d := decoder{binio.Reader{B: b}}
 	d.moments(m)
 	return d.done(func() { *m = Moments{} })
 }
@@ -78,7 +75,7 @@ func (h *Histogram) AppendBinary(b []byte) ([]byte, error) {
 // DecodeBinary sets h from the binary form at the front of b and returns
 // the number of bytes it took.
 func (h *Histogram) DecodeBinary(b []byte) (int, error) {
-	d := decoder{b: b}
+	d := decoder{binio.Reader{B: b}}
 	d.histogram(h)
 	return d.done(func() { *h = Histogram{} })
 }
@@ -103,7 +100,7 @@ func (h *TailHist) AppendBinary(b []byte) ([]byte, error) {
 // DecodeBinary sets h from the binary form at the front of b and returns
 // the number of bytes it took.
 func (h *TailHist) DecodeBinary(b []byte) (int, error) {
-	d := decoder{b: b}
+	d := decoder{binio.Reader{B: b}}
 	d.tail(h)
 	return d.done(func() { *h = TailHist{} })
 }
@@ -119,11 +116,11 @@ func (s *Summary) AppendBinary(b []byte) ([]byte, error) {
 // DecodeBinary sets s from the binary form at the front of b and returns
 // the number of bytes it took.
 func (s *Summary) DecodeBinary(b []byte) (int, error) {
-	d := decoder{b: b}
+	d := decoder{binio.Reader{B: b}}
 	d.moments(&s.Moments)
 	d.histogram(&s.Histogram)
 	d.tail(&s.Tail)
-	s.Anomalies = d.uvarint()
+	s.Anomalies = d.Uvarint()
 	return d.done(func() { *s = Summary{} })
 }
 
@@ -131,142 +128,70 @@ func appendF64(b []byte, v float64) []byte {
 	return binary.LittleEndian.AppendUint64(b, math.Float64bits(v))
 }
 
-// decoder reads binary forms from b; the first error sticks, and every
-// later read returns zero values.
-type decoder struct {
-	b   []byte
-	off int
-	err error
-}
+// decoder reads binary forms (binio's values); the first error sticks,
+// and every later read returns zero values.
+type decoder struct{ binio.Reader }
 
 // done returns the bytes read and the error, calling zero first on error.
 func (d *decoder) done(zero func()) (int, error) {
-	if d.err != nil {
+	if d.Err != nil {
 		zero()
-		return 0, d.err
+		return 0, d.Err
 	}
-	return d.off, nil
-}
-
-func (d *decoder) fail(format string, args ...any) {
-	if d.err == nil {
-		d.err = fmt.Errorf("byte %d: %s", d.off, fmt.Sprintf(format, args...))
-	}
-}
-
-func (d *decoder) uvarint() uint64 {
-	if d.err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(d.b[d.off:])
-	if n <= 0 {
-		d.fail("bad or truncated integer")
-		return 0
-	}
-	d.off += n
-	return v
-}
-
-func (d *decoder) varint() int64 {
-	if d.err != nil {
-		return 0
-	}
-	v, n := binary.Varint(d.b[d.off:])
-	if n <= 0 {
-		d.fail("bad or truncated integer")
-		return 0
-	}
-	d.off += n
-	return v
-}
-
-func (d *decoder) byte1() byte {
-	if d.err != nil {
-		return 0
-	}
-	if d.off >= len(d.b) {
-		d.fail("%v", errShort)
-		return 0
-	}
-	d.off++
-	return d.b[d.off-1]
-}
-
-func (d *decoder) f64() float64 {
-	if d.err != nil {
-		return 0
-	}
-	if len(d.b)-d.off < 8 {
-		d.fail("%v", errShort)
-		return 0
-	}
-	d.off += 8
-	return math.Float64frombits(binary.LittleEndian.Uint64(d.b[d.off-8:]))
-}
-
-// count reads a length n, refusing one that the bytes left cannot hold
-// at min bytes an element.
-func (d *decoder) count(n uint64, min int) int {
-	if left := uint64(len(d.b) - d.off); d.err == nil && n > left/uint64(min) {
-		d.fail("list of %d elements of at least %d bytes with %d bytes left", n, min, left)
-	}
-	if d.err != nil {
-		return 0
-	}
-	return int(n)
+	return d.Off, nil
 }
 
 func (d *decoder) moments(m *Moments) {
-	switch v := d.byte1(); {
-	case d.err != nil:
+	switch v := d.Byte1(); {
+	case d.Err != nil:
 	case v == 0:
 		*m = Moments{}
 	case v == 1:
-		*m = Moments{N: d.f64(), Mean: d.f64(), M2: d.f64(), M3: d.f64(), M4: d.f64(), Min: d.f64(), Max: d.f64()}
+		*m = Moments{N: d.F64(), Mean: d.F64(), M2: d.F64(), M3: d.F64(), M4: d.F64(), Min: d.F64(), Max: d.F64()}
 	default:
-		d.fail("moments tag %d", v)
+		d.Fail("moments tag %d", v)
 	}
 }
 
 func (d *decoder) histogram(h *Histogram) {
-	switch v := d.byte1(); {
-	case d.err != nil:
+	switch v := d.Byte1(); {
+	case d.Err != nil:
 		return
 	case v == 0:
 		*h = Histogram{}
 		return
 	case v != 1:
-		d.fail("histogram tag %d", v)
+		d.Fail("histogram tag %d", v)
 		return
 	}
-	*h = Histogram{FirstEdge: d.f64(), BinWidth: d.f64(), Min: d.f64(), Max: d.f64()}
-	n := d.uvarint()
-	if d.err != nil || n == 0 {
+	*h = Histogram{FirstEdge: d.F64(), BinWidth: d.F64(), Min: d.F64(), Max: d.F64()}
+	n := d.Uvarint()
+	if d.Err != nil || n == 0 {
 		return // nil Counts
 	}
 	if n-1 > maxHistBins {
-		d.fail("histogram of %d bins, more than %d", n-1, maxHistBins)
+		d.Fail("histogram of %d bins, more than %d", n-1, maxHistBins)
 		return
 	}
-	h.Counts = make([]uint64, d.count(n-1, 1))
+	h.Counts = make([]uint64, d.CountOf(n-1, 1))
 	for i := range h.Counts {
-		h.Counts[i] = d.uvarint()
+		h.Counts[i] = d.Uvarint()
 	}
-	if d.err == nil {
+	if d.Err == nil {
 		if err := h.Validate(); err != nil {
-			d.fail("%v", err)
+			d.Fail("%v", err)
 		}
 	}
 }
 
 func (d *decoder) tail(h *TailHist) {
-	lo := d.varint()
-	n := d.uvarint()
-	if d.err == nil && (lo < 0 || lo > maxTailLo) {
-		d.fail("tail histogram starts at bin %d", lo)
+	lo := d.Varint()
+	n := d.Uvarint()
+	if d.Err == nil && (lo < 0 || lo > maxTailLo) {
+		d.Fail("tail histogram starts at bin %d", lo)
 	}
-	k := d.count(n, 2)
-	if d.err != nil {
+	k := d.CountOf(n, 2)
+	if d.Err != nil {
 		return
 	}
 	*h = TailHist{Lo: int(lo)}
@@ -274,18 +199,18 @@ func (d *decoder) tail(h *TailHist) {
 		h.Counts, h.Mins, h.Maxs = make([]uint64, k), make([]float64, k), make([]float64, k)
 	}
 	for i := range k {
-		h.Counts[i] = d.uvarint()
-		switch v := d.byte1(); {
-		case d.err != nil:
+		h.Counts[i] = d.Uvarint()
+		switch v := d.Byte1(); {
+		case d.Err != nil:
 		case v == 1:
-			h.Mins[i], h.Maxs[i] = d.f64(), d.f64()
+			h.Mins[i], h.Maxs[i] = d.F64(), d.F64()
 		case v != 0:
-			d.fail("tail bin bounds tag %d", v)
+			d.Fail("tail bin bounds tag %d", v)
 		}
 	}
-	if d.err == nil {
+	if d.Err == nil {
 		if err := h.Validate(); err != nil {
-			d.fail("%v", err)
+			d.Fail("%v", err)
 		}
 	}
 }
