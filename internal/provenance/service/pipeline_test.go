@@ -4,19 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/kipimo-hpc/kipimo/internal/natsx"
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
 	"github.com/kipimo-hpc/kipimo/internal/provenance/provstream"
-	"github.com/kipimo-hpc/kipimo/internal/provenance/sqlitestore"
 	"github.com/kipimo-hpc/kipimo/internal/provenance/storetest"
 )
 
@@ -72,25 +69,7 @@ func TestPipelineOrderAndRedelivery(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
-			srv, err := natsx.StartServer(natsx.DefaultServerConfig(t.TempDir()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer srv.Shutdown()
-			nc, err := natsx.Connect(ctx, srv.ClientURL(), "test")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer nc.Close()
-			js, err := jetstream.New(nc)
-			if err != nil {
-				t.Fatal(err)
-			}
-			sq, err := sqlitestore.Open(ctx, filepath.Join(t.TempDir(), "p.db"), sqlitestore.Options{Synchronous: "OFF"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer sq.Close()
+			_, _, js, sq := jetStreamAndStore(ctx, t)
 			var store provenance.Store = sq
 			rec := &recordingStore{Store: sq, fail: tc.fail}
 			if tc.recording {
@@ -104,6 +83,7 @@ func TestPipelineOrderAndRedelivery(t *testing.T) {
 			}
 			for i := range batches {
 				part := execs[i*per : (i+1)*per]
+				var err error
 				if tc.blocks {
 					err = provstream.PublishExecBlocks(ctx, js, subj, fmt.Sprint(i), part)
 				} else {
@@ -186,25 +166,7 @@ func (s *slowStore) Write(ctx context.Context, b provenance.Batch) error {
 func TestSlowWriteIsNotRedelivered(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	srv, err := natsx.StartServer(natsx.DefaultServerConfig(t.TempDir()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Shutdown()
-	nc, err := natsx.Connect(ctx, srv.ClientURL(), "test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sq, err := sqlitestore.Open(ctx, filepath.Join(t.TempDir(), "p.db"), sqlitestore.Options{Synchronous: "OFF"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sq.Close()
+	_, _, js, sq := jetStreamAndStore(ctx, t)
 	const ackWait = time.Second
 	store := &slowStore{recordingStore: &recordingStore{Store: sq}, hold: 3 * ackWait}
 	const batches, per = 12, 10

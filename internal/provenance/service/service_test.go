@@ -20,7 +20,6 @@ import (
 	"github.com/kipimo-hpc/kipimo/internal/natsx"
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
 	"github.com/kipimo-hpc/kipimo/internal/provenance/provstream"
-	"github.com/kipimo-hpc/kipimo/internal/provenance/sqlitestore"
 	"github.com/kipimo-hpc/kipimo/internal/provenance/storetest"
 )
 
@@ -47,25 +46,7 @@ func (s *syncBuffer) String() string {
 func TestServiceCountsAndTerminatesBadBatches(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	srv, err := natsx.StartServer(natsx.DefaultServerConfig(t.TempDir()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Shutdown()
-	nc, err := natsx.Connect(ctx, srv.ClientURL(), "test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	store, err := sqlitestore.Open(ctx, filepath.Join(t.TempDir(), "p.db"), sqlitestore.Options{Synchronous: "OFF"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
+	_, _, js, store := jetStreamAndStore(ctx, t)
 	var logs syncBuffer
 	log := zerolog.New(&logs)
 	svc := New(Config{Run: "r", Fetch: 4, FetchWait: 200 * time.Millisecond}, store, js, log)
