@@ -98,7 +98,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	if testing.Short() {
 		t.Skip("browser test skipped with -short")
 	}
-	path := chromium(t)
+	chromium(t) // skips (or fails in CI) before the server is fed
 	const slow, ranks, steps = 5, 12, 20
 	prov := provStore(t, slow, steps)
 	_, nc := startNATS(t)
@@ -114,24 +114,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	}
 	feed(0, steps/2)
 
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(path),
-		chromedp.Flag("headless", true),
-		chromedp.Flag("no-sandbox", true),
-		chromedp.Flag("disable-gpu", true),
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.NoFirstRun,
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.WindowSize(1280, 1800),
-	)
-	actx, cancel := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancel()
-	ctx, cancel := chromedp.NewContext(actx)
-	defer cancel()
-	ctx, cancel = context.WithTimeout(ctx, 25*time.Second)
-	defer cancel()
+	ctx := browser(t, 1280, 1800, 25*time.Second)
 
 	url := "http://" + s.HTTPAddr() + "/"
 	if err := chromedp.Do(ctx, chromedp.Navigate(url), chromedp.Poll[chromedp.Void](`window.kipimo && window.kipimo.ready === true`)); err != nil {
@@ -211,20 +194,9 @@ func TestDashboardWithoutProvDB(t *testing.T) {
 	if testing.Short() {
 		t.Skip("browser test skipped with -short")
 	}
-	path := chromium(t)
+	chromium(t) // skips (or fails in CI) before the server is fed
 	_, ts, _ := fedServer(t, Config{}, 4, 3, 2)
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(path), chromedp.Flag("headless", true), chromedp.Flag("no-sandbox", true),
-		chromedp.Flag("disable-gpu", true), chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true),
-		chromedp.NoFirstRun, chromedp.UserDataDir(t.TempDir()),
-	)
-	actx, cancel := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancel()
-	ctx, cancel := chromedp.NewContext(actx)
-	defer cancel()
-	ctx, cancel = context.WithTimeout(ctx, 20*time.Second)
-	defer cancel()
+	ctx := browser(t, 1280, 1800, 20*time.Second)
 	if err := chromedp.Do(ctx, chromedp.Navigate(ts.URL+"/"), chromedp.Poll[chromedp.Void](`window.kipimo && window.kipimo.ready === true`)); err != nil {
 		t.Fatal(err)
 	}
