@@ -159,7 +159,7 @@ type anomalyKey struct {
 }
 
 // storedAnomalies reads every anomaly of a provenance store: true for one
-// labelled in the io_step it ended in, false for one whose young model
+// labelled in the io_step it ran in (labelled_io_step), false for one whose young model
 // made it wait for the model to settle (docs/detection.md, "settling").
 func storedAnomalies(t *testing.T, path string) map[anomalyKey]bool {
 	t.Helper()
@@ -171,7 +171,7 @@ func storedAnomalies(t *testing.T, path string) map[anomalyKey]bool {
 	defer st.Close()
 	out := map[anomalyKey]bool{}
 	err = st.Each(ctx, provenance.Query{Kind: provenance.KindAnomalies, Limit: provenance.NoLimit}, func(e provenance.Exec) error {
-		out[anomalyKey{e.RID, e.TID, e.Func, e.Entry}] = e.Exit >= e.IOStepTStart
+		out[anomalyKey{e.RID, e.TID, e.Func, e.Entry}] = e.LabelledIOStep <= e.IOStep
 		return nil
 	})
 	if err != nil {

@@ -15,30 +15,8 @@ import (
 // a new slow mode ends where the mode starts, so that the end-of-run
 // relabelling keeps its executions; other keys keep their own range.
 func TestFinalRangesAgainstBaseline(t *testing.T) {
-	rule := stats.TailRule{Ratio: 1.4, Recur: 5, RecurFrac: 0.005, Resolution: 1, Alpha: 1e-4}
-	state := func(stall bool) *State {
-		st := NewState(4)
-		for rank := range uint32(2) {
-			for step := range uint64(5) {
-				var f, g stats.TailHist
-				for i := range 2000 {
-					f.Add(float64(3 + i%10))
-					g.Add(float64(3 + i%10))
-				}
-				if stall {
-					for i := range 20 { // 1%: a recurring mode, natural within the run
-						f.Add(float64(25000 + i))
-					}
-				}
-				req := &psync.SyncRequest{Rank: rank, Seq: step + 1, Step: step, Algorithm: "tail", TailRule: &rule,
-					Models: []psync.ModelDelta{{Key: "MPI_Irecv", Tail: &f}, {Key: "MPI_Wait", Tail: &g}}}
-				if _, err := st.Apply(req); err != nil {
-					t.Fatal(err)
-				}
-			}
-		}
-		return st
-	}
+	rule := baselineRule
+	state := func(stall bool) *State { return irecvState(t, stall) }
 	clean, err := New(Config{Run: "clean"}, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
@@ -82,4 +60,36 @@ func TestFinalRangesAgainstBaseline(t *testing.T) {
 	if rep := srv.CompareBaseline(); rep == nil || len(rep.Functions) != 2 || rep.Functions[0].Func != "MPI_Irecv" || rep.Functions[0].NewMode == nil || rep.Functions[0].NewMode.InMode != 200 {
 		t.Errorf("comparison %+v: want MPI_Irecv first with its 200 stalls", rep)
 	}
+}
+
+// baselineRule is the natural-range rule of the baseline tests' models.
+var baselineRule = stats.TailRule{Ratio: 1.4, Recur: 5, RecurFrac: 0.005, Resolution: 1, Alpha: 1e-4}
+
+// irecvState is the state of 2 ranks x 5 steps of MPI_Irecv and MPI_Wait,
+// 2,000 runtimes of 3-12 µs each per step and rank; with stall, 1% of
+// MPI_Irecv's calls also take 25 ms (a recurring mode, natural within the
+// run).
+func irecvState(t testing.TB, stall bool) *State {
+	t.Helper()
+	st := NewState(4)
+	for rank := range uint32(2) {
+		for step := range uint64(5) {
+			var f, g stats.TailHist
+			for i := range 2000 {
+				f.Add(float64(3 + i%10))
+				g.Add(float64(3 + i%10))
+			}
+			if stall {
+				for i := range 20 {
+					f.Add(float64(25000 + i))
+				}
+			}
+			req := &psync.SyncRequest{Rank: rank, Seq: step + 1, Step: step, Algorithm: "tail", TailRule: &baselineRule,
+				Models: []psync.ModelDelta{{Key: "MPI_Irecv", Tail: &f}, {Key: "MPI_Wait", Tail: &g}}}
+			if _, err := st.Apply(req); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	return st
 }

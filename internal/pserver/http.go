@@ -64,6 +64,7 @@ func (s *Server) newHandler() http.Handler {
 //	GET /api/counters           []CounterRow
 //	GET /api/events             text/event-stream of Update, one per io_step
 //	GET /api/culprits, /api/outliers  the culprit analysis (culprits_http.go)
+//	GET /api/baseline?n=N       this run against its baseline (baseline_http.go)
 //	GET /metrics                Prometheus metrics (live servers)
 //	    /provdb/...             the provdb query API (proxied, or on the store)
 //
@@ -163,6 +164,7 @@ func (d *dashboard) handler() http.Handler {
 	})
 	api.HandleFunc("GET /api/events", d.events)
 	d.culpritRoutes(api)
+	d.baselineRoutes(api)
 	if d.metrics != nil {
 		api.Handle("GET /metrics", d.metrics)
 	}
