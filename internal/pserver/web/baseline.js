@@ -12,7 +12,8 @@
   const $ = (id) => document.getElementById(id);
   const ms = (us) => Math.abs(us) >= 1e6 ? (us / 1e6).toPrecision(3) + " s" : Math.abs(us) >= 1e3 ? (us / 1e3).toPrecision(3) + " ms" : Math.round(us) + " µs";
   const x = (r) => r > 0 && isFinite(r) ? r.toFixed(2) + "x" : "";
-  const pair = (a, b) => a || b ? `${ms(a)} (${ms(b)})` : "";
+  const us = (v) => v === undefined || !isFinite(v) ? "–" : ms(v);
+  const pair = (a, b) => a || b ? `${us(a)} (${us(b)})` : "";
   function cell(tr, text, cls) { const td = document.createElement("td"); td.textContent = text; if (cls) td.className = cls; tr.appendChild(td); return td; }
 
   function fill(rep) {
