@@ -581,21 +581,8 @@ func ckSample(t testing.TB) (Config, []byte, string) { return ckSampleOf(t, HBOS
 
 // ckSampleOf is ckSample under algorithm algo.
 func ckSampleOf(t testing.TB, algo string) (Config, []byte, string) {
-	w := loadCkWorkloads(t)["synthetic"]
 	cfg := Config{Algorithm: algo, Shards: 2, Syncer: newFakePServer(), Hostname: "h", SyncWait: time.Minute}
-	d, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var f frame.Frame
-	for _, b := range w.frames[0][:5] {
-		if _, err := frame.DecodeBinary(b, &f); err != nil {
-			t.Fatal(err)
-		}
-		if err := d.Process(context.Background(), &f); err != nil {
-			t.Fatal(err)
-		}
-	}
+	d := syntheticDetector(t, cfg, 5)
 	cp, err := d.Checkpoint()
 	if err != nil {
 		t.Fatal(err)
@@ -1076,4 +1063,25 @@ func TestRestoreVersion3(t *testing.T) {
 			}
 		})
 	}
+}
+
+// syntheticDetector returns a detector of cfg that has processed the first
+// n frames of rank 0 of the synthetic checkpoint workload.
+func syntheticDetector(t testing.TB, cfg Config, n int) *Detector {
+	t.Helper()
+	w := loadCkWorkloads(t)["synthetic"]
+	d, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f frame.Frame
+	for _, b := range w.frames[0][:n] {
+		if _, err := frame.DecodeBinary(b, &f); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Process(context.Background(), &f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return d
 }

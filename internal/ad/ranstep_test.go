@@ -127,21 +127,10 @@ func TestExecRecSize(t *testing.T) {
 // (the records before version 5), and everything else goes on as from a
 // checkpoint of today's version.
 func TestRestoreWithoutRanSteps(t *testing.T) {
-	w := loadCkWorkloads(t)["synthetic"]
 	cfg := Config{SettleCount: 50000, MaxPendingSteps: 6, Syncer: newFakePServer(), SyncWait: time.Minute}
-	d, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := syntheticDetector(t, cfg, 3)
+	w := loadCkWorkloads(t)["synthetic"]
 	var f frame.Frame
-	for _, raw := range w.frames[0][:3] {
-		if _, err := frame.DecodeBinary(raw, &f); err != nil {
-			t.Fatal(err)
-		}
-		if err := d.Process(context.Background(), &f); err != nil {
-			t.Fatal(err)
-		}
-	}
 	cp, err := d.Checkpoint()
 	if err != nil {
 		t.Fatal(err)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -17,11 +16,7 @@ import (
 // largest share of time first, from the store and through provdb alike.
 func TestQueryRecurring(t *testing.T) {
 	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "prov.db")
-	s, err := sqlitestore.Open(ctx, path, sqlitestore.Options{Synchronous: "OFF"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	path, s := tempStore(ctx, t)
 	fs := []provenance.GlobalFuncStats{
 		{Func: "MPI_Irecv", Stats: provenance.FuncStats{Count: 7000}, Recurring: &provenance.RecurringMode{
 			Calls: 42, CallsFraction: 0.006, TypicalUs: 25100, LowUs: 25003, HighUs: 25410, TimeShare: 0.91, FirstIOStep: 2, Ranks: []uint32{0, 1}}},

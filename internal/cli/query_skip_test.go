@@ -6,13 +6,11 @@ import (
 	"database/sql"
 	"encoding/json"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
 	"github.com/kipimo-hpc/kipimo/internal/provenance/service"
-	"github.com/kipimo-hpc/kipimo/internal/provenance/sqlitestore"
 	"github.com/kipimo-hpc/kipimo/internal/provenance/storetest"
 )
 
@@ -23,11 +21,7 @@ import (
 // how many it left out.
 func TestQueryListSkipsBadDocuments(t *testing.T) {
 	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "prov.db")
-	s, err := sqlitestore.Open(ctx, path, sqlitestore.Options{Synchronous: "OFF"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	path, s := tempStore(ctx, t)
 	defer s.Close()
 	execs := storetest.Generate(storetest.GenConfig{Seed: 77, N: 30, Anomaly: true})
 	if err := s.Write(ctx, provenance.Batch{Kind: provenance.KindAnomalies, Execs: execs}); err != nil {

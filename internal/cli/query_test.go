@@ -26,11 +26,7 @@ var updateQueryGolden = flag.Bool("update", false, "rewrite the golden files of 
 func queryStore(t *testing.T) string {
 	t.Helper()
 	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "prov.db")
-	s, err := sqlitestore.Open(ctx, path, sqlitestore.Options{Synchronous: "OFF"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	path, s := tempStore(ctx, t)
 	defer s.Close()
 	an := storetest.Generate(storetest.GenConfig{Seed: 2026, N: 300, Programs: 2, Ranks: 4, Steps: 6, Anomaly: true})
 	ne := storetest.Generate(storetest.GenConfig{Seed: 2027, N: 60, Programs: 2, Ranks: 4, Steps: 6})
@@ -214,11 +210,7 @@ func TestQueryListPaged(t *testing.T) {
 // query show prints why an execution was flagged.
 func TestQueryShowExplanation(t *testing.T) {
 	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "prov.db")
-	s, err := sqlitestore.Open(ctx, path, sqlitestore.Options{Synchronous: "OFF"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	path, s := tempStore(ctx, t)
 	e := storetest.Generate(storetest.GenConfig{Seed: 9, N: 1, Ranks: 1, Steps: 1, Anomaly: true})[0]
 	e.Explanation = &provenance.Explanation{Key: e.Func, Value: 2100, NaturalMin: 12, NaturalMax: 700, LowThreshold: 2,
 		Threshold: 980, Ratio: 3, P99: 310, LogSigmas: 6.1, Excess: 1400, Text: "3.0× the largest natural runtime of " + e.Func}
@@ -245,11 +237,7 @@ func TestQueryShowExplanation(t *testing.T) {
 // from the store and through provdb alike.
 func TestQueryListFinalLabels(t *testing.T) {
 	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "prov.db")
-	s, err := sqlitestore.Open(ctx, path, sqlitestore.Options{Synchronous: "OFF"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	path, s := tempStore(ctx, t)
 	es := storetest.Generate(storetest.GenConfig{Seed: 11, N: 3, Ranks: 1, Steps: 1, Anomaly: true})
 	for i, v := range []float64{500, 120, 10} { // beyond, inside, below the final range
 		es[i].Explanation = &provenance.Explanation{Key: "k", Value: v, Text: "t"}

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"net/http/httptest"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -22,11 +21,7 @@ import (
 // listing of every record streams in entry order, as before.
 func TestQueryListTimeLost(t *testing.T) {
 	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "prov.db")
-	s, err := sqlitestore.Open(ctx, path, sqlitestore.Options{Synchronous: "OFF"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	path, s := tempStore(ctx, t)
 	es := storetest.Generate(storetest.GenConfig{Seed: 31, N: 8, Ranks: 1, Steps: 2, Anomaly: true})
 	ne := storetest.Generate(storetest.GenConfig{Seed: 32, N: 4, Ranks: 1, Steps: 2})
 	slices.SortFunc(es, func(a, b provenance.Exec) int { return cmp.Compare(a.Entry, b.Entry) })
