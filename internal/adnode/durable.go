@@ -108,7 +108,8 @@ type Durable struct {
 	// Stream bounds the run's frame stream, created or updated at start.
 	Stream FrameStreamConfig
 	// CheckpointEvery is how many io_steps a rank's detector processes
-	// between checkpoints (default 10).
+	// between checkpoints (default 10); a rank checkpoints sooner when its
+	// frames not yet acknowledged hold ServeConfig.PendingBytes of data.
 	CheckpointEvery int
 	// AckWait is how long the server waits for a frame's acknowledgement
 	// before it delivers the frame again (default 10m: frames are
@@ -358,14 +359,19 @@ func (dn *durableNode) consume(ctx context.Context, run string, srcs map[uint32]
 // durableSource is one rank's frames from the node's consumer, queued in
 // ch (bounded in frames by its capacity) and bounded in bytes by maxBytes:
 // the consumer waits for room (reserve) rather than drop, since the frames
-// wait in the stream. The frames it hands out stay unacknowledged until
-// the rank's next checkpoint.
+// wait in the stream. The frames it hands out stay unacknowledged, and in
+// memory, until the rank's next checkpoint, which comes after
+// CheckpointEvery io_steps or as soon as they hold maxBytes of frame data,
+// whichever is first (unackedFull).
 type durableSource struct {
-	ch       chan jetstream.Msg
-	done     chan struct{}   // closed when the rank's goroutine returns
-	unacked  []jetstream.Msg // owned by the rank's goroutine
-	lastSeq  uint64          // stream sequence of the last frame taken
-	maxBytes int64
+	ch      chan jetstream.Msg
+	done    chan struct{}   // closed when the rank's goroutine returns
+	unacked []jetstream.Msg // owned by the rank's goroutine
+	// unackedBytes is the frame data of unacked; owned by the rank's
+	// goroutine.
+	unackedBytes int64
+	lastSeq      uint64 // stream sequence of the last frame taken
+	maxBytes     int64
 	// freed receives (without blocking the sender) when a frame leaves
 	// ch, so that a consumer waiting for room tries again.
 	freed chan struct{}
@@ -410,6 +416,7 @@ func (s *durableSource) take(m jetstream.Msg) *nats.Msg {
 	default:
 	}
 	s.unacked = append(s.unacked, m)
+	s.unackedBytes += int64(len(m.Data()))
 	if md, err := m.Metadata(); err == nil {
 		s.lastSeq = md.Sequence.Stream
 	}
@@ -447,7 +454,14 @@ func (s *durableSource) ackAll() {
 	}
 	clear(s.unacked)
 	s.unacked = s.unacked[:0]
+	s.unackedBytes = 0
 }
+
+// unackedFull reports whether the frames handed out and not acknowledged
+// hold maxBytes of data or more: the rank checkpoints then, however few
+// io_steps it has processed, so that what a rank keeps in memory for the
+// next checkpoint is bounded in bytes as well as in steps.
+func (s *durableSource) unackedFull() bool { return s.unackedBytes >= s.maxBytes }
 
 // rankDurable is what serveRank does for a rank with durable frames.
 type rankDurable struct {
@@ -471,10 +485,11 @@ func (r *rankDurable) skip(d *ad.Detector, step uint64) bool {
 }
 
 // processed counts a processed io_step and checkpoints every
-// CheckpointEvery of them.
+// CheckpointEvery of them, or sooner when the frames not yet acknowledged
+// fill the rank's byte bound (PendingBytes).
 func (r *rankDurable) processed(ctx context.Context, d *ad.Detector) error {
 	r.steps++
-	if r.steps < r.node.cfg.CheckpointEvery {
+	if r.steps < r.node.cfg.CheckpointEvery && !r.src.unackedFull() {
 		return nil
 	}
 	return r.checkpoint(ctx, d)

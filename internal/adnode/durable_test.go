@@ -322,3 +322,71 @@ func TestDurableStreamBoundCountsLoss(t *testing.T) {
 		t.Errorf("detector: %d frames, %d missing steps; the stream kept %d of %d frames", s.Frames, s.MissingSteps, kept, len(byRank[0]))
 	}
 }
+
+// A rank with durable frames keeps the frames it has read in memory until
+// its next checkpoint acknowledges them: with a checkpoint due only every
+// 1,000 io_steps, large frames make it checkpoint as soon as they hold the
+// rank's byte bound, so its step summaries reach the pserver while the
+// stream is still open, and once it has read every frame, fewer than the
+// bound's worth of them wait for an acknowledgement.
+func TestDurableCheckpointsWithinByteBound(t *testing.T) {
+	_, nc := startNATS(t)
+	const run, bound, every = "unacked", 256 << 10, 1000
+	wcfg := workload.DefaultConfig()
+	wcfg.Ranks, wcfg.Steps, wcfg.EventsPerStep = 1, 24, 20000
+	byRank, _ := encodedFrames(t, wcfg)
+	frameSize := len(byRank[0][len(byRank[0])/2])
+	if frameSize*4 > bound*3 || frameSize*24 < 4*bound {
+		t.Fatalf("frames of %d bytes do not suit a bound of %d", frameSize, bound)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	double := &natsDouble{ps: newFakePServer(), nc: nc, subj: natsx.Subjects{Run: run}}
+	double.start(t)
+	defer double.stop(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ready := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		_, err := Serve(ctx, ServeConfig{
+			Conn: nc, Run: run, Ranks: []uint32{0}, Logger: zerolog.Nop(), Ready: func() { close(ready) },
+			Durable:       &Durable{JS: js, CheckpointEvery: every},
+			PendingFrames: 1024, PendingBytes: bound,
+			Detector: ad.Config{Sink: &MemorySink{}, Syncer: &NATSSyncer{Conn: nc, Subjects: double.subj}, SyncTimeout: 5 * time.Second},
+		})
+		done <- err
+	}()
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("serve ended before it was ready: %v", err)
+	}
+	// Every frame but the end of the stream: without the byte bound the
+	// rank would hold them all, unacknowledged, waiting for step 1,000.
+	publishFrames(t, nc, run, byRank, 0, len(byRank[0]), false)
+	waitFor(t, "step summaries released by a checkpoint before the end", func() bool { return double.ps.stepCount() > 0 })
+	cons, err := js.Consumer(ctx, natsx.FrameStream(run), consumerName(0, []uint32{0}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Once every frame is processed, what is read and not acknowledged is
+	// less than the bound: the frames since the last checkpoint.
+	limit := bound/frameSize + 1
+	waitFor(t, "every frame processed and all but the bound's worth acknowledged", func() bool {
+		info, err := cons.Info(ctx)
+		if err != nil {
+			return false
+		}
+		return info.NumPending == 0 && info.Delivered.Stream >= uint64(len(byRank[0])) && info.NumAckPending <= limit
+	})
+	publishFrames(t, nc, run, byRank, len(byRank[0]), len(byRank[0]), true)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if n := double.ps.stepCount(); n != len(byRank[0]) {
+		t.Errorf("%d step summaries, want %d", n, len(byRank[0]))
+	}
+}

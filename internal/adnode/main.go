@@ -278,7 +278,7 @@ func parseArgs(args []string, lookup func(string) (string, bool), stderr io.Writ
 	fs.DurationVar(&c.FrameStream.MaxAge, "frame-stream-max-age", c.FrameStream.MaxAge, "--frames durable: frames older than this are dropped from the stream")
 	fs.StringVar(&c.FramesDomain, "frames-domain", c.FramesDomain, "--frames durable: JetStream domain that keeps the frame stream and the checkpoints (default: the one of the server this ad connects to; on a compute node, its leaf server's, so that frames stay on the node)")
 	fs.StringVar(&c.ProvDomain, "prov-domain", c.ProvDomain, "JetStream domain of the provenance stream provdb reads (default: the one of the server this ad connects to; give the hub's when the node's leaf server has JetStream of its own)")
-	fs.IntVar(&c.CheckpointEvery, "checkpoint-every", c.CheckpointEvery, "--frames durable: io_steps between a rank's checkpoints (after a restart, at most this many steps are processed again)")
+	fs.IntVar(&c.CheckpointEvery, "checkpoint-every", c.CheckpointEvery, "--frames durable: io_steps between a rank's checkpoints (after a restart, at most this many steps are processed again); a rank checkpoints sooner once the frames it has not acknowledged hold --pending-bytes")
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", "", "serve Prometheus /metrics on this address (e.g. 127.0.0.1:9464)")
 	fs.IntVar(&c.RankLabels, "rank-labels", c.RankLabels, "ranks with their own metric label; the rest are summed as rank=\"other\"")
 	jsonOut := fs.Bool("json", false, "print a JSON summary on stdout at the end")
