@@ -18,7 +18,7 @@ func TestRunRefusesATaudbTrialName(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := runTaudbCmd(t, "taudb", "load", "--dsn", dsn, "--name", "taken",
-		filepath.Join(formatsDir, "ppk/LoadImbalance-16.ppk")); err != nil {
+		filepath.Join(ppkDir, "LoadImbalance-16.ppk")); err != nil {
 		t.Fatal(err)
 	}
 	synthetic := []string{"--ranks", "1", "--steps", "2", "--events-per-step", "2000", "--json"}

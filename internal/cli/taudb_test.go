@@ -19,11 +19,16 @@ import (
 )
 
 // cpiDir is TAU's hatchet cpi-mpi profile directory (4 ranks, call paths,
-// user events), kept with the taudb package's fixtures.
-var cpiDir = filepath.Join("..", "taudb", "testdata", "profiles", "hatchet-tau-cpi-mpi")
+// user events), kept with the TAU profile reader's fixtures.
+var cpiDir = filepath.Join("..", "format", "tauprofile", "testdata", "profiles", "hatchet-tau-cpi-mpi")
 
-// formatsDir holds the taudb package's real ppk, TAU XML and Caliper files.
-var formatsDir = filepath.Join("..", "taudb", "testdata", "formats")
+// formatsDir holds the taudb package's real Caliper files; ppkDir and xmlDir
+// the real ppk and TAU XML files, kept with their readers.
+var (
+	formatsDir = filepath.Join("..", "taudb", "testdata", "formats")
+	ppkDir     = filepath.Join("..", "format", "ppk", "testdata")
+	xmlDir     = filepath.Join("..", "format", "tauxml", "testdata")
+)
 
 func runTaudbCmd(t *testing.T, args ...string) (string, error) {
 	t.Helper()
@@ -142,7 +147,7 @@ func TestTaudbErrors(t *testing.T) {
 		{"no dsn", []string{"taudb", "list"}, "KIPIMO_TAUDB_DSN"},
 		{"bad dir", []string{"taudb", "load", "--dsn", "postgres://127.0.0.1:1/x", "--name", "x", "/nonexistent"}, "/nonexistent"},
 		{"bad format", []string{"taudb", "load", "--dsn", "postgres://127.0.0.1:1/x", "--format", "gprof", cpiDir}, "want one of tau, ppk, xml, caliper, caliper-json"},
-		{"forced format", []string{"taudb", "load", "--dsn", "postgres://127.0.0.1:1/x", "--format", "ppk", filepath.Join(formatsDir, "xml", "tauprofile-weighted.xml")},
+		{"forced format", []string{"taudb", "load", "--dsn", "postgres://127.0.0.1:1/x", "--format", "ppk", filepath.Join(xmlDir, "tauprofile-weighted.xml")},
 			`tauprofile-weighted.xml: byte 0: expected "PPK"`},
 		{"trace not profile", []string{"taudb", "load", "--dsn", "postgres://127.0.0.1:1/x", filepath.Join(formatsDir, "caliper", "160809-094411_72298_fuu1NeAHT2US.cali")},
 			"is a Caliper event trace"},
@@ -179,10 +184,10 @@ func TestTaudbLoadFormats(t *testing.T) {
 		name, path, format string
 		threads, source    int
 	}{
-		{"ppk-16", "ppk/LoadImbalance-16.ppk", "", 16, 0},
-		{"ppk-32", "ppk/LoadImbalance-32.ppk", "ppk", 32, 0},
-		{"xml-merged", "xml/tauprofile-weighted.xml", "", 8, 10},
-		{"caliper-lulesh", "caliper/lulesh-annotation-profile.cali", "caliper", 1, 999},
+		{"ppk-16", filepath.Join(ppkDir, "LoadImbalance-16.ppk"), "", 16, 0},
+		{"ppk-32", filepath.Join(ppkDir, "LoadImbalance-32.ppk"), "ppk", 32, 0},
+		{"xml-merged", filepath.Join(xmlDir, "tauprofile-weighted.xml"), "", 8, 10},
+		{"caliper-lulesh", filepath.Join(formatsDir, "caliper", "lulesh-annotation-profile.cali"), "caliper", 1, 999},
 	}
 	conn, err := pgx.Connect(context.Background(), dsn)
 	if err != nil {
@@ -191,7 +196,7 @@ func TestTaudbLoadFormats(t *testing.T) {
 	defer conn.Close(context.Background())
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			args := []string{"taudb", "load", "--dsn", dsn, "--name", tc.name, filepath.Join(formatsDir, tc.path)}
+			args := []string{"taudb", "load", "--dsn", dsn, "--name", tc.name, tc.path}
 			if tc.format != "" {
 				args = append(args, "--format", tc.format)
 			}

@@ -13,10 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kipimo-hpc/kipimo/internal/format/tauprofile"
 	"github.com/kipimo-hpc/kipimo/internal/instrument"
 	"github.com/kipimo-hpc/kipimo/internal/mpitest"
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
-	"github.com/kipimo-hpc/kipimo/internal/taudb"
 )
 
 // liveApp is one of Debian's MPI applications, run on 2 ranks with a small
@@ -131,12 +131,12 @@ func profileCalls(t *testing.T, dir string) map[int]map[string]int64 {
 		if err != nil {
 			t.Fatal(err)
 		}
-		pf, err := taudb.ParseProfile(r, f)
+		pf, err := tauprofile.Parse(r, f)
 		r.Close()
 		if err != nil {
 			t.Fatal(err)
 		}
-		node, _, _, ok := taudb.ProfileNCT(filepath.Base(f))
+		node, _, _, ok := tauprofile.NCT(filepath.Base(f))
 		if !ok {
 			t.Fatalf("%s: not a profile.N.C.T name", f)
 		}

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/kipimo-hpc/kipimo/internal/format/cali"
+	"github.com/kipimo-hpc/kipimo/internal/format/tauprofile"
 )
 
 // DataSourceOther is TAUdb's data_source id for profiles of no listed tool;
@@ -128,7 +129,7 @@ func ReadCaliper(r io.Reader, file, name string) (*Trial, error) {
 	var globals []Attribute
 	line := 0
 	fail := func(format string, args ...any) error {
-		return &ParseError{File: file, Line: line, Msg: fmt.Sprintf(format, args...)}
+		return &tauprofile.ParseError{File: file, Line: line, Msg: fmt.Sprintf(format, args...)}
 	}
 	traceAttr := ""
 	for sc.Scan() {
@@ -175,7 +176,7 @@ func ReadCaliper(r io.Reader, file, name string) (*Trial, error) {
 		return nil, fmt.Errorf("%s: read: %w", file, err)
 	}
 	if line == 0 {
-		return nil, &ParseError{File: file, Line: 1, Msg: "empty file, expected __rec= records"}
+		return nil, &tauprofile.ParseError{File: file, Line: 1, Msg: "empty file, expected __rec= records"}
 	}
 	if traceAttr != "" {
 		return nil, fmt.Errorf("%s is a Caliper event trace (it has %s), not an aggregate region profile; read traces with `kipimo frames convert`", file, traceAttr)
@@ -264,4 +265,12 @@ func (s *caliStream) snapshot(rec cali.Record) (caliRow, bool, error) {
 		}
 	}
 	return row, len(row.Path) > 0 && (hasValue || row.HasCount), nil
+}
+
+// clip cuts s to its first 80 bytes for an error message.
+func clip(s string) string {
+	if len(s) > 80 {
+		return s[:80] + "..."
+	}
+	return s
 }

@@ -5,6 +5,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/kipimo-hpc/kipimo/internal/format/tauprofile"
 )
 
 // caliNodeAgg is one region path on one thread, summed over its rows.
@@ -142,13 +144,13 @@ func caliperTrial(name, file string, rows []caliRow, globals []Attribute) (*Tria
 		}
 		return threadOrder[i][1] < threadOrder[j][1]
 	})
-	sets := make([][]*ProfileFile, len(metrics))
+	sets := make([][]*tauprofile.File, len(metrics))
 	for _, key := range threadOrder {
 		t := threads[key]
 		t.compute(metrics)
-		files := make([]*ProfileFile, len(metrics))
+		files := make([]*tauprofile.File, len(metrics))
 		for mi, m := range metrics {
-			files[mi] = &ProfileFile{Node: t.rank, Context: 0, Thread: t.thread, Header: "templated_functions_MULTI_" + m,
+			files[mi] = &tauprofile.File{Node: t.rank, Context: 0, Thread: t.thread, Header: "templated_functions_MULTI_" + m,
 				Metadata: append([]Attribute{{Name: MetricNameKey, Value: m}}, globals...)}
 			sets[mi] = append(sets[mi], files[mi])
 		}
@@ -217,7 +219,7 @@ func (t *caliThreadAgg) compute(metrics []string) {
 // (values summed over the paths ending in it; inclusive values not counted
 // again for paths nested in the same region) and one "a => b" line per path
 // of depth two or more, in order of first appearance.
-func (t *caliThreadAgg) lines(metrics []string, files []*ProfileFile) {
+func (t *caliThreadAgg) lines(metrics []string, files []*tauprofile.File) {
 	type flat struct {
 		group        string
 		calls, subrs float64
@@ -255,7 +257,7 @@ func (t *caliThreadAgg) lines(metrics []string, files []*ProfileFile) {
 			emitted[leaf.Name] = true
 			f := flats[leaf.Name]
 			for mi := range metrics {
-				files[mi].Functions = append(files[mi].Functions, FunctionLine{Name: leaf.Name, Groups: f.group,
+				files[mi].Functions = append(files[mi].Functions, tauprofile.FunctionLine{Name: leaf.Name, Groups: f.group,
 					Calls: f.calls, Subrs: f.subrs, Exclusive: f.excl[mi], Inclusive: f.incl[mi]})
 			}
 		}
@@ -268,7 +270,7 @@ func (t *caliThreadAgg) lines(metrics []string, files []*ProfileFile) {
 		}
 		line := strings.Join(names, " => ")
 		for mi, m := range metrics {
-			files[mi].Functions = append(files[mi].Functions, FunctionLine{Name: line, Groups: "TAU_CALLPATH | " + leaf.Attr,
+			files[mi].Functions = append(files[mi].Functions, tauprofile.FunctionLine{Name: line, Groups: "TAU_CALLPATH | " + leaf.Attr,
 				Calls: n.calls, Subrs: n.subrs, Exclusive: n.exclusive[m], Inclusive: n.inclusive[m]})
 		}
 	}

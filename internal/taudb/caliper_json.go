@@ -8,6 +8,8 @@ import (
 	"io"
 	"math"
 	"strconv"
+
+	"github.com/kipimo-hpc/kipimo/internal/format/tauprofile"
 )
 
 // jsonNode is one entry of a json-split "nodes" array.
@@ -32,7 +34,7 @@ func ReadCaliperJSON(r io.Reader, file, name string) (*Trial, error) {
 		return nil, fmt.Errorf("read caliper json %s: %w", file, err)
 	}
 	failAt := func(off int64, format string, args ...any) error {
-		return &ParseError{File: file, Line: lineAt(data, off), Msg: fmt.Sprintf(format, args...)}
+		return &tauprofile.ParseError{File: file, Line: lineAt(data, off), Msg: fmt.Sprintf(format, args...)}
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()

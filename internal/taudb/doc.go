@@ -1,14 +1,19 @@
 // Package taudb is a Go counterpart of TAU's TAUdb C API: the trial tree
 // (trial, thread, metric, time_range, timer with groups and parameters,
 // timer_callpath, timer_call_data, timer_value, counter, counter_value,
-// primary and secondary metadata) with lookups by id and by name; the TAU
-// profile file format (profile.N.C.T, MULTI__<metric> directories) read and
-// written the way TAU writes it; the derived threads -1..-7 computed the way
-// TAU's Java loader computes them; and a PostgreSQL store (pgx/v5) in the
-// tables and columns of TAUdb schema version 2 (SchemaSQL, the same text as
-// schemas/taudb.sql), so that ParaProf and PerfExplorer read what is stored
-// here as if TAU's own loader had written it. For TAU's fixtures the stored
-// rows are the rows TAU's loader stores (testdata/taudb-ref).
+// primary and secondary metadata) with lookups by id and by name; profiles
+// made into trials: TAU profile directories, ParaProf ppk and TAU XML
+// (ReadDir, ReadPPK, ReadSnapshotXML, ReadSnapshotDir) are decoded by
+// internal/format/tauprofile, ppk and tauxml into profile files, which one
+// merge, BuildTrial, makes into a trial; Caliper region profiles
+// (ReadCaliper on internal/format/cali, ReadCaliperJSON) go through the same
+// merge; trials written as TAU profile files (profile.N.C.T, MULTI__<metric>
+// directories) the way TAU writes them; the derived threads -1..-7 computed
+// the way TAU's Java loader computes them; and a PostgreSQL store (pgx/v5) in
+// the tables and columns of TAUdb schema version 2 (SchemaSQL, the same text
+// as schemas/taudb.sql), so that ParaProf and PerfExplorer read what is
+// stored here as if TAU's own loader had written it. For TAU's fixtures the
+// stored rows are the rows TAU's loader stores (testdata/taudb-ref).
 //
 // A Trial is a plain value tree owned by its creator. It is not safe for
 // concurrent mutation; concurrent reads are fine once it is built. A Store

@@ -7,6 +7,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/kipimo-hpc/kipimo/internal/format/ppk"
+	"github.com/kipimo-hpc/kipimo/internal/format/tauprofile"
 )
 
 // addSeeds adds every real file matching pattern under testdata/formats.
@@ -44,8 +47,8 @@ func checkLoaded(t *testing.T, tr *Trial, err error) {
 		if !strings.Contains(err.Error(), "fuzz-input") {
 			t.Fatalf("error does not name the file: %v", err)
 		}
-		var pe *ParseError
-		var oe *OffsetError
+		var pe *tauprofile.ParseError
+		var oe *ppk.OffsetError
 		if errors.As(err, &pe) && pe.Line < 1 {
 			t.Fatalf("line %d in %v", pe.Line, err)
 		}

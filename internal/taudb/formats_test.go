@@ -32,7 +32,23 @@ var formatFixtures = []struct {
 	{"caliper-lulesh", "caliper/lulesh-annotation-profile.cali", FormatCaliper},
 }
 
-func formatPath(p string) string { return filepath.Join("testdata", "formats", p) }
+// formatDirs says where each format's real files are: the ppk and TAU XML
+// ones next to their readers under internal/format.
+var formatDirs = map[string]string{
+	"ppk": filepath.Join("..", "format", "ppk", "testdata"),
+	"xml": filepath.Join("..", "format", "tauxml", "testdata"),
+}
+
+// profilesDir holds the real TAU profile directories, next to their reader.
+var profilesDir = filepath.Join("..", "format", "tauprofile", "testdata", "profiles")
+
+// formatPath is the path of fixture p ("ppk/phases.ppk", "caliper/...").
+func formatPath(p string) string {
+	if kind, rest, _ := strings.Cut(p, "/"); formatDirs[kind] != "" {
+		return filepath.Join(formatDirs[kind], rest)
+	}
+	return filepath.Join("testdata", "formats", p)
+}
 
 func loadFixture(t testing.TB, path, format string) *Trial {
 	t.Helper()
@@ -53,7 +69,7 @@ func TestDetectFormat(t *testing.T) {
 		})
 	}
 	t.Run("tau-directory", func(t *testing.T) {
-		if got, err := DetectFormat(filepath.Join("testdata", "profiles", "hatchet-tau-cpi-mpi")); err != nil || got != FormatTAU {
+		if got, err := DetectFormat(filepath.Join(profilesDir, "hatchet-tau-cpi-mpi")); err != nil || got != FormatTAU {
 			t.Fatalf("DetectFormat = %q, %v; want tau", got, err)
 		}
 	})

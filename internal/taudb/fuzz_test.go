@@ -3,7 +3,12 @@ package taudb
 import (
 	"bytes"
 	"testing"
+
+	"github.com/kipimo-hpc/kipimo/internal/format/tauprofile"
 )
+
+// goodHead is lines 1 and 2 of a one-function profile file.
+const goodHead = "1 templated_functions_MULTI_TIME\n# Name Calls Subrs Excl Incl ProfileCalls # <metadata><attribute><name>Metric Name</name><value>TIME</value></attribute></metadata>\n"
 
 // FuzzParseProfile feeds arbitrary bytes to the profile parser. Bad input
 // must give an error, never a panic; good input, once written, must parse
@@ -11,12 +16,12 @@ import (
 func FuzzParseProfile(f *testing.F) {
 	f.Add([]byte(goodHead + "\"main\" 1 0 1 1 0 GROUP=\"X\" \n0 aggregates\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		p, err := ParseProfile(bytes.NewReader(data), "fuzz")
+		p, err := tauprofile.Parse(bytes.NewReader(data), "fuzz")
 		if err != nil {
 			return
 		}
 		first := writeOne(t, p)
-		p2, err := ParseProfile(bytes.NewReader(first), "written")
+		p2, err := tauprofile.Parse(bytes.NewReader(first), "written")
 		if err != nil {
 			t.Fatalf("written profile does not parse: %v\n%s", err, first)
 		}
@@ -26,9 +31,9 @@ func FuzzParseProfile(f *testing.F) {
 	})
 }
 
-func writeOne(t *testing.T, p *ProfileFile) []byte {
+func writeOne(t *testing.T, p *tauprofile.File) []byte {
 	t.Helper()
-	tr, err := BuildTrial("fuzz", [][]*ProfileFile{{p}})
+	tr, err := BuildTrial("fuzz", [][]*tauprofile.File{{p}})
 	if err != nil {
 		t.Fatalf("BuildTrial: %v", err)
 	}

@@ -10,6 +10,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/kipimo-hpc/kipimo/internal/format/ppk"
+	"github.com/kipimo-hpc/kipimo/internal/format/tauprofile"
+	"github.com/kipimo-hpc/kipimo/internal/format/tauxml"
 )
 
 // Format names accepted by LoadPath.
@@ -98,10 +102,10 @@ func DetectFormat(path string) (string, error) {
 		return "", fmt.Errorf("detect profile format: %w", err)
 	}
 	if fi.IsDir() {
-		if _, err := profileDirs(path); err == nil {
+		if _, err := tauprofile.MetricDirs(path); err == nil {
 			return FormatTAU, nil
 		}
-		if snaps, err := snapshotFiles(path); err == nil && len(snaps) > 0 {
+		if snaps, err := tauxml.SnapshotFiles(path); err == nil && len(snaps) > 0 {
 			return FormatXML, nil
 		}
 		return "", fmt.Errorf("%s holds no profile.N.C.T files, MULTI__<metric> directories or snapshot.N.C.T files", path)
@@ -125,10 +129,10 @@ func DetectFormat(path string) (string, error) {
 		if err != nil {
 			return "", fmt.Errorf("%s: gzip header: %w", path, err)
 		}
-		inner := make([]byte, len(ppkMagic))
+		inner := make([]byte, len(ppk.Magic))
 		_, err = io.ReadFull(zr, inner)
 		zr.Close()
-		if err != nil || !bytes.Equal(inner, ppkMagic) {
+		if err != nil || string(inner) != ppk.Magic {
 			return "", fmt.Errorf("%s is gzip-compressed and does not hold a ParaProf packed profile; decompress it and pass the result", path)
 		}
 		return FormatPPK, nil
@@ -136,7 +140,7 @@ func DetectFormat(path string) (string, error) {
 	if format := detectBytes(head); format != "" {
 		return format, nil
 	}
-	if _, _, _, ok := ProfileNCT(filepath.Base(path)); ok && bytes.Contains(head, []byte("templated_functions")) {
+	if _, _, _, ok := tauprofile.NCT(filepath.Base(path)); ok && bytes.Contains(head, []byte("templated_functions")) {
 		return "", fmt.Errorf("%s is one TAU profile file; pass its directory to read all threads", path)
 	}
 	return "", fmt.Errorf("%s: %w from its first %d bytes (formats: %s)", path, ErrUnknownFormat, n, strings.Join(Formats, ", "))
@@ -147,7 +151,7 @@ func detectBytes(head []byte) string {
 	if len(head) >= 2 && head[0] == 0x1f && head[1] == 0x8b {
 		return FormatPPK
 	}
-	if bytes.HasPrefix(head, ppkMagic) {
+	if bytes.HasPrefix(head, []byte(ppk.Magic)) {
 		return FormatPPK
 	}
 	t := bytes.TrimLeft(bytes.TrimPrefix(head, []byte("\xef\xbb\xbf")), " \t\r\n\x00")

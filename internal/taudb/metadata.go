@@ -4,42 +4,16 @@ import (
 	"bytes"
 	"crypto/rand"
 	"encoding/json"
-	"encoding/xml"
 	"fmt"
 	"sort"
 	"strings"
+
+	"github.com/kipimo-hpc/kipimo/internal/format/tauprofile"
 )
 
 // MetricNameKey is the metadata key naming a profile file's metric; it is
 // always the first attribute TAU writes.
-const MetricNameKey = "Metric Name"
-
-type xmlAttribute struct {
-	Name       string  `xml:"name"`
-	Context    *string `xml:"timer_context"`
-	CallNumber string  `xml:"call_number"`
-	Timestamp  string  `xml:"timestamp"`
-	Value      string  `xml:"value"`
-}
-
-type xmlMetadata struct {
-	Attributes []xmlAttribute `xml:"attribute"`
-}
-
-// parseMetadataXML decodes a "<metadata>...</metadata>" block.
-func parseMetadataXML(s string) ([]Attribute, error) {
-	var m xmlMetadata
-	dec := xml.NewDecoder(strings.NewReader(s))
-	dec.Strict = true
-	if err := dec.Decode(&m); err != nil {
-		return nil, fmt.Errorf("metadata XML: %w", err)
-	}
-	out := make([]Attribute, 0, len(m.Attributes))
-	for _, a := range m.Attributes {
-		out = append(out, Attribute{Name: a.Name, Value: a.Value, Context: a.Context, CallNumber: a.CallNumber, Timestamp: a.Timestamp})
-	}
-	return out, nil
-}
+const MetricNameKey = tauprofile.MetricNameKey
 
 // appendMetadataXML writes attrs as TAU's TauXML does, on one line.
 func appendMetadataXML(b []byte, attrs []Attribute) []byte {

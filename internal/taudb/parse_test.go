@@ -1,52 +1,11 @@
 package taudb
 
 import (
-	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 )
-
-const goodHead = "1 templated_functions_MULTI_TIME\n# Name Calls Subrs Excl Incl ProfileCalls # <metadata><attribute><name>Metric Name</name><value>TIME</value></attribute></metadata>\n"
-
-func TestParseErrors(t *testing.T) {
-	cases := []struct {
-		name  string
-		input string
-		line  int
-		want  string
-	}{
-		{"empty", "", 1, "unexpected end of file"},
-		{"bad count", "x templated_functions_MULTI_TIME\n", 1, "<nfuncs> templated_functions"},
-		{"not templated", "1 something\n", 1, "templated_functions"},
-		{"bad line 2", "1 templated_functions_MULTI_TIME\n# Foo\n", 2, "# Name Calls Subrs Excl Incl ProfileCalls"},
-		{"bad metadata", "1 templated_functions_MULTI_TIME\n# Name Calls Subrs Excl Incl ProfileCalls # <metadata><attribute><name>a</name></metadata>\n", 2, "metadata XML"},
-		{"missing function", goodHead, 3, "function line 1 of 1"},
-		{"unquoted name", goodHead + "main 1 0 1 1 0 GROUP=\"X\" \n", 3, "quoted name"},
-		{"bad number", goodHead + "\"main\" 1 0 x 1 0 GROUP=\"X\" \n", 3, "number for excl"},
-		{"too few numbers", goodHead + "\"main\" 1 0 GROUP=\"X\" \n", 3, "calls, subrs, excl, incl"},
-		{"open group", goodHead + "\"main\" 1 0 1 1 0 GROUP=\"X \n", 3, "closing quote"},
-		{"no aggregates", goodHead + "\"main\" 1 0 1 1 0 GROUP=\"X\" \n", 4, "aggregates"},
-		{"bad aggregates", goodHead + "\"main\" 1 0 1 1 0 GROUP=\"X\" \nzero aggregates\n", 4, `count before "aggregates"`},
-		{"bad userevents", goodHead + "\"main\" 1 0 1 1 0 GROUP=\"X\" \n0 aggregates\n1 events\n", 5, "<n> userevents"},
-		{"missing event", goodHead + "\"main\" 1 0 1 1 0 GROUP=\"X\" \n0 aggregates\n1 userevents\n# eventname numevents max min mean sumsqr\n", 7, "user event line 1 of 1"},
-		{"short event", goodHead + "\"main\" 1 0 1 1 0 GROUP=\"X\" \n0 aggregates\n1 userevents\n# eventname numevents max min mean sumsqr\n\"e\" 1 2 3\n", 7, "numevents max min mean sumsqr"},
-		{"trailing text", goodHead + "\"main\" 1 0 1 1 0 GROUP=\"X\" \n0 aggregates\n0 userevents\n# eventname numevents max min mean sumsqr\nmore\n", 7, "end of file"},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			_, err := ParseProfile(strings.NewReader(tc.input), "profile.0.0.0")
-			var pe *ParseError
-			if !errors.As(err, &pe) {
-				t.Fatalf("err = %v, want a *ParseError", err)
-			}
-			if pe.File != "profile.0.0.0" || pe.Line != tc.line || !strings.Contains(pe.Msg, tc.want) {
-				t.Errorf("err = %q (line %d), want line %d mentioning %q", err, pe.Line, tc.line, tc.want)
-			}
-		})
-	}
-}
 
 func TestParseDetails(t *testing.T) {
 	tr := readFixture(t, "tau2-examples-wrap")
@@ -139,12 +98,5 @@ func TestContextUserEventAndMulti(t *testing.T) {
 		if string(got) != content {
 			t.Errorf("%s:\n got %q\nwant %q", name, got, content)
 		}
-	}
-}
-
-func TestNoProfiles(t *testing.T) {
-	_, err := ReadDir(t.TempDir(), "x")
-	if err == nil || !strings.Contains(err.Error(), "no profile.N.C.T files") {
-		t.Errorf("err = %v", err)
 	}
 }

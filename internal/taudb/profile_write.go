@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/kipimo-hpc/kipimo/internal/format/tauprofile"
 )
 
 // MultiDirName is the directory TAU writes metric name's files into when a
@@ -64,7 +66,7 @@ func AppendProfile(b []byte, tr *Trial, th *Thread, m *Metric) []byte {
 	b = append(b, ' ')
 	b = append(b, header...)
 	b = append(b, '\n')
-	b = append(b, line2Prefix...)
+	b = append(b, tauprofile.ColumnsLine...)
 	switch {
 	case lay != nil && lay.NoMetadata:
 	case lay != nil && lay.Metadata != nil:

@@ -20,7 +20,7 @@ var fixtures = []struct {
 
 func readFixture(t testing.TB, dir string) *Trial {
 	t.Helper()
-	tr, err := ReadDir(filepath.Join("testdata", "profiles", dir), dir)
+	tr, err := ReadDir(filepath.Join(profilesDir, dir), dir)
 	if err != nil {
 		t.Fatalf("ReadDir: %v", err)
 	}
@@ -35,7 +35,7 @@ func TestWriteReproducesFixtures(t *testing.T) {
 			if err := WriteDir(out, tr); err != nil {
 				t.Fatal(err)
 			}
-			src := filepath.Join("testdata", "profiles", fx.dir)
+			src := filepath.Join(profilesDir, fx.dir)
 			entries, err := os.ReadDir(src)
 			if err != nil {
 				t.Fatal(err)

@@ -3,6 +3,8 @@ package taudb
 import (
 	"fmt"
 	"sort"
+
+	"github.com/kipimo-hpc/kipimo/internal/format/tauprofile"
 )
 
 // DataSourceTAUProfiles is the data_source id of TAU profile files, the only
@@ -222,15 +224,10 @@ type CounterValue struct {
 	SumSquares  float64
 }
 
-// Attribute is one metadata name/value pair; Context, CallNumber and
-// Timestamp are set for context metadata (<timer_context>).
-type Attribute struct {
-	Name       string
-	Value      string
-	Context    *string
-	CallNumber string
-	Timestamp  string
-}
+// Attribute is one metadata name/value pair, as profile files hold it;
+// Context, CallNumber and Timestamp are set for context metadata
+// (<timer_context>).
+type Attribute = tauprofile.Attribute
 
 // SecondaryMetadata is a thread-level (or nested) metadata row.
 type SecondaryMetadata struct {

@@ -87,7 +87,7 @@ func TestReferenceOfRun(t *testing.T) {
 
 // A TAU profile gives calls and times only.
 func TestReferenceOfTAUProfile(t *testing.T) {
-	r, err := Reference(context.Background(), "../../taudb/testdata/profiles/hatchet-tau-cpi-mpi", Options{Rule: rule})
+	r, err := Reference(context.Background(), "../../format/tauprofile/testdata/profiles/hatchet-tau-cpi-mpi", Options{Rule: rule})
 	if err != nil {
 		t.Fatal(err)
 	}

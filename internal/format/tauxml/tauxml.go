@@ -1,4 +1,24 @@
-package taudb
+// Package tauxml reads the XML profiles TAU writes with
+// TAU_PROFILE_FORMAT=snapshot (snapshot.N.C.T, one per thread, one <profile>
+// block per snapshot) and TAU_PROFILE_FORMAT=merged (one tauprofile.xml for
+// the whole run, its documents separated by NUL bytes).
+//
+// What is read: the <thread> blocks and their metadata (a second block with
+// the same id adds or replaces attributes); the <definitions> of metrics,
+// events (name, group) and user events, per thread or for all ("*"),
+// accumulated across snapshots; each thread's last <profile> block, its
+// <interval_data> (event, calls, subrs, then excl and incl per metric listed)
+// and <atomic_data> (user event, numevents, max, min, mean, sumsqr). Read
+// returns them as TAU profile files (tauprofile.File), one per thread and
+// metric, so that one merge (internal/taudb's BuildTrial) builds trials from
+// every TAU format. Negative times are read as 0, as TAU's reader reads them.
+//
+// Not read: earlier snapshots of a thread, the merged file's
+// <derivedentity>/<derivedprofile> blocks (TAU's own statistics over the
+// threads, recomputed by the merge), <units> and <timestamp>. The XML is
+// decoded strictly; errors are *tauprofile.ParseError naming the file and
+// line.
+package tauxml
 
 import (
 	"bufio"
@@ -11,17 +31,15 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-)
 
-// DataSourceSnapshot is the data_source id of TAU snapshot and merged XML
-// profiles ("SNAP" in TAUdb's data_source table).
-const DataSourceSnapshot = 10
+	"github.com/kipimo-hpc/kipimo/internal/format/tauprofile"
+)
 
 // xmlThread is one thread of a snapshot or merged XML profile.
 type xmlThread struct {
 	id                    string
 	node, context, thread int
-	metadata              []Attribute
+	metadata              []tauprofile.Attribute
 	defs                  *xmlDefs
 	last                  *xmlProfile // the thread's final (last) snapshot
 }
@@ -72,22 +90,24 @@ func (n nulToSpace) Read(p []byte) (int, error) {
 	return k, err
 }
 
-// ReadSnapshotXML reads a TAU snapshot (snapshot.N.C.T) or merged
-// (tauprofile.xml) XML profile into a trial named name: each thread's last
-// snapshot, every metric, and user events, merged by BuildTrial as TAU
-// profile files are. The derived profiles a merged file carries are not read;
-// the derived threads are computed. file is used in errors.
-func ReadSnapshotXML(r io.Reader, file, name string) (*Trial, error) {
+// Read reads a TAU snapshot (snapshot.N.C.T) or merged (tauprofile.xml) XML
+// profile: each thread's last snapshot, every metric and the user events, as
+// TAU profile files. sets[m] holds the files of metric m (in the order the
+// metrics first appear), one per thread; each file's metadata is "Metric
+// Name" and then the thread's. The derived profiles a merged file carries are
+// not read. file is used in errors.
+func Read(r io.Reader, file string) (sets [][]*tauprofile.File, err error) {
 	s := newSnapshotReader()
 	if err := s.read(r, file); err != nil {
 		return nil, err
 	}
-	return s.trial(name, file)
+	return s.files(file)
 }
 
-// ReadSnapshotDir reads every snapshot.N.C.T file in dir as one trial.
-func ReadSnapshotDir(dir, name string) (*Trial, error) {
-	files, err := snapshotFiles(dir)
+// ReadDir reads every snapshot.N.C.T file in dir (SnapshotFiles) as one run,
+// as Read does.
+func ReadDir(dir string) (sets [][]*tauprofile.File, err error) {
+	files, err := SnapshotFiles(dir)
 	if err != nil {
 		return nil, err
 	}
@@ -106,17 +126,18 @@ func ReadSnapshotDir(dir, name string) (*Trial, error) {
 			return nil, err
 		}
 	}
-	return s.trial(name, dir)
+	return s.files(dir)
 }
 
-func snapshotFiles(dir string) ([]string, error) {
+// SnapshotFiles lists the snapshot.N.C.T files of dir, sorted by name.
+func SnapshotFiles(dir string) ([]string, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("read snapshot directory: %w", err)
 	}
 	var out []string
 	for _, e := range entries {
-		if _, _, _, ok := ProfileNCT(e.Name()); ok && !e.IsDir() && strings.HasPrefix(e.Name(), "snapshot.") {
+		if _, _, _, ok := tauprofile.NCT(e.Name()); ok && !e.IsDir() && strings.HasPrefix(e.Name(), "snapshot.") {
 			out = append(out, filepath.Join(dir, e.Name()))
 		}
 	}
@@ -129,7 +150,7 @@ func (s *snapshotReader) read(r io.Reader, file string) error {
 	dec.Strict = true
 	fail := func(format string, args ...any) error {
 		line, _ := dec.InputPos()
-		return &ParseError{File: file, Line: line, Msg: fmt.Sprintf(format, args...)}
+		return &tauprofile.ParseError{File: file, Line: line, Msg: fmt.Sprintf(format, args...)}
 	}
 	// text reads the character data of the current element up to its end.
 	text := func(what string) (string, int, error) {
@@ -318,7 +339,7 @@ func (s *snapshotReader) read(r io.Reader, file string) error {
 		}
 	}
 	if docs == 0 {
-		return &ParseError{File: file, Line: 1, Msg: "no <profile_xml> element: not a TAU snapshot or merged XML profile"}
+		return &tauprofile.ParseError{File: file, Line: 1, Msg: "no <profile_xml> element: not a TAU snapshot or merged XML profile"}
 	}
 	return nil
 }
@@ -330,7 +351,7 @@ func (t *xmlThread) setMetadata(name, value string) {
 			return
 		}
 	}
-	t.metadata = append(t.metadata, Attribute{Name: name, Value: value})
+	t.metadata = append(t.metadata, tauprofile.Attribute{Name: name, Value: value})
 }
 
 // lookup finds a definition for thread id, then among the global ones.
@@ -342,13 +363,12 @@ func (s *snapshotReader) lookup(id string) *xmlDefs {
 	return d
 }
 
-// trial turns the threads' last snapshots into profile files per metric and
-// builds the trial.
-func (s *snapshotReader) trial(name, where string) (*Trial, error) {
+// files turns the threads' last snapshots into profile files per metric.
+func (s *snapshotReader) files(where string) ([][]*tauprofile.File, error) {
 	var metricNames []string
 	metricIndex := map[string]int{}
 	type nct [3]int
-	files := map[string]map[nct]*ProfileFile{}
+	files := map[string]map[nct]*tauprofile.File{}
 	for _, id := range s.order {
 		th := s.threads[id]
 		p := th.last
@@ -373,22 +393,22 @@ func (s *snapshotReader) trial(name, where string) (*Trial, error) {
 			}
 			return "", false
 		}
-		perMetric := make([]*ProfileFile, len(p.metrics))
+		perMetric := make([]*tauprofile.File, len(p.metrics))
 		for k, mid := range p.metrics {
 			mname, ok := def("metric", mid)
 			if !ok {
-				return nil, &ParseError{File: p.file, Line: p.intervalAt, Msg: fmt.Sprintf("thread %s: metric %d is not defined", id, mid)}
+				return nil, &tauprofile.ParseError{File: p.file, Line: p.intervalAt, Msg: fmt.Sprintf("thread %s: metric %d is not defined", id, mid)}
 			}
 			if _, ok := metricIndex[mname]; !ok {
 				metricIndex[mname] = len(metricNames)
 				metricNames = append(metricNames, mname)
-				files[mname] = map[nct]*ProfileFile{}
+				files[mname] = map[nct]*tauprofile.File{}
 			}
 			if files[mname][nct{th.node, th.context, th.thread}] != nil {
 				return nil, fmt.Errorf("%s: thread %d,%d,%d appears twice", p.file, th.node, th.context, th.thread)
 			}
-			pf := &ProfileFile{Node: th.node, Context: th.context, Thread: th.thread, Header: "templated_functions_MULTI_" + mname,
-				Metadata: append([]Attribute{{Name: MetricNameKey, Value: mname}}, th.metadata...)}
+			pf := &tauprofile.File{Node: th.node, Context: th.context, Thread: th.thread, Header: "templated_functions_MULTI_" + mname,
+				Metadata: append([]tauprofile.Attribute{{Name: tauprofile.MetricNameKey, Value: mname}}, th.metadata...)}
 			files[mname][nct{th.node, th.context, th.thread}] = pf
 			perMetric[k] = pf
 		}
@@ -402,19 +422,13 @@ func (s *snapshotReader) trial(name, where string) (*Trial, error) {
 	if len(metricNames) == 0 {
 		return nil, fmt.Errorf("%s: no thread has profile data", where)
 	}
-	sets := make([][]*ProfileFile, len(metricNames))
+	sets := make([][]*tauprofile.File, len(metricNames))
 	for i, m := range metricNames {
 		for _, f := range files[m] {
 			sets[i] = append(sets[i], f)
 		}
 	}
-	tr, err := BuildTrial(name, sets)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", where, err)
-	}
-	tr.DataSource = DataSourceSnapshot
-	tr.SplitMetadata(Attribute{Name: "File Type Index", Value: strconv.Itoa(DataSourceSnapshot)}, Attribute{Name: "File Type Name", Value: "TAU Snapshot profiles"})
-	return tr, nil
+	return sets, nil
 }
 
 // dataLines splits an element's text into its non-blank lines with their
@@ -429,19 +443,19 @@ func dataLines(text string, start int) (lines []string, at []int) {
 	return lines, at
 }
 
-func (s *snapshotReader) intervalLines(id string, p *xmlProfile, defs *xmlDefs, out []*ProfileFile) error {
+func (s *snapshotReader) intervalLines(id string, p *xmlProfile, defs *xmlDefs, out []*tauprofile.File) error {
 	lines, at := dataLines(p.interval, p.intervalAt)
 	want := 3 + 2*len(p.metrics)
 	for i, l := range lines {
 		f := strings.Fields(l)
 		if len(f) != want {
-			return &ParseError{File: p.file, Line: at[i], Msg: fmt.Sprintf("interval data: want %d fields (event id, calls, subrs, excl and incl per metric), got %d", want, len(f))}
+			return &tauprofile.ParseError{File: p.file, Line: at[i], Msg: fmt.Sprintf("interval data: want %d fields (event id, calls, subrs, excl and incl per metric), got %d", want, len(f))}
 		}
 		v := make([]float64, len(f))
 		for k, x := range f {
 			n, err := strconv.ParseFloat(x, 64)
 			if err != nil {
-				return &ParseError{File: p.file, Line: at[i], Msg: fmt.Sprintf("interval data: field %d %q is not a number", k+1, x)}
+				return &tauprofile.ParseError{File: p.file, Line: at[i], Msg: fmt.Sprintf("interval data: field %d %q is not a number", k+1, x)}
 			}
 			v[k] = n
 		}
@@ -451,36 +465,36 @@ func (s *snapshotReader) intervalLines(id string, p *xmlProfile, defs *xmlDefs, 
 			ev, ok = s.global.events[eid]
 		}
 		if !ok || float64(eid) != v[0] {
-			return &ParseError{File: p.file, Line: at[i], Msg: fmt.Sprintf("thread %s: event %s is not defined", id, f[0])}
+			return &tauprofile.ParseError{File: p.file, Line: at[i], Msg: fmt.Sprintf("thread %s: event %s is not defined", id, f[0])}
 		}
 		for k, pf := range out {
-			pf.Functions = append(pf.Functions, FunctionLine{Name: ev[0], Groups: ev[1], Calls: v[1], Subrs: v[2],
-				Exclusive: clampNeg(v[3+2*k]), Inclusive: clampNeg(v[4+2*k])})
+			pf.Functions = append(pf.Functions, tauprofile.FunctionLine{Name: ev[0], Groups: ev[1], Calls: v[1], Subrs: v[2],
+				Exclusive: tauprofile.ClampNegative(v[3+2*k]), Inclusive: tauprofile.ClampNegative(v[4+2*k])})
 		}
 	}
 	return nil
 }
 
-func (s *snapshotReader) atomicLines(id string, p *xmlProfile, def func(string, int) (string, bool), out []*ProfileFile) error {
+func (s *snapshotReader) atomicLines(id string, p *xmlProfile, def func(string, int) (string, bool), out []*tauprofile.File) error {
 	lines, at := dataLines(p.atomic, p.atomicAt)
 	for i, l := range lines {
 		f := strings.Fields(l)
 		if len(f) != 6 {
-			return &ParseError{File: p.file, Line: at[i], Msg: fmt.Sprintf("atomic data: want 6 fields (user event id, numevents, max, min, mean, sumsqr), got %d", len(f))}
+			return &tauprofile.ParseError{File: p.file, Line: at[i], Msg: fmt.Sprintf("atomic data: want 6 fields (user event id, numevents, max, min, mean, sumsqr), got %d", len(f))}
 		}
 		var v [6]float64
 		for k, x := range f {
 			n, err := strconv.ParseFloat(x, 64)
 			if err != nil {
-				return &ParseError{File: p.file, Line: at[i], Msg: fmt.Sprintf("atomic data: field %d %q is not a number", k+1, x)}
+				return &tauprofile.ParseError{File: p.file, Line: at[i], Msg: fmt.Sprintf("atomic data: field %d %q is not a number", k+1, x)}
 			}
 			v[k] = n
 		}
 		name, ok := def("userevent", int(v[0]))
 		if !ok || float64(int(v[0])) != v[0] {
-			return &ParseError{File: p.file, Line: at[i], Msg: fmt.Sprintf("thread %s: user event %s is not defined", id, f[0])}
+			return &tauprofile.ParseError{File: p.file, Line: at[i], Msg: fmt.Sprintf("thread %s: user event %s is not defined", id, f[0])}
 		}
-		e := UserEventLine{Name: name, NumEvents: v[1], Max: v[2], Min: v[3], Mean: v[4], SumSquare: v[5]}
+		e := tauprofile.UserEventLine{Name: name, NumEvents: v[1], Max: v[2], Min: v[3], Mean: v[4], SumSquare: v[5]}
 		for _, pf := range out {
 			pf.UserEvents = append(pf.UserEvents, e)
 		}

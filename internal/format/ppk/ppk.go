@@ -1,8 +1,26 @@
-package taudb
+// Package ppk reads ParaProf's packed profile (.ppk, paraprof --pack): the
+// single-file form of a TAU trial, a big-endian Java DataOutputStream,
+// usually gzip-compressed (the gzip magic is detected).
+//
+// What is read: the version 2 layout (the one ParaProf writes), with a
+// compatibility level up to 2, ParaProf's own rule; the trial and per-thread
+// metadata of the header; the metrics, groups, functions with their group
+// lists and user events; per thread and function the calls, subroutines and
+// exclusive and inclusive value of every metric; per thread and user event
+// the samples, minimum, maximum, mean and sum of squares. Read returns them
+// as TAU profile files (tauprofile.File), one per thread and metric, so that
+// one merge (internal/taudb's BuildTrial) builds trials from every TAU
+// format. Strings are Java's modified UTF-8 (surrogate pairs decoded);
+// negative times are read as 0, as TAU's reader reads them.
+//
+// Limits: other versions are refused with the version named; every count is
+// bounded (16,777,216) before anything is allocated for it; errors are
+// *OffsetError naming the file and the byte offset (in the uncompressed
+// stream for a gzip file) where reading failed.
+package ppk
 
 import (
 	"bufio"
-	"bytes"
 	"compress/gzip"
 	"encoding/binary"
 	"errors"
@@ -10,17 +28,17 @@ import (
 	"io"
 	"math"
 	"unicode/utf16"
+
+	"github.com/kipimo-hpc/kipimo/internal/format/tauprofile"
 )
 
-// DataSourcePPK is the data_source id of ParaProf packed profiles.
-const DataSourcePPK = 0
+// Magic is how an uncompressed ppk starts: "PPK" as three Java chars
+// (UTF-16BE).
+const Magic = "\x00P\x00P\x00K"
 
-// ppkMagic is "PPK" as three Java chars (UTF-16BE).
-var ppkMagic = []byte{0, 'P', 0, 'P', 0, 'K'}
-
-// maxPPKCount bounds every count read from a ppk, so a corrupt count fails
+// maxCount bounds every count read from a ppk, so a corrupt count fails
 // with an error instead of a huge allocation.
-const maxPPKCount = 1 << 24
+const maxCount = 1 << 24
 
 // OffsetError is malformed binary input: the file, the byte offset where
 // reading failed (in the uncompressed stream when Compressed) and what was
@@ -40,8 +58,8 @@ func (e *OffsetError) Error() string {
 	return fmt.Sprintf("%s: %s %d: %s", e.File, where, e.Offset, e.Msg)
 }
 
-// ppkReader decodes Java DataOutputStream values, counting bytes.
-type ppkReader struct {
+// reader decodes Java DataOutputStream values, counting bytes.
+type reader struct {
 	r    *bufio.Reader
 	off  int64
 	name string
@@ -49,11 +67,11 @@ type ppkReader struct {
 	buf  [8]byte
 }
 
-func (p *ppkReader) fail(at int64, format string, args ...any) error {
+func (p *reader) fail(at int64, format string, args ...any) error {
 	return &OffsetError{File: p.name, Offset: at, Compressed: p.gz, Msg: fmt.Sprintf(format, args...)}
 }
 
-func (p *ppkReader) read(n int, what string) ([]byte, error) {
+func (p *reader) read(n int, what string) ([]byte, error) {
 	at := p.off
 	got, err := io.ReadFull(p.r, p.buf[:n])
 	p.off += int64(got)
@@ -66,7 +84,7 @@ func (p *ppkReader) read(n int, what string) ([]byte, error) {
 	return p.buf[:n], nil
 }
 
-func (p *ppkReader) int32(what string) (int32, error) {
+func (p *reader) int32(what string) (int32, error) {
 	b, err := p.read(4, what)
 	if err != nil {
 		return 0, err
@@ -74,19 +92,19 @@ func (p *ppkReader) int32(what string) (int32, error) {
 	return int32(binary.BigEndian.Uint32(b)), nil
 }
 
-func (p *ppkReader) count(what string) (int, error) {
+func (p *reader) count(what string) (int, error) {
 	at := p.off
 	n, err := p.int32(what)
 	if err != nil {
 		return 0, err
 	}
-	if n < 0 || n > maxPPKCount {
-		return 0, p.fail(at, "%s is %d, want 0..%d", what, n, maxPPKCount)
+	if n < 0 || n > maxCount {
+		return 0, p.fail(at, "%s is %d, want 0..%d", what, n, maxCount)
 	}
 	return int(n), nil
 }
 
-func (p *ppkReader) float64(what string) (float64, error) {
+func (p *reader) float64(what string) (float64, error) {
 	b, err := p.read(8, what)
 	if err != nil {
 		return 0, err
@@ -96,7 +114,7 @@ func (p *ppkReader) float64(what string) (float64, error) {
 
 // utf reads a DataOutputStream.writeUTF string: a u16 length and modified
 // UTF-8 (NUL as C0 80, supplementary characters as two 3-byte surrogates).
-func (p *ppkReader) utf(what string) (string, error) {
+func (p *reader) utf(what string) (string, error) {
 	b, err := p.read(2, what+" length")
 	if err != nil {
 		return "", err
@@ -155,17 +173,17 @@ func decodeModifiedUTF8(b []byte) (s string, bad int) {
 	return string(utf16.Decode(units)), -1
 }
 
-// ppkThread is one thread's header entry.
-type ppkThread struct {
+// headerThread is one thread's header entry.
+type headerThread struct {
 	node, context, thread int
-	metadata              []Attribute
+	metadata              []tauprofile.Attribute
 }
 
-// ReadPPK reads a ParaProf packed profile (gzip-compressed or not) into a
-// trial named name, through the same merge (BuildTrial) as TAU profile
-// directories: one profile per thread and metric, trial metadata followed by
-// the thread's own as each thread's metadata. file is used in errors.
-func ReadPPK(r io.Reader, file, name string) (*Trial, error) {
+// Read reads a ParaProf packed profile (gzip-compressed or not). sets[m]
+// holds the files of metric m, one per thread in file order, each with the
+// trial metadata followed by the thread's own after "Metric Name"; file is
+// used in errors, which are *OffsetError for malformed content.
+func Read(r io.Reader, file string) (sets [][]*tauprofile.File, err error) {
 	br := bufio.NewReaderSize(r, 64*1024)
 	gz := false
 	if head, _ := br.Peek(2); len(head) == 2 && head[0] == 0x1f && head[1] == 0x8b {
@@ -177,26 +195,16 @@ func ReadPPK(r io.Reader, file, name string) (*Trial, error) {
 		br = bufio.NewReaderSize(zr, 64*1024)
 		gz = true
 	}
-	p := &ppkReader{r: br, name: file, gz: gz}
-	sets, err := p.decode()
-	if err != nil {
-		return nil, err
-	}
-	tr, err := BuildTrial(name, sets)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", file, err)
-	}
-	tr.DataSource = DataSourcePPK
-	tr.SplitMetadata(Attribute{Name: "File Type Index", Value: "0"}, Attribute{Name: "File Type Name", Value: "ParaProf Packed Profile"})
-	return tr, nil
+	p := &reader{r: br, name: file, gz: gz}
+	return p.decode()
 }
 
-func (p *ppkReader) decode() ([][]*ProfileFile, error) {
+func (p *reader) decode() ([][]*tauprofile.File, error) {
 	magic, err := p.read(6, `"PPK" magic`)
 	if err != nil {
 		return nil, err
 	}
-	if !bytes.Equal(magic, ppkMagic) {
+	if string(magic) != Magic {
 		return nil, p.fail(0, `expected "PPK" as Java chars (00 50 00 50 00 4B), got % x`, magic)
 	}
 	at := p.off
@@ -231,9 +239,9 @@ func (p *ppkReader) decode() ([][]*ProfileFile, error) {
 	if err != nil {
 		return nil, err
 	}
-	headerThreads := map[[3]int]*ppkThread{}
+	headerThreads := map[[3]int]*headerThread{}
 	for i := 0; i < nth; i++ {
-		var t ppkThread
+		var t headerThread
 		if t.node, t.context, t.thread, err = p.nct("header thread"); err != nil {
 			return nil, err
 		}
@@ -289,7 +297,7 @@ func (p *ppkReader) decode() ([][]*ProfileFile, error) {
 	if err != nil {
 		return nil, err
 	}
-	sets := make([][]*ProfileFile, len(metrics))
+	sets := make([][]*tauprofile.File, len(metrics))
 	nthreads, err := p.count("thread count")
 	if err != nil {
 		return nil, err
@@ -299,14 +307,14 @@ func (p *ppkReader) decode() ([][]*ProfileFile, error) {
 		if err != nil {
 			return nil, err
 		}
-		md := append([]Attribute(nil), trialMD...)
+		md := append([]tauprofile.Attribute(nil), trialMD...)
 		if h := headerThreads[[3]int{n, c, t}]; h != nil {
 			md = append(md, h.metadata...)
 		}
-		files := make([]*ProfileFile, len(metrics))
+		files := make([]*tauprofile.File, len(metrics))
 		for mi, m := range metrics {
-			files[mi] = &ProfileFile{Node: n, Context: c, Thread: t, Header: "templated_functions_MULTI_" + m,
-				Metadata: append([]Attribute{{Name: MetricNameKey, Value: m}}, md...)}
+			files[mi] = &tauprofile.File{Node: n, Context: c, Thread: t, Header: "templated_functions_MULTI_" + m,
+				Metadata: append([]tauprofile.Attribute{{Name: tauprofile.MetricNameKey, Value: m}}, md...)}
 			sets[mi] = append(sets[mi], files[mi])
 		}
 		nfp, err := p.count("function profile count")
@@ -339,8 +347,8 @@ func (p *ppkReader) decode() ([][]*ProfileFile, error) {
 				if err != nil {
 					return nil, err
 				}
-				files[mi].Functions = append(files[mi].Functions, FunctionLine{Name: funcs[fi].name, Groups: funcs[fi].groups,
-					Calls: calls, Subrs: subrs, Exclusive: clampNeg(excl), Inclusive: clampNeg(incl)})
+				files[mi].Functions = append(files[mi].Functions, tauprofile.FunctionLine{Name: funcs[fi].name, Groups: funcs[fi].groups,
+					Calls: calls, Subrs: subrs, Exclusive: tauprofile.ClampNegative(excl), Inclusive: tauprofile.ClampNegative(incl)})
 			}
 		}
 		nue, err := p.count("user event profile count")
@@ -366,7 +374,7 @@ func (p *ppkReader) decode() ([][]*ProfileFile, error) {
 					return nil, err
 				}
 			}
-			e := UserEventLine{Name: events[ui], NumEvents: float64(ns), Min: v[0], Max: v[1], Mean: v[2], SumSquare: v[3]}
+			e := tauprofile.UserEventLine{Name: events[ui], NumEvents: float64(ns), Min: v[0], Max: v[1], Mean: v[2], SumSquare: v[3]}
 			for _, f := range files {
 				f.UserEvents = append(f.UserEvents, e)
 			}
@@ -383,7 +391,7 @@ func (p *ppkReader) decode() ([][]*ProfileFile, error) {
 	return sets, nil
 }
 
-func (p *ppkReader) nct(what string) (n, c, t int, err error) {
+func (p *reader) nct(what string) (n, c, t int, err error) {
 	var v [3]int32
 	for i, part := range [3]string{"node", "context", "thread"} {
 		at := p.off
@@ -397,12 +405,12 @@ func (p *ppkReader) nct(what string) (n, c, t int, err error) {
 	return int(v[0]), int(v[1]), int(v[2]), nil
 }
 
-func (p *ppkReader) attributes(what string) ([]Attribute, error) {
+func (p *reader) attributes(what string) ([]tauprofile.Attribute, error) {
 	n, err := p.count(what + " count")
 	if err != nil {
 		return nil, err
 	}
-	out := make([]Attribute, 0, min(n, 1024))
+	out := make([]tauprofile.Attribute, 0, min(n, 1024))
 	for i := 0; i < n; i++ {
 		k, err := p.utf(what + " name")
 		if err != nil {
@@ -412,12 +420,12 @@ func (p *ppkReader) attributes(what string) ([]Attribute, error) {
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, Attribute{Name: k, Value: v})
+		out = append(out, tauprofile.Attribute{Name: k, Value: v})
 	}
 	return out, nil
 }
 
-func (p *ppkReader) names(what string) ([]string, error) {
+func (p *reader) names(what string) ([]string, error) {
 	n, err := p.count(what + " count")
 	if err != nil {
 		return nil, err

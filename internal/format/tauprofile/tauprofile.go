@@ -1,12 +1,31 @@
-package taudb
+// Package tauprofile reads TAU's profile files (profile.N.C.T, one per thread
+// and metric, as TAU's Profiler.cpp writes them) and the directories that hold
+// them: the profile.N.C.T files of a directory or, when there are none, one
+// MULTI__<metric> subdirectory per metric.
+//
+// A file is read into a File: line 1's function count and header, line 2's
+// metadata block (the attributes in order, context metadata included), one
+// FunctionLine per interval event (the name with TAU's blanks, calls,
+// subroutines, exclusive and inclusive time, an optional SumExclSqr column,
+// the GROUP text), the aggregates (counted and skipped; TAU writes none) and
+// one UserEventLine per atomic event. Negative times are read as 0, as TAU's
+// reader reads them. Nothing is merged or derived here: merging the files of
+// a run into a trial (duplicate lines summed, derived threads) is
+// internal/taudb's BuildTrial, and the ParaProf packed (internal/format/ppk)
+// and TAU XML (internal/format/tauxml) readers produce the same File values.
+//
+// Limits: a line may be up to 64 MiB; the file must follow TAU's grammar line
+// by line (errors are *ParseError naming the file and line); the function
+// count of line 1 must match the lines that follow.
+package tauprofile
 
 import (
 	"bufio"
 	"bytes"
+	"encoding/xml"
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -14,8 +33,22 @@ import (
 	"strings"
 )
 
-// ParseError is a malformed profile file: the file, the 1-based line and what
-// was expected there.
+// MetricNameKey is the metadata key naming a profile file's metric; it is
+// always the first attribute TAU writes.
+const MetricNameKey = "Metric Name"
+
+// Attribute is one metadata name/value pair; Context, CallNumber and
+// Timestamp are set for context metadata (<timer_context>).
+type Attribute struct {
+	Name       string
+	Value      string
+	Context    *string
+	CallNumber string
+	Timestamp  string
+}
+
+// ParseError is malformed text input: the file, the 1-based line and what was
+// expected there. The TAU XML and Caliper readers report theirs with it too.
 type ParseError struct {
 	File string
 	Line int
@@ -26,9 +59,9 @@ func (e *ParseError) Error() string {
 	return fmt.Sprintf("%s:%d: %s", e.File, e.Line, e.Msg)
 }
 
-// ProfileFile is one parsed profile.N.C.T file, before it is merged into a
-// trial.
-type ProfileFile struct {
+// File is one parsed profile.N.C.T file: one thread's values of one metric.
+// Node, Context and Thread come from the file name (NCT), not its content.
+type File struct {
 	Node, Context, Thread int
 	Count                 int    // function count on line 1
 	Header                string // line 1 after the count
@@ -59,7 +92,7 @@ type UserEventLine struct {
 
 // MetricName returns the file's metric: its "Metric Name" metadata, else the
 // name in the line-1 header, else "Time" (TAU's rule).
-func (p *ProfileFile) MetricName() string {
+func (p *File) MetricName() string {
 	for _, a := range p.Metadata {
 		if a.Name == MetricNameKey && a.Context == nil {
 			return a.Value
@@ -74,10 +107,13 @@ func (p *ProfileFile) MetricName() string {
 	return "Time"
 }
 
-const line2Prefix = "# Name Calls Subrs Excl Incl ProfileCalls"
+// ColumnsLine is how line 2 of a profile file starts: the names of a function
+// line's columns.
+const ColumnsLine = "# Name Calls Subrs Excl Incl ProfileCalls"
 
-// ParseProfile reads one profile file; name is used in errors.
-func ParseProfile(r io.Reader, name string) (*ProfileFile, error) {
+// Parse reads one profile file; name is used in errors, which are
+// *ParseError for malformed content.
+func Parse(r io.Reader, name string) (*File, error) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 64*1024), 64*1024*1024)
 	line := 0
@@ -98,7 +134,7 @@ func ParseProfile(r io.Reader, name string) (*ProfileFile, error) {
 		line++
 		return fail("unexpected end of file, expected %s", what)
 	}
-	p := &ProfileFile{}
+	p := &File{}
 
 	l, ok := next()
 	if !ok {
@@ -116,12 +152,12 @@ func ParseProfile(r io.Reader, name string) (*ProfileFile, error) {
 
 	l, ok = next()
 	if !ok {
-		return nil, eof(`"` + line2Prefix + `" line`)
+		return nil, eof(`"` + ColumnsLine + `" line`)
 	}
-	if !strings.HasPrefix(l, line2Prefix) {
-		return nil, fail("expected %q, got %q", line2Prefix, clip(l))
+	if !strings.HasPrefix(l, ColumnsLine) {
+		return nil, fail("expected %q, got %q", ColumnsLine, clip(l))
 	}
-	rest := l[len(line2Prefix):]
+	rest := l[len(ColumnsLine):]
 	p.SumExclSqr = strings.Contains(rest, "SumExclSqr")
 	if i := strings.Index(rest, "<metadata>"); i >= 0 {
 		j := strings.Index(rest, "</metadata>")
@@ -273,15 +309,15 @@ func parseFunctionLine(l string, sumExclSqr bool) (FunctionLine, error) {
 		}
 		vals[i] = v
 	}
-	f.Calls, f.Subrs, f.Exclusive, f.Inclusive = vals[0], vals[1], clampNeg(vals[2]), clampNeg(vals[3])
+	f.Calls, f.Subrs, f.Exclusive, f.Inclusive = vals[0], vals[1], ClampNegative(vals[2]), ClampNegative(vals[3])
 	if sumExclSqr {
 		f.SumExclSqr = &vals[4]
 	}
 	return f, nil
 }
 
-// clampNeg is TAU's reader's rule: negative times become 0.
-func clampNeg(v float64) float64 {
+// ClampNegative is TAU's reader's rule for times: a negative one is read as 0.
+func ClampNegative(v float64) float64 {
 	if v < 0 {
 		return 0
 	}
@@ -309,8 +345,9 @@ func parseEventLine(l string) (UserEventLine, error) {
 	return e, nil
 }
 
-// ProfileNCT parses "profile.N.C.T" (any prefix) into its three numbers.
-func ProfileNCT(base string) (n, c, t int, ok bool) {
+// NCT parses "profile.N.C.T" (any prefix) into its three numbers; ok is false
+// for a name of another shape or a negative number.
+func NCT(base string) (n, c, t int, ok bool) {
 	parts := strings.Split(base, ".")
 	if len(parts) != 4 {
 		return 0, 0, 0, false
@@ -326,23 +363,24 @@ func ProfileNCT(base string) (n, c, t int, ok bool) {
 	return v[0], v[1], v[2], true
 }
 
-// ReadDir parses a TAU profile directory into a trial named name: the
-// profile.N.C.T files in dir, or, when there are none, one MULTI__<metric>
-// subdirectory per metric. Derived threads and metadata rows are computed.
-func ReadDir(dir, name string) (*Trial, error) {
-	metricDirs, err := profileDirs(dir)
+// ReadDir reads the TAU profile directory dir: the profile.N.C.T files in
+// it, or, when there are none, those of each MULTI__<metric> subdirectory
+// (MetricDirs). sets[m] holds the files of metric directory m, each with its
+// node, context and thread from its name; files named profile.* without
+// three numbers are skipped.
+func ReadDir(dir string) (sets [][]*File, err error) {
+	metricDirs, err := MetricDirs(dir)
 	if err != nil {
 		return nil, err
 	}
-	var sets [][]*ProfileFile
 	for _, md := range metricDirs {
 		files, err := filepath.Glob(filepath.Join(md, "profile.*"))
 		if err != nil {
 			return nil, fmt.Errorf("list %s: %w", md, err)
 		}
-		var set []*ProfileFile
+		var set []*File
 		for _, f := range files {
-			n, c, t, ok := ProfileNCT(filepath.Base(f))
+			n, c, t, ok := NCT(filepath.Base(f))
 			if !ok {
 				continue
 			}
@@ -350,7 +388,7 @@ func ReadDir(dir, name string) (*Trial, error) {
 			if err != nil {
 				return nil, fmt.Errorf("read profile: %w", err)
 			}
-			p, err := ParseProfile(bytes.NewReader(data), f)
+			p, err := Parse(bytes.NewReader(data), f)
 			if err != nil {
 				return nil, err
 			}
@@ -359,14 +397,13 @@ func ReadDir(dir, name string) (*Trial, error) {
 		}
 		sets = append(sets, set)
 	}
-	tr, err := BuildTrial(name, sets)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", dir, err)
-	}
-	return tr, nil
+	return sets, nil
 }
 
-func profileDirs(dir string) ([]string, error) {
+// MetricDirs returns the directories of dir's profiles: dir itself when it
+// holds a profile.N.C.T file, else its MULTI_* subdirectories sorted by name.
+// It fails when there are neither.
+func MetricDirs(dir string) ([]string, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("read profile directory: %w", err)
@@ -374,7 +411,7 @@ func profileDirs(dir string) ([]string, error) {
 	var multi []string
 	for _, e := range entries {
 		if !e.IsDir() {
-			if _, _, _, ok := ProfileNCT(e.Name()); ok && strings.HasPrefix(e.Name(), "profile.") {
+			if _, _, _, ok := NCT(e.Name()); ok && strings.HasPrefix(e.Name(), "profile.") {
 				return []string{dir}, nil
 			}
 			continue
@@ -390,125 +427,29 @@ func profileDirs(dir string) ([]string, error) {
 	return multi, nil
 }
 
-// BuildTrial merges parsed profile files into a trial: sets[m] holds the
-// files of metric m (one per thread). Metric 0 supplies calls, subroutines,
-// groups, user events and metadata, as in TAU's reader. The derived threads,
-// percents and the primary/secondary metadata split are computed.
-func BuildTrial(name string, sets [][]*ProfileFile) (*Trial, error) {
-	if len(sets) == 0 || len(sets[0]) == 0 {
-		return nil, errors.New("no profile files")
-	}
-	tr := NewTrial(name)
-	type nct struct{ n, c, t int }
-	threads := map[nct]*Thread{}
-	for mi, set := range sets {
-		sort.Slice(set, func(i, j int) bool {
-			a, b := set[i], set[j]
-			if a.Node != b.Node {
-				return a.Node < b.Node
-			}
-			if a.Context != b.Context {
-				return a.Context < b.Context
-			}
-			return a.Thread < b.Thread
-		})
-		if len(set) == 0 {
-			return nil, fmt.Errorf("metric %d has no profile files", mi)
-		}
-		m := tr.AddMetric(set[0].MetricName())
-		if m.Index != mi {
-			return nil, fmt.Errorf("metric %q appears in two directories", m.Name)
-		}
-		for _, p := range set {
-			key := nct{p.Node, p.Context, p.Thread}
-			th := threads[key]
-			if th == nil {
-				th = tr.AddThread(p.Node, p.Context, p.Thread, len(threads))
-				threads[key] = th
-			}
-			for len(th.Files) <= mi {
-				th.Files = append(th.Files, nil)
-			}
-			th.Files[mi] = &FileLayout{Header: p.Header, Metadata: p.Metadata, NoMetadata: p.NoMetadata}
-			if mi == 0 {
-				for _, a := range p.Metadata {
-					if a.Name != MetricNameKey || a.Context != nil {
-						th.Metadata = append(th.Metadata, a)
-					}
-				}
-			}
-			for _, f := range p.Functions {
-				addFunction(tr, th, m, f)
-			}
-			if mi == 0 {
-				for _, e := range p.UserEvents {
-					addUserEvent(tr, th, e)
-				}
-			}
-		}
-	}
-	tr.UpdateShape()
-	tr.ComputeDerived()
-	tr.SplitMetadata(LoaderMetadata()...)
-	return tr, nil
+type xmlAttribute struct {
+	Name       string  `xml:"name"`
+	Context    *string `xml:"timer_context"`
+	CallNumber string  `xml:"call_number"`
+	Timestamp  string  `xml:"timestamp"`
+	Value      string  `xml:"value"`
 }
 
-func addFunction(tr *Trial, th *Thread, m *Metric, f FunctionLine) {
-	groups := SplitGroups(f.Groups)
-	for _, g := range groups {
-		if g == "TAU_CALLPATH_DERIVED" {
-			return
-		}
-	}
-	norm := NormalizeName(f.Name)
-	var c *TimerCallpath
-	if strings.Contains(norm, "=>") {
-		c = tr.AddCallpath(SplitCallpath(norm))
-		if c.Spelling == "" {
-			c.Spelling, c.GroupSpelling = f.Name, f.Groups
-		}
-	} else {
-		t := tr.AddTimer(norm)
-		if t.Spelling == "" {
-			t.Spelling, t.GroupSpelling, t.Groups = f.Name, f.Groups, groups
-		}
-		c = t.Root()
-	}
-	existing := th.CallDataFor(c)
-	d := tr.AddCallData(th, c)
-	if m.Index == 0 {
-		d.Calls += f.Calls
-		d.Subroutines += f.Subrs
-	}
-	v := d.Value(m)
-	if existing != nil && v != nil {
-		// TAU's reader sums duplicate lines of one file.
-		v.Inclusive += f.Inclusive
-		v.Exclusive += f.Exclusive
-		return
-	}
-	v = d.SetValue(m, f.Inclusive, f.Exclusive)
-	v.SumExclusiveSquared = f.SumExclSqr
+type xmlMetadata struct {
+	Attributes []xmlAttribute `xml:"attribute"`
 }
 
-func addUserEvent(tr *Trial, th *Thread, e UserEventLine) {
-	c := tr.AddCounter(NormalizeName(e.Name))
-	if c.Spelling == "" {
-		c.Spelling = e.Name
+// parseMetadataXML decodes a "<metadata>...</metadata>" block.
+func parseMetadataXML(s string) ([]Attribute, error) {
+	var m xmlMetadata
+	dec := xml.NewDecoder(strings.NewReader(s))
+	dec.Strict = true
+	if err := dec.Decode(&m); err != nil {
+		return nil, fmt.Errorf("metadata XML: %w", err)
 	}
-	existing := th.CounterValueFor(c)
-	v := tr.AddCounterValue(th, c)
-	if existing == nil {
-		v.SampleCount, v.Maximum, v.Minimum, v.Mean, v.SumSquares = e.NumEvents, e.Max, e.Min, e.Mean, e.SumSquare
-		return
+	out := make([]Attribute, 0, len(m.Attributes))
+	for _, a := range m.Attributes {
+		out = append(out, Attribute{Name: a.Name, Value: a.Value, Context: a.Context, CallNumber: a.CallNumber, Timestamp: a.Timestamp})
 	}
-	// A duplicate name on one thread is combined, as TAU's reader does.
-	n := v.SampleCount + e.NumEvents
-	if n > 0 {
-		v.Mean = (v.Mean*v.SampleCount + e.Mean*e.NumEvents) / n
-	}
-	v.SampleCount = n
-	v.SumSquares += e.SumSquare
-	v.Minimum = math.Min(v.Minimum, e.Min)
-	v.Maximum = math.Max(v.Maximum, e.Max)
+	return out, nil
 }
