@@ -47,9 +47,11 @@ const (
 	// rules; 4: each model's statistics as three stats.Summary binary
 	// forms, and only its algorithm's state; 5: the io_steps executions
 	// waiting for a label ran in; 6: the step summaries' peer data, the
-	// baseline comparison's counts and its evidence in pending records).
+	// baseline comparison's counts and its evidence in pending records;
+	// 7: the models of the sync request in flight as stats.Summary binary
+	// forms instead of each histogram behind a presence byte).
 	// Restore reads it and every version from minCheckpointVersion on.
-	CheckpointVersion = 6
+	CheckpointVersion = 7
 	// minCheckpointVersion is the oldest format Restore reads.
 	minCheckpointVersion = 2
 	// maxCheckpointSize bounds what Restore accepts (1 GiB).
@@ -479,7 +481,6 @@ func (w *ckWriter) thread(t *thread) {
 
 func (w *ckWriter) moments(m *stats.Moments) { w.B, _ = m.AppendBinary(w.B) }
 func (w *ckWriter) hist(h *stats.Histogram)  { w.B, _ = h.AppendBinary(w.B) }
-func (w *ckWriter) tail(h *stats.TailHist)   { w.B, _ = h.AppendBinary(w.B) }
 func (w *ckWriter) summ(s *stats.Summary)    { w.B, _ = s.AppendBinary(w.B) }
 
 func (w *ckWriter) models(ms *modelSet) {
@@ -704,16 +705,8 @@ func (w *ckWriter) request(q *psync.SyncRequest) error {
 			return fmt.Errorf("sync request %d in flight merges other ranks' deltas", q.Seq)
 		}
 		w.Str(m.Key)
-		w.moments(&m.Moments)
-		w.Bool(m.Histogram != nil)
-		if m.Histogram != nil {
-			w.hist(m.Histogram)
-		}
-		w.Bool(m.Tail != nil)
-		if m.Tail != nil {
-			w.tail(m.Tail)
-		}
-		w.Uvarint(m.Anomalies)
+		s := m.Summary()
+		w.summ(&s)
 	}
 	optLen(w, q.Counters)
 	for i := range q.Counters {
@@ -1174,17 +1167,7 @@ func (r *ckReader) thread(cs *callStacks, t *thread) {
 }
 
 // decode reads a value in its own binary form (the stats types').
-func (r *ckReader) decode(v interface{ DecodeBinary([]byte) (int, error) }) {
-	if r.Err != nil {
-		return
-	}
-	n, err := v.DecodeBinary(r.B[r.Off:])
-	if err != nil {
-		r.Fail("%v", err)
-		return
-	}
-	r.Off += n
-}
+func (r *ckReader) decode(v interface{ DecodeBinary([]byte) (int, error) }) { r.Decode(v.DecodeBinary) }
 
 func (r *ckReader) moments(m *stats.Moments) { r.decode(m) }
 func (r *ckReader) hist(h *stats.Histogram)  { r.decode(h) }
@@ -1441,18 +1424,14 @@ func (r *ckReader) request() *psync.SyncRequest {
 	}
 	q.Models = optMake[psync.ModelDelta](r.optCount(5))
 	for i := range q.Models {
-		m := &q.Models[i]
-		m.Key = r.Str()
-		r.moments(&m.Moments)
-		if r.Bool() {
-			m.Histogram = &stats.Histogram{}
-			r.hist(m.Histogram)
+		key := r.Str()
+		var s stats.Summary
+		if r.version >= 7 {
+			r.decode(&s)
+		} else {
+			r.Decode(s.DecodeOptionalBinary) // each histogram behind a presence byte
 		}
-		if r.Bool() {
-			m.Tail = &stats.TailHist{}
-			r.tail(m.Tail)
-		}
-		m.Anomalies = r.Uvarint()
+		q.Models[i] = psync.NewModelDelta(key, &s, true)
 	}
 	q.Counters = optMake[psync.CounterDelta](r.optCount(2))
 	for i := range q.Counters {

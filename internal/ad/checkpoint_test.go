@@ -669,7 +669,7 @@ func TestRestoreRefusesBadCheckpoints(t *testing.T) {
 		{"truncated to half", cp[:len(cp)/2], "checksum"},
 		{"bit flipped in the body", flip(len(cp) / 2), "checksum"},
 		{"bit flipped in the trailer", flip(len(cp) - 2), "checksum"},
-		{"version", reCRC(append([]byte("KPCK\x07"), cp[body:]...)), "version 7"},
+		{"version", reCRC(append([]byte("KPCK\x08"), cp[body:]...)), "version 8"}, // one newer than CheckpointVersion
 		{"body cut, checksum fixed", reCRC(append(slices.Clone(cp[:len(cp)/3]), 0, 0, 0, 0)), "offset"},
 		{"huge count, checksum fixed", reCRC(append(append([]byte(CheckpointMagic), CheckpointVersion, 0xff, 0xff, 0xff, 0xff, 0x0f), cp[body+5:]...)), "elements"},
 		{"trailing bytes, checksum fixed", reCRC(append(slices.Clone(cp[:len(cp)-4]), 1, 2, 3, 0, 0, 0, 0)), "after the last section"},

@@ -48,6 +48,9 @@ type Reference struct {
 	IOSteps uint64
 	// Keys are the model keys (function names, or call paths).
 	Keys map[string]*Key
+	// Rule is the natural-range rule the keys' bounds were read with (zero
+	// for KindTAU, which has none).
+	Rule stats.TailRule
 }
 
 // Key is one model key of a baseline.
@@ -139,7 +142,7 @@ func FromFuncStats(source string, fs []provenance.GlobalFuncStats, rule stats.Ta
 	if len(fs) == 0 {
 		return nil, fmt.Errorf("baseline %s: no final func_stats records: give a finished Kipimo run (its statistics are written when it ends)", source)
 	}
-	r := &Reference{Source: source, Kind: KindRun, Keys: map[string]*Key{}}
+	r := &Reference{Source: source, Kind: KindRun, Keys: map[string]*Key{}, Rule: rule}
 	hists := 0
 	for _, f := range fs {
 		if f.Func == "" {
@@ -178,6 +181,25 @@ func FromFuncStats(source string, fs []provenance.GlobalFuncStats, rule stats.Ta
 		}
 	}
 	return r, nil
+}
+
+// WithRule returns r with its keys' bounds, calls beyond them and
+// quantiles read with rule: r itself when they already are, or when r has
+// no histograms (KindTAU). A process that loads a baseline before it knows
+// the detectors' rule (a standalone pserver) reads it again with theirs.
+func (r *Reference) WithRule(rule stats.TailRule) *Reference {
+	if r.Kind != KindRun || r.Rule == rule {
+		return r
+	}
+	out := &Reference{Source: r.Source, Kind: r.Kind, IOSteps: r.IOSteps, Keys: make(map[string]*Key, len(r.Keys)), Rule: rule}
+	for n, k := range r.Keys {
+		c := *k
+		if c.Hist != nil {
+			c.fill(rule)
+		}
+		out.Keys[n] = &c
+	}
+	return out
 }
 
 // fill reads the bound, the calls beyond it and the quantiles from Hist.

@@ -182,3 +182,18 @@ func (r *Reader) CountOf(n uint64, min int) int {
 	}
 	return int(n)
 }
+
+// Decode reads a value with dec, a decoder of a binary form of its own
+// (such as a DecodeBinary method) that returns the bytes it took from the
+// front of its argument; an error of dec is recorded as Fail's.
+func (r *Reader) Decode(dec func([]byte) (int, error)) {
+	if r.Err != nil {
+		return
+	}
+	n, err := dec(r.B[r.Off:])
+	if err != nil {
+		r.Fail("%v", err)
+		return
+	}
+	r.Off += n
+}

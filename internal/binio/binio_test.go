@@ -102,3 +102,26 @@ func FuzzReader(f *testing.F) {
 		}
 	})
 }
+
+func TestDecode(t *testing.T) {
+	// a form of its own: a length byte and that many bytes
+	var got []string
+	dec := func(b []byte) (int, error) {
+		if len(b) == 0 || int(b[0]) >= len(b) {
+			return 0, errors.New("short form")
+		}
+		got = append(got, string(b[1:1+b[0]]))
+		return 1 + int(b[0]), nil
+	}
+	r := Reader{B: []byte("\x02ab\x01c\x05de")}
+	r.Decode(dec)
+	r.Decode(dec)
+	if r.Err != nil || r.Off != 5 || strings.Join(got, ",") != "ab,c" {
+		t.Fatalf("read %q to offset %d, err %v", got, r.Off, r.Err)
+	}
+	r.Decode(dec)
+	if r.Err == nil || !strings.Contains(r.Err.Error(), "offset 5: short form") || r.Off != 5 {
+		t.Fatalf("a refused form: offset %d, err %v", r.Off, r.Err)
+	}
+	r.Decode(func([]byte) (int, error) { t.Fatal("decoder called after an error"); return 0, nil })
+}

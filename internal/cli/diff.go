@@ -17,10 +17,10 @@ import (
 
 func newDiffCmd() *cobra.Command {
 	var (
-		dsn, quantity, metric, svgFile, pngFile string
-		callPaths, asJSON                       bool
-		top                                     int
-		alpha                                   float64
+		dsn, quantity, metric, svgFile, pngFile, tokenFile string
+		callPaths, asJSON                                  bool
+		top                                                int
+		alpha                                              float64
 	)
 	cmd := &cobra.Command{
 		Use:   "diff [flags] A B",
@@ -47,6 +47,17 @@ A and B are each one of:
   FORMAT:PATH    PATH read as FORMAT (tau, ppk, xml, caliper, caliper-json, run)
   taudb:ID       trial ID of the TAUdb named by --dsn (or $` + taudbDSNEnv + `)
   taudb:NAME     the TAUdb trial with that name (it must be the only one)
+  http://HOST:PORT  a running run: its pserver's dashboard (as kipimo run
+                 prints it), or a provdb holding a finished run
+  RUNNING-RUNDIR the directory of a run still going (it has endpoints.json)
+
+A running run has no profiles yet: it is compared by the models its pserver
+has merged so far, function by function as kipimo run --baseline compares a
+run with its baseline (A is the baseline, B the run): mean time per call,
+time and calls per io_step, p50 and p99, new slow modes (binomial tests at
+--alpha over all functions, default 0.001), by B's extra time. The output says
+which side is live and at which io_step; --metric, --tau-metric, --call-path,
+--svg and --png do not apply.
 
 --metric chooses the quantity: exclusive (the default) or inclusive values of
 the TAU metric --tau-metric (default TIME when both sides have it, else the
@@ -57,7 +68,9 @@ only). Times are microseconds, printed with a unit.`,
   kipimo diff --metric anomalies kipimo-out/run-a kipimo-out/run-b
   kipimo diff --call-path --metric inclusive --json old-profiles/ new-profiles/
   kipimo diff --dsn postgres://localhost/taudb taudb:12 taudb:nightly-0412
-  kipimo diff --tau-metric PAPI_TOT_CYC ppk:run1.dat ppk:run2.dat`,
+  kipimo diff --tau-metric PAPI_TOT_CYC ppk:run1.dat ppk:run2.dat
+  kipimo diff kipimo-out/clean http://127.0.0.1:8080
+  kipimo diff --json kipimo-out/clean kipimo-out/running`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			q, err := diff.ParseQuantity(quantity)
@@ -79,6 +92,27 @@ only). Times are microseconds, printed with a unit.`,
 					return v, nil
 				}
 				return "", errors.New("a taudb: operand needs a database: pass --dsn postgres://... or set " + taudbDSNEnv)
+			}
+			var live bool
+			for _, arg := range args {
+				_, l, err := diffLiveURL(arg)
+				if err != nil {
+					return err
+				}
+				live = live || l
+			}
+			if live {
+				if err := checkModelFlags(cmd); err != nil {
+					return err
+				}
+				o := diffModelOpts{top: top, asJSON: asJSON, tokenFile: tokenFile, getDSN: getDSN}
+				if cmd.Flags().Changed("alpha") {
+					o.alpha = alpha
+				}
+				return runModelDiff(ctx, cmd.OutOrStdout(), cmd.ErrOrStderr(), args, o)
+			}
+			if tokenFile != "" {
+				return errors.New("--token-file is for a running run's pserver (or a provdb) given as http://HOST:PORT: neither operand is one")
 			}
 			var sides [2]*diff.Side
 			for i, arg := range args {
@@ -116,10 +150,11 @@ only). Times are microseconds, printed with a unit.`,
 	f.StringVar(&metric, "tau-metric", "", "TAU metric of exclusive and inclusive values, e.g. PAPI_TOT_CYC (default TIME, else the first metric both sides have)")
 	f.BoolVar(&callPaths, "call-path", false, "compare call paths (a => b) instead of flat functions")
 	f.IntVar(&top, "top", 20, "rows to show, by impact (0: all)")
-	f.Float64Var(&alpha, "alpha", diff.DefaultAlpha, "significance level of Welch's t-test")
+	f.Float64Var(&alpha, "alpha", diff.DefaultAlpha, "significance level of Welch's t-test (against a running run: of the binomial tests over all functions, default 0.001)")
 	f.BoolVar(&asJSON, "json", false, "print one JSON document with a functions array")
 	f.StringVar(&svgFile, "svg", "", "also draw the shown rows (up to 40) as a bar chart of A and B into this SVG file")
 	f.StringVar(&pngFile, "png", "", "also draw the shown rows (up to 40) as a bar chart into this PNG file")
+	f.StringVar(&tokenFile, "token-file", "", "file holding the bearer token of a running run's pserver dashboard (its --token-file) or of a provdb, given as http://HOST:PORT")
 	f.StringVar(&dsn, "dsn", "", "PostgreSQL URL of the TAUdb for taudb:ID and taudb:NAME operands (default $"+taudbDSNEnv+")")
 	return cmd
 }

@@ -6,9 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -20,6 +22,7 @@ import (
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
 	"github.com/kipimo-hpc/kipimo/internal/provenance/service"
 	"github.com/kipimo-hpc/kipimo/internal/pserver"
+	"github.com/kipimo-hpc/kipimo/internal/run"
 )
 
 type serveOpts struct {
@@ -40,8 +43,10 @@ detector, parameter server or NATS: the heat map of anomalies per rank and
 io_step, the anomalies per io_step, the top ranks and functions, the function
 table (from the run's func_stats records), each function's runtime histogram
 with its detection threshold (built from the stored executions), and the
-anomaly list with call stacks, event windows and GPU contexts. The store is
-opened read-only; the server runs until interrupted.`,
+anomaly list with call stacks, event windows and GPU contexts, and the culprit
+analysis (outlier ranks and culprits by time lost) from the culprits.json that
+kipimo run writes beside its store. The store is opened read-only; the server
+runs until interrupted.`,
 		Example: `  kipimo run --out kipimo-out --run r1 ...                # keeps kipimo-out/r1/provenance.db
   kipimo serve --store kipimo-out/r1/provenance.db        # later: its dashboard on a free port
   kipimo serve --store kipimo-out/r1/provenance.db --http 127.0.0.1:8080`,
@@ -79,18 +84,24 @@ func (o *serveOpts) serve(cmd *cobra.Command) error {
 			return err
 		}
 	}
-	run := o.run
-	if run == "" {
-		run = strings.TrimSuffix(filepath.Base(o.store), filepath.Ext(o.store))
-		if run == "provenance" { // kipimo run's <out>/<run>/provenance.db
-			run = filepath.Base(filepath.Dir(o.store))
+	name := o.run
+	if name == "" {
+		name = strings.TrimSuffix(filepath.Base(o.store), filepath.Ext(o.store))
+		if name == "provenance" { // kipimo run's <out>/<run>/provenance.db
+			name = filepath.Base(filepath.Dir(o.store))
 		}
 		if mongo {
-			run = "stored"
+			name = "stored"
+		}
+	}
+	var culprits *pserver.Culprits
+	if !mongo {
+		if culprits, err = culpritsBeside(o.store); err != nil {
+			return err
 		}
 	}
 	t0 := time.Now()
-	d, err := pserver.NewStoreDashboard(ctx, st, pserver.StoreOptions{Run: run, Window: o.window, Token: token, FuncStats: fs})
+	d, err := pserver.NewStoreDashboard(ctx, st, pserver.StoreOptions{Run: name, Window: o.window, Token: token, FuncStats: fs, Culprits: culprits})
 	if err != nil {
 		return err
 	}
@@ -105,9 +116,12 @@ func (o *serveOpts) serve(cmd *cobra.Command) error {
 	srv := &http.Server{Handler: d.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	out := cmd.OutOrStdout()
 	fmt.Fprintf(out, "run %s from %s: %d anomalies on %d ranks over %d io_steps, %d functions with final statistics (read in %s)\n",
-		run, o.store, sum.Totals.Anomalies, sum.Ranks, sum.Totals.Steps, len(fs), time.Since(t0).Round(time.Millisecond))
+		name, o.store, sum.Totals.Anomalies, sum.Ranks, sum.Totals.Steps, len(fs), time.Since(t0).Round(time.Millisecond))
 	if len(fs) == 0 {
 		fmt.Fprintln(out, "note: the store holds no func_stats records (the run did not finish, or they are in MongoDB): the function table shows anomaly counts only")
+	}
+	if culprits == nil && !mongo {
+		fmt.Fprintf(out, "note: no %s beside the store (kipimo run writes it when the run ends): the culprit panel is empty\n", run.CulpritsFile)
 	}
 	if d.Truncated > 0 {
 		fmt.Fprintf(out, "note: %d anomaly records not read: an io_step holds more than %d\n", d.Truncated, provenance.MaxLimit)
@@ -133,6 +147,25 @@ func (o *serveOpts) serve(cmd *cobra.Command) error {
 		return err
 	}
 	return nil
+}
+
+// culpritsBeside reads the culprit analysis kipimo run writes beside its
+// provenance store (culprits.json in the run's directory), or returns nil
+// when there is none.
+func culpritsBeside(store string) (*pserver.Culprits, error) {
+	path := filepath.Join(filepath.Dir(store), run.CulpritsFile)
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var c pserver.Culprits
+	if err := json.Unmarshal(data, &c); err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	return &c, nil
 }
 
 // readFuncStats reads the func_stats records of a SQLite provenance store:

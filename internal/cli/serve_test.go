@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -14,6 +16,7 @@ import (
 	"github.com/kipimo-hpc/kipimo/internal/provenance/sqlitestore"
 	"github.com/kipimo-hpc/kipimo/internal/provenance/storetest"
 	"github.com/kipimo-hpc/kipimo/internal/pserver"
+	"github.com/kipimo-hpc/kipimo/internal/run"
 )
 
 // serveStore writes a finished run's anomalies, normal executions and
@@ -78,21 +81,42 @@ func startServe(t *testing.T, args ...string) (url, printed string, stop func() 
 
 func TestServeStore(t *testing.T) {
 	for _, tc := range []struct {
-		name      string
-		withStats bool
-		note      string
+		name string
+		// withStats writes the func_stats records, withCulprits the run's
+		// culprits.json beside the store, as a run that ended does.
+		withStats, withCulprits bool
+		notes                   []string
 	}{
-		{"finished", true, ""},
-		{"without func_stats", false, "no func_stats"},
+		{"finished", true, true, nil},
+		{"without func_stats", false, true, []string{"no func_stats"}},
+		{"without culprits", true, false, []string{"no culprits.json"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path, an, fs := serveStore(t, tc.withStats)
+			want := pserver.Culprits{Steps: 5, Culprits: []pserver.CulpritRow{{Rank: 2, Func: "MPI_Send", TimeLostUs: 3e5, OwnUs: 1e5, CausedUs: 2e5, Bursts: 3, Top: 3, IOSteps: []uint64{1, 2, 4}}},
+				Outliers: []pserver.OutlierRow{}, Bursts: []pserver.Burst{}}
+			if tc.withCulprits {
+				b, err := json.Marshal(want)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(filepath.Join(filepath.Dir(path), run.CulpritsFile), b, 0o600); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				want = pserver.Culprits{Culprits: []pserver.CulpritRow{}, Outliers: []pserver.OutlierRow{}, Bursts: []pserver.Burst{}}
+			}
 			url, printed, stop := startServe(t, "--store", path, "--http", "127.0.0.1:0")
 			if !strings.HasPrefix(url, "http://127.0.0.1:") || !strings.Contains(printed, "200 anomalies on 4 ranks") || !strings.Contains(printed, "run finished-run from") {
 				t.Errorf("kipimo serve printed %q", printed)
 			}
-			if (tc.note != "") != strings.Contains(printed, "note:") || !strings.Contains(printed, tc.note) {
-				t.Errorf("kipimo serve printed %q, want note %q", printed, tc.note)
+			if got := strings.Count(printed, "note:"); got != len(tc.notes) {
+				t.Errorf("kipimo serve printed %q, want notes %q", printed, tc.notes)
+			}
+			for _, n := range tc.notes {
+				if !strings.Contains(printed, n) {
+					t.Errorf("kipimo serve printed %q, want note %q", printed, n)
+				}
 			}
 			get := func(path string, v any) {
 				t.Helper()
@@ -137,6 +161,11 @@ func TestServeStore(t *testing.T) {
 			get("/provdb/api/v1/records?limit=5&sort=outlier_score&order=desc", &recs)
 			if len(recs.Records) != 5 {
 				t.Errorf("the anomaly list through the store gave %d records, want 5", len(recs.Records))
+			}
+			var culprits pserver.Culprits
+			get("/api/culprits?n=0", &culprits)
+			if !reflect.DeepEqual(culprits, want) {
+				t.Errorf("GET /api/culprits: %+v, want %+v", culprits, want)
 			}
 			get("/", nil)
 			if err := stop(); err != nil {

@@ -43,6 +43,11 @@ func (r *Result) FormatValue(v float64) string {
 		}
 		return taudb.FormatG(v, 6)
 	}
+	return formatMicros(v)
+}
+
+// formatMicros prints a time in µs with a unit scaled to its size.
+func formatMicros(v float64) string {
 	a := math.Abs(v)
 	switch {
 	case a >= 1e6:

@@ -26,7 +26,7 @@ func (d *dashboard) baselineRoutes(api *http.ServeMux) {
 		}
 		var rep *baseline.Report
 		d.view(func(st *State) {
-			rep = baseline.Compare(d.cfg.Baseline, currentModels(st), ioSteps(st), baseline.DefaultAlpha)
+			rep = baseline.Compare(referenceFor(d.cfg.Baseline, st), currentModels(st), ioSteps(st), baseline.DefaultAlpha)
 		})
 		if n > 0 && len(rep.Functions) > n {
 			rep.Functions = rep.Functions[:n]

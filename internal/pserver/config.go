@@ -99,6 +99,13 @@ type Config struct {
 	// records) of keys with a new slow mode against it end where the mode
 	// starts.
 	Baseline *baseline.Reference
+	// BaselineRef (--baseline) names that run as ad --baseline does (a run
+	// directory, provenance store, http://PROVDB, TAU profile or taudb:ID);
+	// Run reads it into Baseline. BaselineTokenFile (--baseline-token-file)
+	// holds the bearer token of an http:// baseline's provdb, BaselineDSN
+	// (--baseline-dsn, default $KIPIMO_TAUDB_DSN) the TAUdb of a taudb:
+	// one.
+	BaselineRef, BaselineTokenFile, BaselineDSN string
 }
 
 // DefaultConfig is the pserver command's defaults (Run is left empty: it is
@@ -206,6 +213,12 @@ func (c Config) Validate() error {
 	}
 	if !strings.HasPrefix(c.ProvDBRecord, "/") || !strings.Contains(c.ProvDBRecord, "{pid}") || !strings.Contains(c.ProvDBRecord, "{event_id}") {
 		bad("ProvDBRecord %q must be a path starting with / holding {pid} and {event_id}", c.ProvDBRecord)
+	}
+	if c.BaselineRef != "" && c.Baseline != nil {
+		bad("--baseline %s and a Baseline are both set: give one", c.BaselineRef)
+	}
+	if c.BaselineRef == "" && (c.BaselineTokenFile != "" || c.BaselineDSN != "") {
+		bad("--baseline-token-file or --baseline-dsn is set without --baseline: name the baseline run too")
 	}
 	if c.MaxRankSeries < 0 {
 		bad("--max-rank-series %d must not be negative", c.MaxRankSeries)

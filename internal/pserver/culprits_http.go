@@ -14,7 +14,11 @@ func (d *dashboard) culpritRoutes(api *http.ServeMux) {
 			return Culprits{}, err
 		}
 		var c Culprits
-		d.view(func(st *State) { c = st.Culprits(false) })
+		analysis := d.culprits
+		if analysis == nil {
+			analysis = func(st *State) Culprits { return st.Culprits(false) }
+		}
+		d.view(func(st *State) { c = analysis(st) })
 		if n > 0 {
 			c.Culprits = c.Culprits[:min(n, len(c.Culprits))]
 			c.Outliers = c.Outliers[:min(n, len(c.Outliers))]

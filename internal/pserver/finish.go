@@ -22,29 +22,34 @@ import (
 // shard, since keys are names (or call paths) rather than per-rank ids.
 func (s *Server) FuncStatsRecords() []provenance.GlobalFuncStats {
 	var out []provenance.GlobalFuncStats
-	s.View(func(st *State) {
-		ranges := s.finalRanges(st)
-		recurring := map[string]*provenance.RecurringMode{}
-		for _, r := range st.Recurring() {
-			recurring[r.Func] = &r.RecurringMode
+	s.View(func(st *State) { out = s.funcStatsRecords(st) })
+	return out
+}
+
+// funcStatsRecords is FuncStatsRecords of st, under the state's lock.
+func (s *Server) funcStatsRecords(st *State) []provenance.GlobalFuncStats {
+	out := []provenance.GlobalFuncStats{}
+	ranges := s.finalRanges(st)
+	recurring := map[string]*provenance.RecurringMode{}
+	for _, r := range st.Recurring() {
+		recurring[r.Func] = &r.RecurringMode
+	}
+	steps := ioSteps(st)
+	for _, k := range st.ModelKeys() {
+		m := st.Models[k]
+		f := provenance.GlobalFuncStats{
+			PID: m.PID, FID: keyID(k), Func: k, Stats: finiteStats(m.Moments), Anomalies: m.Anomalies, IOSteps: steps,
 		}
-		steps := ioSteps(st)
-		for _, k := range st.ModelKeys() {
-			m := st.Models[k]
-			f := provenance.GlobalFuncStats{
-				PID: m.PID, FID: keyID(k), Func: k, Stats: finiteStats(m.Moments), Anomalies: m.Anomalies, IOSteps: steps,
-			}
-			if r, ok := ranges[k]; ok {
-				f.NaturalRange = &r
-			}
-			if m.Tail != nil && st.TailRule != nil {
-				h := m.Tail.Clone()
-				f.NaturalHist = &h
-			}
-			f.Recurring = recurring[k]
-			out = append(out, f)
+		if r, ok := ranges[k]; ok {
+			f.NaturalRange = &r
 		}
-	})
+		if !m.Tail.Empty() && st.TailRule != nil {
+			h := m.Tail.Clone()
+			f.NaturalHist = &h
+		}
+		f.Recurring = recurring[k]
+		out = append(out, f)
+	}
 	return out
 }
 
@@ -62,7 +67,7 @@ func (s *Server) FinalRanges() map[string]provenance.Range {
 
 func (s *Server) finalRanges(st *State) map[string]provenance.Range {
 	ranges := st.NaturalRanges()
-	ref := s.cfg.Baseline
+	ref := referenceFor(s.cfg.Baseline, st)
 	if ref == nil || len(ranges) == 0 {
 		return ranges
 	}
@@ -80,7 +85,7 @@ func currentModels(st *State) []baseline.Current {
 	out := make([]baseline.Current, 0, len(st.Models))
 	for _, k := range st.ModelKeys() {
 		m := st.Models[k]
-		out = append(out, baseline.Current{Name: k, Calls: uint64(m.Moments.N), TotalUs: m.Moments.Mean * m.Moments.N, Hist: m.Tail})
+		out = append(out, baseline.Current{Name: k, Calls: uint64(m.Moments.N), TotalUs: m.Moments.Mean * m.Moments.N, Hist: m.naturalHist()})
 	}
 	return out
 }
@@ -93,9 +98,20 @@ func (s *Server) CompareBaseline() *baseline.Report {
 	}
 	var rep *baseline.Report
 	s.View(func(st *State) {
-		rep = baseline.Compare(s.cfg.Baseline, currentModels(st), ioSteps(st), baseline.DefaultAlpha)
+		rep = baseline.Compare(referenceFor(s.cfg.Baseline, st), currentModels(st), ioSteps(st), baseline.DefaultAlpha)
 	})
 	return rep
+}
+
+// referenceFor is the baseline ref (Config.Baseline) with its bounds read
+// with the natural-range rule the detectors sent, as they read theirs
+// (pserver --baseline loads it before any detector has synced, with the
+// detectors' default rule); nil without a baseline.
+func referenceFor(ref *baseline.Reference, st *State) *baseline.Reference {
+	if ref == nil || st.TailRule == nil {
+		return ref
+	}
+	return ref.WithRule(*st.TailRule)
 }
 
 // ioSteps is how many io_steps the run had so far (0 before any summary).

@@ -29,7 +29,7 @@ func TestFuncViewFromTailModel(t *testing.T) {
 		tail.Add(x)
 		mom.Push(x)
 	}
-	st.Models["compute"] = &Model{Key: "compute", Moments: mom, Tail: &tail}
+	st.Models["compute"] = &Model{Key: "compute", Summary: stats.Summary{Moments: mom, Tail: tail}}
 	st.TailRule = &stats.TailRule{Ratio: 1.4, Recur: 5, RecurFrac: 0.05, Resolution: 1}
 	v, ok := funcView(st, "compute", liveFuncModel(st, "compute"))
 	if !ok || len(v.Bins) == 0 || v.Model != ModelNaturalRange || v.Total != 2000 {

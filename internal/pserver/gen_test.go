@@ -152,9 +152,9 @@ func compareModels(t *testing.T, what string, want, got *State) {
 			t.Errorf("%s: model %q moments %+v, want %+v", what, k, g.Moments, w.Moments)
 		case w.Anomalies != g.Anomalies:
 			t.Errorf("%s: model %q anomalies %d, want %d", what, k, g.Anomalies, w.Anomalies)
-		case (w.Histogram == nil) != (g.Histogram == nil):
+		case w.Histogram.Empty() != g.Histogram.Empty():
 			t.Errorf("%s: model %q histogram %v, want %v", what, k, g.Histogram, w.Histogram)
-		case w.Histogram != nil && (w.Histogram.Total() != g.Histogram.Total() || w.Histogram.Min != g.Histogram.Min ||
+		case !w.Histogram.Empty() && (w.Histogram.Total() != g.Histogram.Total() || w.Histogram.Min != g.Histogram.Min ||
 			w.Histogram.Max != g.Histogram.Max || len(w.Histogram.Counts) != len(g.Histogram.Counts)):
 			// Bin contents depend on the merge order (re-binning rounds);
 			// the total, range and bin count do not.

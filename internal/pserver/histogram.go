@@ -4,21 +4,7 @@ import (
 	"fmt"
 
 	"github.com/kipimo-hpc/kipimo/internal/psync"
-	"github.com/kipimo-hpc/kipimo/internal/stats"
 )
-
-// mergeHistogram merges a detector's delta d into the global histogram g (nil
-// when the key has none yet) with stats.Histogram.Merge, the detector's own
-// merge, and returns the result. The result never aliases d.
-func mergeHistogram(g, d *stats.Histogram) (*stats.Histogram, error) {
-	if g == nil {
-		g = &stats.Histogram{}
-	}
-	if err := g.Merge(*d); err != nil {
-		return g, err
-	}
-	return g, nil
-}
 
 // checkHistograms validates every histogram of a request before anything is
 // merged, so that a bad delta rejects the whole request instead of leaving it

@@ -33,6 +33,11 @@ type dashboard struct {
 	metrics http.Handler                                        // GET /metrics; nil: none
 	provdb  http.Handler                                        // /provdb/...
 	hasProv bool                                                // whether provdb answers
+	// funcStats is GET /api/func_stats of a live server (nil: a finished run's)
+	funcStats func(st *State) LiveFuncStats
+	// culprits is the culprit analysis GET /api/culprits answers with
+	// (nil: the state's own, as a live server analyses it)
+	culprits func(st *State) Culprits
 }
 
 // newHandler builds the HTTP API of a live server (see dashboard.handler).
@@ -40,7 +45,7 @@ func (s *Server) newHandler() http.Handler {
 	d := &dashboard{
 		cfg: s.cfg, view: s.View, summary: s.summary, events: s.serveEvents,
 		metrics: promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}),
-		provdb:  s.provdbProxy(), hasProv: s.cfg.ProvDBURL != "",
+		provdb:  s.provdbProxy(), hasProv: s.cfg.ProvDBURL != "", funcStats: s.liveFuncStats,
 	}
 	d.hist = func(_ *http.Request, fn string) (fm funcModel, err error) {
 		s.View(func(st *State) { fm = liveFuncModel(st, fn) })
@@ -65,6 +70,7 @@ func (s *Server) newHandler() http.Handler {
 //	GET /api/events             text/event-stream of Update, one per io_step
 //	GET /api/culprits, /api/outliers  the culprit analysis (culprits_http.go)
 //	GET /api/baseline?n=N       this run against its baseline (baseline_http.go)
+//	GET /api/func_stats         the models merged so far (funcstats_http.go)
 //	GET /metrics                Prometheus metrics (live servers)
 //	    /provdb/...             the provdb query API (proxied, or on the store)
 //
@@ -165,6 +171,7 @@ func (d *dashboard) handler() http.Handler {
 	api.HandleFunc("GET /api/events", d.events)
 	d.culpritRoutes(api)
 	d.baselineRoutes(api)
+	d.funcStatsRoutes(api)
 	if d.metrics != nil {
 		api.Handle("GET /metrics", d.metrics)
 	}

@@ -4,12 +4,16 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"github.com/spf13/pflag"
 
+	"github.com/kipimo-hpc/kipimo/internal/ad"
+	"github.com/kipimo-hpc/kipimo/internal/baseline"
+	"github.com/kipimo-hpc/kipimo/internal/baseline/load"
 	"github.com/kipimo-hpc/kipimo/internal/daemon"
 	"github.com/kipimo-hpc/kipimo/internal/natsx"
 )
@@ -41,6 +45,9 @@ func parseArgs(args []string, lookup func(string) (string, bool), stderr io.Writ
 	fs.IntVar(&c.SnapshotEvery, "snapshot-every", c.SnapshotEvery, "also snapshot after this many applied sync requests")
 	fs.IntVar(&c.Window, "window", c.Window, "io_steps kept in full per rank; older steps are folded into per-rank totals")
 	fs.IntVar(&c.MaxRankSeries, "max-rank-series", c.MaxRankSeries, "ranks with their own Prometheus series (the first ones seen)")
+	fs.StringVar(&c.BaselineRef, "baseline", "", "the finished run the detectors compare this one with (the REF of their ad --baseline): its run directory or provenance store (SQLite file, mongodb:// URI), http://PROVDB, a TAU profile or taudb:ID; the final natural range of a function with a new slow mode against it ends where the mode starts, so that kipimo query's end-of-run relabelling keeps those anomalies, and the dashboard compares the run with it (docs/diff.md)")
+	fs.StringVar(&c.BaselineTokenFile, "baseline-token-file", "", "--baseline http://...: file holding the bearer token of the provdb's HTTP API")
+	fs.StringVar(&c.BaselineDSN, "baseline-dsn", "", "--baseline taudb:ID: PostgreSQL URL of the TAUdb (default $KIPIMO_TAUDB_DSN)")
 	proc := daemon.AddProcessFlags(fs)
 	if err := daemon.ParseFlags(fs, "pserver", runUsage, args, lookup, stderr); err != nil {
 		return c, *proc, err
@@ -58,6 +65,28 @@ var command = daemon.Command[Config]{Parse: parseArgs, Run: Run}
 // cmd/pserver). It returns pflag.ErrHelp after printing help.
 func Main(ctx context.Context, args []string, stderr io.Writer) error {
 	return command.Main(ctx, args, stderr)
+}
+
+// loadBaseline reads the baseline cfg.BaselineRef names (nil without one),
+// its bounds with the detectors' default natural-range rule until they
+// send theirs (referenceFor).
+func loadBaseline(ctx context.Context, cfg Config) (*baseline.Reference, error) {
+	if cfg.BaselineRef == "" {
+		return cfg.Baseline, nil
+	}
+	dsn := cfg.BaselineDSN
+	if dsn == "" {
+		dsn = os.Getenv("KIPIMO_TAUDB_DSN")
+	}
+	def := ad.Config{}
+	if err := def.Validate(); err != nil {
+		return nil, err
+	}
+	ref, err := load.Reference(ctx, cfg.BaselineRef, load.Options{Rule: def.TailRule(), TokenFile: cfg.BaselineTokenFile, TaudbDSN: dsn})
+	if err != nil {
+		return nil, fmt.Errorf("--baseline: %w", err)
+	}
+	return ref, nil
 }
 
 // Run serves one shard of a run as cfg says: it reads the token files,
@@ -84,6 +113,10 @@ func Run(ctx context.Context, cfg Config, log zerolog.Logger) error {
 	if ptoken != "" {
 		cfg.ProvDBToken, cfg.ProvDBTokenFile = ptoken, ""
 	}
+	if cfg.Baseline, err = loadBaseline(ctx, cfg); err != nil {
+		return err
+	}
+	cfg.BaselineRef, cfg.BaselineTokenFile, cfg.BaselineDSN = "", "", ""
 	cfg.Metrics = prometheus.NewRegistry()
 	s, err := New(cfg, log)
 	if err != nil {

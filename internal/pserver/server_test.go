@@ -233,7 +233,7 @@ func TestShardsAgreeWithOneInstance(t *testing.T) {
 	compareModels(t, "two shards", whole, merged)
 	hists := 0
 	for k, w := range whole.Models {
-		if w.Histogram != nil {
+		if !w.Histogram.Empty() {
 			hists++
 			if !slices.Equal(w.Histogram.Counts, merged.Models[k].Histogram.Counts) || w.Histogram.FirstEdge != merged.Models[k].Histogram.FirstEdge {
 				t.Errorf("histogram of %q differs between one instance and the shards", k)

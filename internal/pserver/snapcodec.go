@@ -15,19 +15,26 @@ import (
 	"github.com/kipimo-hpc/kipimo/internal/stats"
 )
 
-// The snapshot's binary form (format "kpss-v1"): the magic "KPSS", a uvarint
+// The snapshot's binary form (format "kpss-v2"): the magic "KPSS", a uvarint
 // version, the State field by field, then a CRC-32C (Castagnoli) of all
 // that, little-endian. Integers are uvarints (signed ones zigzag), floats
-// their IEEE 754 bits, strings a uvarint length and their bytes; Moments,
-// Histogram and TailHist use their own binary forms (package stats); maps
+// their IEEE 754 bits, strings a uvarint length and their bytes; a model's
+// statistics are a stats.Summary in its own binary form, counters Moments
+// in theirs (package stats); maps
 // are a count and their entries in key order, so the same State always
 // gives the same bytes. Every field is written by name in this file: a
 // field added to a saved type fails TestSnapshotCoversEveryField until it
 // is written here, and a renamed one fails to compile, so no state is
 // dropped silently across an upgrade (as gob would).
+//
+// Version 1 (format "kpss-v1") differs only in the models: each histogram
+// behind a presence byte (stats.Summary.DecodeOptionalBinary reads it);
+// readState reads both.
 const (
 	snapMagic   = "KPSS"
-	snapVersion = 1
+	snapVersion = 2
+	// snapVersionMin is the oldest version readState reads.
+	snapVersionMin = 1
 )
 
 var snapCRC = crc32.MakeTable(crc32.Castagnoli)
@@ -78,16 +85,7 @@ func appendState(b []byte, st *State) ([]byte, error) {
 		m := st.Models[k]
 		w.Str(m.Key)
 		w.Uvarint(uint64(m.PID))
-		w.bin(&m.Moments)
-		w.Bool(m.Histogram != nil)
-		if m.Histogram != nil {
-			w.bin(m.Histogram)
-		}
-		w.Bool(m.Tail != nil)
-		if m.Tail != nil {
-			w.bin(m.Tail)
-		}
-		w.Uvarint(m.Anomalies)
+		w.bin(&m.Summary)
 		w.Uvarint(m.Merges)
 	}
 	for _, seqs := range []map[DetectorID]uint64{st.LastSeq, st.Incarnation} {
@@ -204,17 +202,8 @@ type snapReader struct{ binio.Reader }
 // count reads a count of entries that take at least one byte each.
 func (r *snapReader) count() int { return r.Count(1) }
 
-func (r *snapReader) bin(v interface{ DecodeBinary([]byte) (int, error) }) {
-	if r.Err != nil {
-		return
-	}
-	n, err := v.DecodeBinary(r.B[r.Off:])
-	if err != nil {
-		r.Fail("%v", err)
-		return
-	}
-	r.Off += n
-}
+// bin reads a value in its own binary form.
+func (r *snapReader) bin(v interface{ DecodeBinary([]byte) (int, error) }) { r.Decode(v.DecodeBinary) }
 
 func (r *snapReader) id() DetectorID { return DetectorID{PID: r.U32(), Rank: r.U32()} }
 
@@ -247,22 +236,18 @@ func readState(data []byte, window int) (*State, error) {
 		return nil, fmt.Errorf("decode state snapshot: CRC %08x, want %08x (damaged)", got, want)
 	}
 	r := &snapReader{binio.Reader{B: body, Off: len(snapMagic)}}
-	if v := r.Uvarint(); r.Err == nil && v != snapVersion {
-		return nil, fmt.Errorf("decode state snapshot: version %d; this pserver reads version %d", v, snapVersion)
+	version := r.Uvarint()
+	if r.Err == nil && (version < snapVersionMin || version > snapVersion) {
+		return nil, fmt.Errorf("decode state snapshot: version %d; this pserver reads version %d and the earlier ones down to %d", version, snapVersion, snapVersionMin)
 	}
 	st := NewState(window)
 	for range r.count() {
 		m := &Model{Key: r.Str(), PID: r.U32()}
-		r.bin(&m.Moments)
-		if r.Bool() {
-			m.Histogram = &stats.Histogram{}
-			r.bin(m.Histogram)
+		if version == 1 {
+			r.Decode(m.DecodeOptionalBinary)
+		} else {
+			r.bin(&m.Summary)
 		}
-		if r.Bool() {
-			m.Tail = &stats.TailHist{}
-			r.bin(m.Tail)
-		}
-		m.Anomalies = r.Uvarint()
 		m.Merges = r.Uvarint()
 		if r.Err == nil {
 			st.Models[m.Key] = m

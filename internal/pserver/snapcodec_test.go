@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/gob"
 	"hash/crc32"
+	"os"
 	"reflect"
 	"slices"
 	"strings"
@@ -147,7 +148,7 @@ func TestSnapshotCoversEveryField(t *testing.T) {
 		fields string
 	}{
 		{State{}, "Models LastSeq Incarnation Past Counters Agg TailRule Seen Applied Duplicates Merges WALSeq Incarnations"},
-		{Model{}, "Key PID Moments Histogram Tail Anomalies Merges"},
+		{Model{}, "Key PID Summary Merges"}, // Summary in its own binary form
 		{PastIncarnation{}, "ID LastSeq"},
 		{BinSeen{}, "First Ranks"},
 		{Aggregates{}, "Window Steps MaxStep HaveStep Folded Late StartTS Ranks RankFunc Funcs"},
@@ -169,5 +170,66 @@ func TestSnapshotCoversEveryField(t *testing.T) {
 		if strings.Join(got, " ") != tc.fields {
 			t.Errorf("%s has exported fields %q; snapcodec.go writes %q: write the new ones (and update this list)", typ, strings.Join(got, " "), tc.fields)
 		}
+	}
+}
+
+// fixtureState is the state the snapshots under testdata hold: fullState
+// with a natural-range histogram in one model.
+func fixtureState(t *testing.T) *State {
+	st := fullState(t)
+	m := st.Models[funcName(1)]
+	for _, x := range []float64{3, 3.5, 40, 41, 900} {
+		m.Tail.Add(x)
+	}
+	return st
+}
+
+// TestSnapshotReadsEarlierForms reads snapshots written by the pserver
+// before its models held a stats.Summary (testdata/snapshot-kpss-v1.bin,
+// testdata/snapshot-gob-v1.bin: fixtureState in each form), models with and
+// without a histogram and a tail among them: each holds the same state as
+// today's form, which is what a pserver upgraded mid-run writes next.
+func TestSnapshotReadsEarlierForms(t *testing.T) {
+	want := fixtureState(t)
+	wantData, _, err := encodeState(want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ file, format string }{
+		{"testdata/snapshot-kpss-v1.bin", kpssV1SnapshotFormat},
+		{"testdata/snapshot-gob-v1.bin", gobSnapshotFormat},
+	} {
+		t.Run(tc.format, func(t *testing.T) {
+			data, err := os.ReadFile(tc.file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.format == kpssV1SnapshotFormat {
+				if v, _ := binary.Uvarint(data[len(snapMagic):]); v != 1 {
+					t.Fatalf("the sample is version %d, want 1", v)
+				}
+			}
+			got, err := decodeState(data, 8)
+			if err != nil {
+				t.Fatal(err)
+			}
+			compareModels(t, tc.format, want, got)
+			compareAggregates(t, tc.format, want, got)
+			for k, w := range want.Models {
+				if g := got.Models[k]; g != nil && !reflect.DeepEqual(g.Summary, w.Summary) {
+					t.Errorf("model %q: %+v, want %+v", k, g.Summary, w.Summary)
+				}
+			}
+			if tc.format != kpssV1SnapshotFormat {
+				return
+			}
+			again, _, err := encodeState(got)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(again, wantData) {
+				t.Errorf("today's form of the %s snapshot differs from that of the state it was taken of (%d vs %d bytes)", tc.format, len(again), len(wantData))
+			}
+		})
 	}
 }

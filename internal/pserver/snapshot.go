@@ -20,10 +20,12 @@ import (
 // every part it names; old generations are deleted after the manifest moves.
 const (
 	snapshotPart   = 1 << 20
-	snapshotFormat = "kpss-v1" // snapcodec.go
-	// gobSnapshotFormat is the format snapshots had before: still read,
-	// so a pserver upgraded in the middle of a run resumes from them.
-	gobSnapshotFormat = "gob-v1"
+	snapshotFormat = "kpss-v2" // snapcodec.go
+	// kpssV1SnapshotFormat and gobSnapshotFormat are the formats snapshots
+	// had before: still read, so a pserver upgraded in the middle of a run
+	// resumes from them.
+	kpssV1SnapshotFormat = "kpss-v1"
+	gobSnapshotFormat    = "gob-v1"
 )
 
 type manifest struct {
@@ -48,8 +50,10 @@ func encodeState(st *State) ([]byte, uint64, error) {
 	return b, st.WALSeq, nil
 }
 
-// decodeState is the inverse of encodeState. It also reads the gob form of
-// snapshots written before the binary form.
+// decodeState is the inverse of encodeState. It also reads the earlier
+// versions of the binary form and the gob form of snapshots written before
+// it (gob matches fields by name, promoted ones included: the statistics
+// fields of an earlier Model land in today's Model.Summary).
 func decodeState(data []byte, window int) (*State, error) {
 	if bytes.HasPrefix(data, []byte(snapMagic)) {
 		return readState(data, window)
@@ -147,8 +151,8 @@ func loadSnapshot(ctx context.Context, kv jetstream.KeyValue, shard, window int)
 	if err := json.Unmarshal(e.Value(), &m); err != nil {
 		return nil, fmt.Errorf("snapshot manifest %s: %w", manifestKey(shard), err)
 	}
-	if m.Format != snapshotFormat && m.Format != gobSnapshotFormat {
-		return nil, fmt.Errorf("snapshot manifest %s: format %q is neither %q nor %q: written by a newer pserver?", manifestKey(shard), m.Format, snapshotFormat, gobSnapshotFormat)
+	if m.Format != snapshotFormat && m.Format != kpssV1SnapshotFormat && m.Format != gobSnapshotFormat {
+		return nil, fmt.Errorf("snapshot manifest %s: format %q is none of %q, %q and %q: written by a newer pserver?", manifestKey(shard), m.Format, snapshotFormat, kpssV1SnapshotFormat, gobSnapshotFormat)
 	}
 	data := make([]byte, 0, m.Bytes)
 	for i := range m.Parts {

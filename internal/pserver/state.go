@@ -16,15 +16,24 @@ type DetectorID struct {
 	Rank uint32 `json:"rank"`
 }
 
-// Model is the merged state of one model key.
+// Model is the merged state of one model key: the statistics of every
+// delta merged into it (stats.Summary: the HBOS histogram empty unless
+// detectors send one, the natural-range histogram empty with Chimbuko's
+// rules).
 type Model struct {
-	Key       string
-	PID       uint32 // program of the first detector that sent the key
-	Moments   stats.Moments
-	Histogram *stats.Histogram
-	Tail      *stats.TailHist // natural-range histogram, when detectors send one
-	Anomalies uint64
-	Merges    uint64 // deltas merged into this key
+	Key string
+	PID uint32 // program of the first detector that sent the key
+	stats.Summary
+	Merges uint64 // deltas merged into this key
+}
+
+// naturalHist returns the model's natural-range histogram, nil when it
+// counts nothing (detectors send none with Chimbuko's rules).
+func (m *Model) naturalHist() *stats.TailHist {
+	if m.Tail.Empty() {
+		return nil
+	}
+	return &m.Tail
 }
 
 // BinsSeen says, per natural-range bin (stats.TailBin) of one model, when
@@ -274,15 +283,8 @@ func (s *State) Apply(req *psync.SyncRequest) (bool, error) {
 			return false, fmt.Errorf("sync request of %s: key %q: %w", requester(req), d.Key, err)
 		}
 		if d.Tail != nil {
-			if m.Tail == nil {
-				m.Tail = &stats.TailHist{}
-			}
-			if err := m.Tail.Merge(*d.Tail); err != nil {
-				return false, fmt.Errorf("sync request of %s: key %q: %w", requester(req), d.Key, err)
-			}
 			s.noteSeen(d.Key, d.Tail, req.Step, ranks)
 		}
-		m.Anomalies += d.Anomalies
 		m.Merges += uint64(1 + len(d.More))
 		s.Merges += uint64(1 + len(d.More))
 	}
@@ -326,30 +328,18 @@ func rankParts(req *psync.SyncRequest) []psync.RankPart {
 	return []psync.RankPart{{PID: req.PID, Rank: req.Rank, Seq: req.Seq, Incarnation: req.Incarnation, Steps: req.Steps}}
 }
 
-// mergeParts merges a delta's moments and histogram, then those of its
-// further ranks in order, into m.
+// mergeParts merges a delta into m (stats.Summary.Merge), then the
+// moments and histograms of its further ranks in order: the order the
+// ranks' own requests would be merged in.
 func mergeParts(m *Model, d *psync.ModelDelta) error {
-	if err := mergePart(m, d.Moments, d.Histogram); err != nil {
+	if err := m.Merge(d.Summary()); err != nil {
 		return err
 	}
 	for i := range d.More {
-		if err := mergePart(m, d.More[i].Moments, d.More[i].Histogram); err != nil {
+		if err := m.Merge(d.More[i].Summary()); err != nil {
 			return err
 		}
 	}
-	return nil
-}
-
-func mergePart(m *Model, mo stats.Moments, h *stats.Histogram) error {
-	m.Moments.Merge(mo)
-	if h == nil {
-		return nil
-	}
-	g, err := mergeHistogram(m.Histogram, h)
-	if err != nil {
-		return err
-	}
-	m.Histogram = g
 	return nil
 }
 
@@ -385,17 +375,7 @@ func (s *State) Reply(req *psync.SyncRequest, applied bool) *psync.SyncReply {
 		if m == nil {
 			continue
 		}
-		g := psync.GlobalModel{Key: m.Key, Moments: m.Moments}
-		if m.Histogram != nil {
-			h := *m.Histogram
-			h.Counts = append([]uint64(nil), m.Histogram.Counts...)
-			g.Histogram = &h
-		}
-		if m.Tail != nil {
-			t := m.Tail.Clone()
-			g.Tail = &t
-		}
-		rep.Models = append(rep.Models, g)
+		rep.Models = append(rep.Models, psync.NewGlobalModel(m.Key, &m.Summary))
 	}
 	return rep
 }
@@ -420,7 +400,7 @@ func (s *State) NaturalRanges() map[string]provenance.Range {
 		return out
 	}
 	for k, m := range s.Models {
-		if m.Tail != nil {
+		if !m.Tail.Empty() {
 			lo, hi := m.Tail.NaturalRange(*s.TailRule)
 			out[k] = provenance.Range{Low: s.TailRule.LowThreshold(lo), High: s.TailRule.Threshold(hi)}
 		}
@@ -447,7 +427,7 @@ func (s *State) Recurring() []Recurring {
 	}
 	for _, k := range s.ModelKeys() {
 		m := s.Models[k]
-		if m.Tail == nil {
+		if m.Tail.Empty() {
 			continue
 		}
 		mode, ok := m.Tail.SlowMode(*s.TailRule, stats.DefaultRecurringShare)

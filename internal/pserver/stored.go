@@ -24,6 +24,11 @@ type StoreOptions struct {
 	// interface cannot list them, so the caller reads them (kipimo serve
 	// reads the SQLite file's func_stats table).
 	FuncStats []provenance.GlobalFuncStats
+	// Culprits is the run's culprit analysis as it ended (kipimo run's
+	// culprits.json), served at /api/culprits and /api/outliers; without
+	// it they answer an empty analysis, since a store keeps no step
+	// summaries to analyse.
+	Culprits *Culprits
 }
 
 // StoreDashboard serves the dashboard of a finished run from its provenance
@@ -40,8 +45,9 @@ type StoreDashboard struct {
 	// ranges are the final models' natural ranges by key (empty with
 	// Chimbuko's rules): anomalies inside them are unflagged and left out.
 	ranges    map[string]provenance.Range
-	Unflagged int64 // stored anomalies the final relabelling unflagged
-	Truncated int64 // anomaly records not read because one io_step held more than provenance.MaxLimit
+	culprits  *Culprits // the run's analysis, or nil
+	Unflagged int64     // stored anomalies the final relabelling unflagged
+	Truncated int64     // anomaly records not read because one io_step held more than provenance.MaxLimit
 }
 
 // NewStoreDashboard reads store's anomaly records and builds the dashboard's
@@ -57,9 +63,9 @@ func NewStoreDashboard(ctx context.Context, store provenance.Store, opt StoreOpt
 	cfg.Shards = 1
 	cfg.ProvDBList = "/api/v1/records"
 	cfg.ProvDBRecord = "/api/v1/records/anomalies/{pid}/{event_id}"
-	d := &StoreDashboard{st: NewState(cfg.Window), cfg: cfg, store: store, ranges: provenance.FinalRanges(opt.FuncStats)}
+	d := &StoreDashboard{st: NewState(cfg.Window), cfg: cfg, store: store, ranges: provenance.FinalRanges(opt.FuncStats), culprits: opt.Culprits}
 	for _, f := range opt.FuncStats {
-		m := &Model{Key: f.Func, PID: f.PID, Moments: momentsOf(f.Stats), Anomalies: f.Anomalies}
+		m := &Model{Key: f.Func, PID: f.PID, Summary: stats.Summary{Moments: momentsOf(f.Stats), Anomalies: f.Anomalies}}
 		if len(d.ranges) > 0 {
 			m.Anomalies = 0 // flagged live; the final ones are counted from the records
 		}
@@ -207,6 +213,9 @@ func (d *StoreDashboard) Handler() http.Handler {
 		provdb: withoutToken(http.StripPrefix("/provdb", service.NewHTTPHandler(d.store, ""))),
 	}
 	dash.hist = d.histogram
+	if d.culprits != nil {
+		dash.culprits = func(*State) Culprits { return *d.culprits }
+	}
 	dash.events = func(w http.ResponseWriter, r *http.Request) {
 		// One update, then nothing changes: the run is over.
 		var u Update

@@ -37,10 +37,10 @@ func (st *State) sanitize() []string {
 		switch {
 		case !saneMoments(&m.Moments):
 			err = fmt.Errorf("moments %+v", m.Moments)
-		case m.Histogram != nil && m.Histogram.Validate() != nil:
+		case m.Histogram.Validate() != nil:
 			err = m.Histogram.Validate()
-		case m.Tail != nil && psync.ValidateTail(m.Tail) != nil:
-			err = psync.ValidateTail(m.Tail)
+		case psync.ValidateTail(&m.Tail) != nil:
+			err = psync.ValidateTail(&m.Tail)
 		}
 		if err != nil {
 			delete(st.Models, k)

@@ -209,7 +209,7 @@ func TestSnapshotLoadDropsInvalidState(t *testing.T) {
 	_, nc := startNATS(t)
 	g := newGenRun(2, 3, 3, 0, 73)
 	st := reference(t, g.all(), DefaultWindow)
-	st.Models["poisoned"] = &Model{Key: "poisoned", Moments: stats.Moments{N: math.Inf(-1), Mean: math.NaN()}}
+	st.Models["poisoned"] = &Model{Key: "poisoned", Summary: stats.Summary{Moments: stats.Moments{N: math.Inf(-1), Mean: math.NaN()}}}
 	st.Counters["poisoned"] = &stats.Moments{N: 1, Mean: math.Inf(1)}
 	st.Agg.Funcs[funcName(0)] = &AnomalyMetrics{Count: 1, Score: stats.Moments{N: 1, Mean: math.Inf(1), Min: 1, Max: 1}}
 	data, _, err := encodeState(st)

@@ -143,7 +143,7 @@ func liveFuncModel(st *State, fn string) funcModel {
 	if m == nil {
 		return funcModel{}
 	}
-	if m.Tail != nil && !m.Tail.Empty() {
+	if !m.Tail.Empty() {
 		t := m.Tail.Clone()
 		fm := funcModel{tail: &t, source: "natural-range histogram of the merged model of all ranks"}
 		if r := st.TailRule; r != nil {
@@ -152,8 +152,8 @@ func liveFuncModel(st *State, fn string) funcModel {
 		}
 		return fm
 	}
-	if m.Histogram != nil {
-		c := *m.Histogram
+	if !m.Histogram.Empty() {
+		c := m.Histogram
 		c.Counts = append([]uint64(nil), m.Histogram.Counts...)
 		return funcModel{hist: &c, source: "merged model histogram of all ranks"}
 	}
@@ -357,7 +357,7 @@ func funcTable(st *State) []FuncRow {
 		rows[k] = &FuncRow{
 			Func: k, Count: m.Moments.N, Mean: m.Moments.Mean, Stddev: finiteOr0(m.Moments.Stddev()),
 			Min: m.Moments.Min, Max: m.Moments.Max, Skewness: finiteOr0(m.Moments.Skewness()), Kurtosis: finiteOr0(m.Moments.Kurtosis()),
-			Anomalies: m.Anomalies, HasModel: true, HasHistogram: m.Histogram != nil && !m.Histogram.Empty(),
+			Anomalies: m.Anomalies, HasModel: true, HasHistogram: !m.Histogram.Empty(),
 		}
 	}
 	for k, a := range st.Agg.Funcs {

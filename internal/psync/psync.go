@@ -48,16 +48,40 @@ type ModelDelta struct {
 // values, its tail only when it counts any.
 func NewModelDelta(key string, s *stats.Summary, hist bool) ModelDelta {
 	md := ModelDelta{Key: key, Moments: s.Moments, Anomalies: s.Anomalies}
+	md.Histogram, md.Tail = histograms(s, hist)
+	return md
+}
+
+// histograms returns copies of s's histograms for a message: the HBOS one
+// only with hist and when it counts values, the tail only when it counts
+// any; nil otherwise (absent from the wire form).
+func histograms(s *stats.Summary, hist bool) (*stats.Histogram, *stats.TailHist) {
+	var h *stats.Histogram
+	var t *stats.TailHist
 	if hist && !s.Histogram.Empty() {
-		h := s.Histogram
-		h.Counts = append([]uint64(nil), h.Counts...)
-		md.Histogram = &h
+		c := s.Histogram
+		c.Counts = append([]uint64(nil), c.Counts...)
+		h = &c
 	}
 	if !s.Tail.Empty() {
-		t := s.Tail.Clone()
-		md.Tail = &t
+		c := s.Tail.Clone()
+		t = &c
 	}
-	return md
+	return h, t
+}
+
+// Summary returns the statistics d carries of its own rank (not those of
+// More) as a stats.Summary, its histograms zero where d carries none. It
+// shares d's histograms: a summary to read or to merge from, not to keep.
+func (d *ModelDelta) Summary() stats.Summary {
+	s := stats.Summary{Moments: d.Moments, Anomalies: d.Anomalies}
+	if d.Histogram != nil {
+		s.Histogram = *d.Histogram
+	}
+	if d.Tail != nil {
+		s.Tail = *d.Tail
+	}
+	return s
 }
 
 // ModelPart is one further rank's moments and histogram of a key in a
@@ -65,6 +89,17 @@ func NewModelDelta(key string, s *stats.Summary, hist bool) ModelDelta {
 type ModelPart struct {
 	Moments   stats.Moments    `json:"moments"`
 	Histogram *stats.Histogram `json:"histogram,omitempty"`
+}
+
+// Summary returns the statistics p carries as a stats.Summary (no tail and
+// no anomaly count: the delta's own carry those of every rank), sharing
+// p's histogram.
+func (p *ModelPart) Summary() stats.Summary {
+	s := stats.Summary{Moments: p.Moments}
+	if p.Histogram != nil {
+		s.Histogram = *p.Histogram
+	}
+	return s
 }
 
 // RankPart is one rank's share of a node's request: the rank's own Seq and
@@ -197,6 +232,16 @@ type GlobalModel struct {
 	Moments   stats.Moments    `json:"moments"`
 	Histogram *stats.Histogram `json:"histogram,omitempty"`
 	Tail      *stats.TailHist  `json:"tail,omitempty"`
+}
+
+// NewGlobalModel returns the global model of key that s, the pserver's
+// merged statistics of the key, holds, sharing no memory with s: its
+// histograms only when they count values; no anomaly count (the global
+// model carries none).
+func NewGlobalModel(key string, s *stats.Summary) GlobalModel {
+	g := GlobalModel{Key: key, Moments: s.Moments}
+	g.Histogram, g.Tail = histograms(s, true)
+	return g
 }
 
 // Into makes dst, a detector's copy of the global model of g's key, g: the

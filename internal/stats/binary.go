@@ -124,6 +124,26 @@ func (s *Summary) DecodeBinary(b []byte) (int, error) {
 	return d.done(func() { *s = Summary{} })
 }
 
+// DecodeOptionalBinary sets s from the form a sync model had in the
+// pserver's snapshots of format kpss-v1 and the detector's checkpoints of
+// versions 2 to 6, before Summary had its own: Moments, then 0 (no
+// histogram) or 1 and a Histogram, 0 (no natural-range histogram) or 1 and
+// a TailHist, then Anomalies. It returns the number of bytes it took; an
+// absent histogram is left zero. Nothing writes that form any more.
+func (s *Summary) DecodeOptionalBinary(b []byte) (int, error) {
+	d := decoder{binio.Reader{B: b}}
+	*s = Summary{}
+	d.moments(&s.Moments)
+	if d.Bool() {
+		d.histogram(&s.Histogram)
+	}
+	if d.Bool() {
+		d.tail(&s.Tail)
+	}
+	s.Anomalies = d.Uvarint()
+	return d.done(func() { *s = Summary{} })
+}
+
 func appendF64(b []byte, v float64) []byte {
 	return binary.LittleEndian.AppendUint64(b, math.Float64bits(v))
 }
