@@ -29,10 +29,17 @@ import (
 // fetched, and a message is acknowledged only once its records are
 // committed.
 //
-// At most 2*Fetch messages are between fetch and acknowledgement (the
-// fetcher reserves a slot for each before it asks the server for them, and
-// the writer frees it): enough for the decoders to work on one fetch while
-// the writer writes the one before. A message the server has delivered
+// At most pipelineDepth(Fetch) = 4*Fetch messages, the consumer's
+// MaxAckPending, are between fetch and acknowledgement (the fetcher reserves a slot for
+// each before it asks the server for them, and the writer frees it):
+// enough for the decoders to work on the next fetches while the writer
+// writes, so that when the writer is the slower stage each of its
+// transactions takes up to two fetches' worth of messages. A
+// transaction's cost is mostly per record, but the index pages it changes
+// are written to SQLite's log once per commit however many of its records
+// share them, so larger transactions write fewer bytes per record
+// (BenchmarkProvdbIngest's written-B/record: about a fifth fewer than with
+// 2*Fetch). A message the server has delivered
 // is therefore always in the pipeline, never waiting unseen in the
 // fetch's buffer, and one held longer than a third of AckWait (a slow
 // write, a queue behind it) is told to the server as in progress every
@@ -46,8 +53,14 @@ import (
 
 // maxTxRecords bounds the records of one write: enough to share a
 // transaction's commit (its fsync, and the index pages it writes) among
-// many messages, few enough that a write stays well under AckWait.
-const maxTxRecords = 8192
+// the two fetches' worth of messages a slow writer finds ready (32 batches
+// of a few hundred records at the default Fetch), few enough that a write
+// stays well under AckWait.
+const maxTxRecords = 16384
+
+// pipelineDepth is the most messages the pipeline holds for fetches of
+// fetch messages: the consumer's MaxAckPending.
+func pipelineDepth(fetch int) int { return 4 * fetch }
 
 // preparer is a store whose write can be split: Prepare (or PrepareBlocks,
 // for executions in the block encoding), the CPU work of a batch, runs on
@@ -158,7 +171,7 @@ func (p *pipeline) keepAlive(stop <-chan struct{}, ackWait time.Duration) {
 // and runs the fetch loop until ctx ends, then waits for the others to
 // finish.
 func (s *Service) run(ctx context.Context, cons jetstream.Consumer) {
-	p := newPipeline(2 * s.cfg.Fetch)
+	p := newPipeline(pipelineDepth(s.cfg.Fetch))
 	for range max(1, runtime.GOMAXPROCS(0)) {
 		p.wg.Go(func() { s.decodeLoop(p) })
 	}

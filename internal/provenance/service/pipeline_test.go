@@ -14,6 +14,7 @@ import (
 	"github.com/kipimo-hpc/kipimo/internal/natsx"
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
 	"github.com/kipimo-hpc/kipimo/internal/provenance/provstream"
+	"github.com/kipimo-hpc/kipimo/internal/provenance/sqlitestore"
 	"github.com/kipimo-hpc/kipimo/internal/provenance/storetest"
 )
 
@@ -211,5 +212,103 @@ func TestSlowWriteIsNotRedelivered(t *testing.T) {
 	defer store.mu.Unlock()
 	if len(store.written) != batches*per {
 		t.Errorf("%d records written, want each of %d once", len(store.written), batches*per)
+	}
+}
+
+// gatedStore is a SQLite store whose prepared writes wait until gate is
+// closed, and which records how many messages each write took.
+type gatedStore struct {
+	*sqlitestore.Store
+	gate   chan struct{}
+	mu     sync.Mutex
+	groups []int
+}
+
+func (g *gatedStore) WritePrepared(ctx context.Context, ps []*sqlitestore.Prepared) error {
+	<-g.gate
+	g.mu.Lock()
+	g.groups = append(g.groups, len(ps))
+	g.mu.Unlock()
+	return g.Store.WritePrepared(ctx, ps)
+}
+
+// While a write is under way the pipeline goes on fetching until it holds
+// 4*Fetch messages, the consumer's MaxAckPending, and no more, so that the
+// writer's next transaction can take two fetches' worth; once the write
+// ends every message is written once and acknowledged.
+func TestPipelineHoldsFourFetches(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, _, js, sq := jetStreamAndStore(ctx, t)
+	store := &gatedStore{Store: sq, gate: make(chan struct{})}
+	const fetch, batches, per = 4, 40, 3
+	execs := storetest.Generate(storetest.GenConfig{Seed: 9, N: batches * per, Ranks: 2, Steps: 20, Window: 1, Anomaly: true})
+	if _, err := provstream.EnsureStream(ctx, js, "p"); err != nil {
+		t.Fatal(err)
+	}
+	subj := provstream.Subject("p", provenance.KindAnomalies)
+	for i := range batches {
+		if err := provstream.PublishExecBlocks(ctx, js, subj, fmt.Sprint(i), execs[i*per:(i+1)*per]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	svc := New(Config{Run: "p", Fetch: fetch, FetchWait: 100 * time.Millisecond}, store, js, zerolog.Nop())
+	if err := svc.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer svc.Shutdown(context.Background())
+	release := sync.OnceFunc(func() { close(store.gate) })
+	defer release() // before the Shutdown above, which waits for the write
+	cons, err := js.Consumer(ctx, natsx.ProvStream("p"), "provdb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The first write waits at the gate: the fetcher fills the pipeline.
+	want, held := 4*fetch, 0
+	for held != want {
+		if held > want {
+			t.Fatalf("%d messages held during a write, want at most %d", held, want)
+		}
+		wait, stop := context.WithTimeout(ctx, 5*time.Second)
+		info, err := cons.Info(wait)
+		stop()
+		if err != nil {
+			t.Fatalf("%v; %d messages held during a write, want %d", err, held, want)
+		}
+		held = info.NumAckPending
+		time.Sleep(10 * time.Millisecond)
+	}
+	release()
+	for {
+		info, err := cons.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.NumAckPending == 0 && info.NumPending == 0 {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("consumer %+v, stats %+v", info, svc.Stats())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := svc.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st := svc.Stats(); st.Batches != batches || st.Written[provenance.KindAnomalies] != batches*per {
+		t.Errorf("%d batches, %d records written; want %d and %d", st.Batches, st.Written[provenance.KindAnomalies], batches, batches*per)
+	}
+	n, err := sq.Count(ctx, provenance.Query{Kind: provenance.KindAnomalies})
+	if err != nil || n != batches*per {
+		t.Errorf("store holds %d anomalies (%v), want %d", n, err, batches*per)
+	}
+	store.mu.Lock()
+	defer store.mu.Unlock()
+	total := 0
+	for _, g := range store.groups {
+		total += g
+	}
+	if total != batches {
+		t.Errorf("writes took %v messages, %d in all; want each of %d once", store.groups, total, batches)
 	}
 }

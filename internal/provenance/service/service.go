@@ -129,7 +129,7 @@ func (s *Service) Start(ctx context.Context) error {
 		AckWait:       s.cfg.AckWait,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 		FilterSubject: natsx.Subjects{Run: s.cfg.Run}.AllProv(),
-		MaxAckPending: 4 * s.cfg.Fetch,
+		MaxAckPending: pipelineDepth(s.cfg.Fetch),
 	})
 	if err != nil {
 		return fmt.Errorf("create provdb consumer %s on %s: %w", s.cfg.Durable, natsx.ProvStream(s.cfg.Run), err)

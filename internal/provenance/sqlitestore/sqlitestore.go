@@ -234,10 +234,10 @@ func Open(ctx context.Context, path string, opt Options) (*Store, error) {
 			return nil, fmt.Errorf("open SQLite provenance store %s: %w", path, err)
 		}
 		// A 64 MiB page cache keeps the indexes' pages in memory while
-		// writing, and the log is copied into the file every 2,000 pages
-		// (32 MiB) rather than every 1,000, so that an index page changed
-		// by several writes is copied once.
-		if s.w, err = sql.Open("sqlite", dsn("cache_size(-65536)", "wal_autocheckpoint(2000)")); err != nil {
+		// writing, and the log is copied into the file every
+		// walCheckpointPages pages rather than every 1,000, so that an
+		// index page changed by several writes is copied once.
+		if s.w, err = sql.Open("sqlite", dsn("cache_size(-65536)", fmt.Sprintf("wal_autocheckpoint(%d)", walCheckpointPages))); err != nil {
 			return nil, fmt.Errorf("open SQLite provenance store %s: %w", path, err)
 		}
 		s.w.SetMaxOpenConns(1)
@@ -317,10 +317,23 @@ func createPrivate(path string) error {
 	return f.Close()
 }
 
+// walCheckpointPages is how many pages the write-ahead log grows to before
+// the writer copies it into the file: 8,000 (125 MiB of 16 KiB pages).
+// Every commit writes each index page it changed to the log, and with
+// records inserted at random places in the indexes a commit changes most of
+// their pages; a copy writes each page once, its newest version, however
+// many commits changed it. So the fewer copies, the fewer bytes: at 2,000
+// pages (a copy after every commit or two of provdb's) ingest wrote about a
+// third more bytes per record (BenchmarkProvdbIngest's written-B/record).
+// The log takes up to that much disk besides the file (it is reused, not
+// shrunk, after a copy), and opening a store after a crash reads it whole.
+const walCheckpointPages = 8000
+
 // pageSize is the page size of a new store: an execution's index entries
 // then share fewer, shallower pages, and a document block fits in two.
-// With 16 KiB pages and the log copied every 2,000 pages, the writer's CPU
-// per record is about a tenth lower than with SQLite's defaults.
+// With 16 KiB pages and the log copied every 2,000 pages (when measured),
+// the writer's CPU per record was about a tenth lower than with SQLite's
+// defaults.
 const pageSize = 16384
 
 // newFilePages gives a new, empty file (no table yet) pageSize pages. The
