@@ -159,7 +159,7 @@ func (d *Detector) ProcessLent(ctx context.Context, f *frame.Frame, giveBack fun
 	if d.closed {
 		return ErrClosed
 	}
-	err := d.check(f)
+	sc, err := d.check(f)
 	if err == nil {
 		err = d.stacks.checkNames(f)
 	}
@@ -172,13 +172,14 @@ func (d *Detector) ProcessLent(ctx context.Context, f *frame.Frame, giveBack fun
 		d.stepBad++
 		return err
 	}
-	d.admit(ctx, f)
+	d.admit(ctx, f, sc)
 	return nil
 }
 
 // process runs one checked frame, whose ids all have names (or, with a
-// Barrier, any checked frame), through the pipeline.
-func (d *Detector) process(ctx context.Context, f *frame.Frame) {
+// Barrier, any checked frame), through the pipeline; sc is what its check
+// found, the check just before.
+func (d *Detector) process(ctx context.Context, f *frame.Frame, sc frameScan) {
 	d.missing = 0
 	switch {
 	case d.lastSeen && f.Step > d.lastStep+1:
@@ -211,7 +212,7 @@ func (d *Detector) process(ctx context.Context, f *frame.Frame) {
 			})
 		}
 	}
-	d.stacks.build(f)
+	d.stacks.buildFrame(f, sc.counted)
 	d.returnLent(f)
 	d.endStep(ctx, false)
 	d.processed++
@@ -229,35 +230,70 @@ func (d *Detector) returnLent(f *frame.Frame) {
 	giveBack(f)
 }
 
-// check validates f against the detector before anything is changed.
-func (d *Detector) check(f *frame.Frame) error {
+// frameScan is what check learnt of a frame as it validated it, so that
+// the stages after it need not read the frame's events once more.
+type frameScan struct {
+	// counted: every event's thread was known, and the threads' entries
+	// hold the frame's entries per thread (for callStacks.reserve)
+	counted bool
+	// named: every event's function id had a name before the frame
+	named bool
+}
+
+// check validates f against the detector before anything but the threads'
+// per-frame entry counts is changed, and says what it learnt of f.
+func (d *Detector) check(f *frame.Frame) (frameScan, error) {
 	if f.PID != d.cfg.PID || f.Rank != d.cfg.Rank {
-		return fmt.Errorf("frame of pid %d rank %d given to the detector of pid %d rank %d", f.PID, f.Rank, d.cfg.PID, d.cfg.Rank)
+		return frameScan{}, fmt.Errorf("frame of pid %d rank %d given to the detector of pid %d rank %d", f.PID, f.Rank, d.cfg.PID, d.cfg.Rank)
 	}
 	if d.lastSeen && f.Step <= d.lastStep {
-		return fmt.Errorf("%w: frame of io_step %d after io_step %d", ErrStaleFrame, f.Step, d.lastStep)
+		return frameScan{}, fmt.Errorf("%w: frame of io_step %d after io_step %d", ErrStaleFrame, f.Step, d.lastStep)
 	}
 	if d.lastSeen && f.Step-d.lastStep > maxStepJump {
 		// Taken, it would make every later frame of the rank stale.
-		return fmt.Errorf("frame of io_step %d after io_step %d: a jump of more than %d steps", f.Step, d.lastStep, maxStepJump)
+		return frameScan{}, fmt.Errorf("frame of io_step %d after io_step %d: a jump of more than %d steps", f.Step, d.lastStep, maxStepJump)
 	}
-	for i := range f.Events {
-		ev := &f.Events[i]
-		if ev.Kind > frame.Exit {
-			return fmt.Errorf("frame step %d: event %d has kind %d (not entry or exit)", f.Step, i, ev.Kind)
-		}
-		if ev.FID >= maxFID {
-			return fmt.Errorf("frame step %d: event %d has function id %d, more than %d", f.Step, i, ev.FID, maxFID)
-		}
-	}
-	newTids := map[uint32]struct{}{}
+	var newTids map[uint32]struct{}
 	seeTid := func(tid uint32) {
 		if !d.stacks.known(tid) {
+			if newTids == nil {
+				newTids = map[uint32]struct{}{}
+			}
 			newTids[tid] = struct{}{}
 		}
 	}
+	// The same pass counts each known thread's entries for
+	// callStacks.reserve (valid when every event's thread is known).
+	// Consecutive events are mostly of one thread: look it up on a change.
+	// It also notes whether every function id is named already.
+	cs := d.stacks
+	for _, t := range cs.threads {
+		t.entries = 0
+	}
+	var t *thread
+	lastTid, tidSeen, allKnown, allNamed := uint32(0), false, true, true
+	known := cs.funcKnown
 	for i := range f.Events {
-		seeTid(f.Events[i].Tid)
+		ev := &f.Events[i]
+		if ev.Kind > frame.Exit {
+			return frameScan{}, fmt.Errorf("frame step %d: event %d has kind %d (not entry or exit)", f.Step, i, ev.Kind)
+		}
+		if ev.FID >= maxFID {
+			return frameScan{}, fmt.Errorf("frame step %d: event %d has function id %d, more than %d", f.Step, i, ev.FID, maxFID)
+		}
+		if int(ev.FID) >= len(known) || !known[ev.FID] {
+			allNamed = false
+		}
+		if !tidSeen || ev.Tid != lastTid {
+			lastTid, tidSeen = ev.Tid, true
+			if t = cs.lookup(ev.Tid); t == nil {
+				allKnown = false
+				seeTid(ev.Tid)
+			}
+		}
+		if t != nil && ev.Kind == frame.Entry {
+			t.entries++
+		}
 	}
 	for i := range f.CounterEvents {
 		seeTid(f.CounterEvents[i].Tid)
@@ -269,19 +305,19 @@ func (d *Detector) check(f *frame.Frame) error {
 		seeTid(f.Metadata[i].Tid)
 	}
 	if len(d.stacks.threads)+len(newTids) > maxThreads {
-		return fmt.Errorf("frame step %d: %d new threads would exceed the limit of %d threads per rank", f.Step, len(newTids), maxThreads)
+		return frameScan{}, fmt.Errorf("frame step %d: %d new threads would exceed the limit of %d threads per rank", f.Step, len(newTids), maxThreads)
 	}
 	for i := range f.Funcs {
 		if f.Funcs[i].ID >= maxFID {
-			return fmt.Errorf("frame step %d: function name %d has id %d, more than %d", f.Step, i, f.Funcs[i].ID, maxFID)
+			return frameScan{}, fmt.Errorf("frame step %d: function name %d has id %d, more than %d", f.Step, i, f.Funcs[i].ID, maxFID)
 		}
 	}
 	for i := range f.Comms {
 		if f.Comms[i].Kind > frame.Recv {
-			return fmt.Errorf("frame step %d: comm event %d has kind %d (not send or recv)", f.Step, i, f.Comms[i].Kind)
+			return frameScan{}, fmt.Errorf("frame step %d: comm event %d has kind %d (not send or recv)", f.Step, i, f.Comms[i].Kind)
 		}
 	}
-	return nil
+	return frameScan{counted: allKnown, named: allNamed}, nil
 }
 
 // Close ends the stream: frames still waiting for names are dropped
@@ -304,6 +340,7 @@ func (d *Detector) Close(ctx context.Context) error {
 			open++
 		}
 	}
+	d.stats.executions.Add(open)
 	d.stats.openAtEnd.Add(open)
 	d.stepEvents = 0
 	d.endStep(ctx, true)

@@ -196,9 +196,18 @@ func (ms *modelSet) prepare(m *model) {
 // it is an anomaly: with the natural range (every algorithm but under
 // Chimbuko's rules), only outside it.
 func (ms *modelSet) judge(m *model, x float64) (score float64, anom bool) {
+	// the default algorithm's state is called directly, not through the
+	// interface
+	tail, isTail := m.state.(*tailScorer)
 	if ms.gated && x <= m.natThr && (x >= m.natLowThr || ms.cfg.SlowOnly) {
 		// inside the natural range: normal whatever the algorithm says
+		if isTail {
+			return tail.score(m, x), false
+		}
 		return m.state.score(m, x), false
+	}
+	if isTail {
+		return tail.judge(m, x)
 	}
 	return m.state.judge(m, x)
 }

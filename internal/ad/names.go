@@ -88,11 +88,17 @@ func dupNames(step uint64, field, what string, names []frame.Name) error {
 
 // named reports whether every function and counter id f's events use has
 // a name.
-func (cs *callStacks) named(f *frame.Frame) bool {
+func (cs *callStacks) named(f *frame.Frame) bool { return cs.namedScan(f, frameScan{}) }
+
+// namedScan is named, reading f's function events only when check did not
+// find them all named already (names are never taken back).
+func (cs *callStacks) namedScan(f *frame.Frame, sc frameScan) bool {
 	known := cs.funcKnown
-	for i := range f.Events {
-		if fid := f.Events[i].FID; int(fid) >= len(known) || !known[fid] {
-			return false
+	if !sc.named {
+		for i := range f.Events {
+			if fid := f.Events[i].FID; int(fid) >= len(known) || !known[fid] {
+				return false
+			}
 		}
 	}
 	last, lastOK := uint32(0), false
@@ -113,14 +119,14 @@ func (cs *callStacks) named(f *frame.Frame) bool {
 // learnt, then it is processed at once, or held behind the frames already
 // held or until its names arrive. Held frames that have their names are
 // processed, oldest first.
-func (d *Detector) admit(ctx context.Context, f *frame.Frame) {
+func (d *Detector) admit(ctx context.Context, f *frame.Frame, sc frameScan) {
 	whole := len(d.held) > 0 && d.stacks.wholeDictionary(f)
 	d.stacks.names(f)
 	if whole {
 		d.dropHopeless()
 	}
-	if d.cfg.Barrier != nil || (len(d.held) == 0 && d.stacks.named(f)) {
-		d.process(ctx, f)
+	if d.cfg.Barrier != nil || (len(d.held) == 0 && d.stacks.namedScan(f, sc)) {
+		d.process(ctx, f, sc)
 		return
 	}
 	if !d.heldOnce {
@@ -165,7 +171,8 @@ func (d *Detector) releaseHeld(ctx context.Context) {
 		f := d.held[0]
 		d.held = slices.Delete(d.held, 0, 1)
 		// Threads held frames would add were not counted when they came.
-		if err := d.check(f); errors.Is(err, ErrStaleFrame) {
+		sc, err := d.check(f)
+		if errors.Is(err, ErrStaleFrame) {
 			d.stats.staleFrames.Add(1)
 			continue
 		} else if err != nil {
@@ -174,7 +181,7 @@ func (d *Detector) releaseHeld(ctx context.Context) {
 			d.cfg.Logger.Warn().Err(err).Uint64("io_step", f.Step).Msg("held frame rejected")
 			continue
 		}
-		d.process(ctx, f)
+		d.process(ctx, f, sc)
 	}
 }
 

@@ -28,11 +28,18 @@ const collTag = 0xFFFFFFFF
 // (psync.PeerStep) for the parameter server's comparison of ranks and its
 // tracing of waits (internal/culprit). Owned by the detector's goroutine.
 type peerAcc struct {
-	us, calls, maxUs []uint64 // by fid
-	kinds            []int8   // by fid
-	touched          []uint32 // fids with executions in the step
-	waits            map[uint32]uint64
-	partners         []uint32 // scratch: the partners of one wait
+	fids     []peerFunc // by fid
+	touched  []uint32   // fids with executions in the step
+	waits    map[uint32]uint64
+	partners []uint32 // scratch: the partners of one wait
+}
+
+// peerFunc is one function's exclusive time, calls and longest exclusive
+// time in the step, and its kind: kept together, each execution touches
+// one cache line.
+type peerFunc struct {
+	us, calls, maxUs uint64
+	kind             int8
 }
 
 // peerKind classifies a function by name: an MPI point-to-point wait
@@ -73,24 +80,22 @@ func (p *peerAcc) observe(cs *callStacks, t *thread, e *execRec) {
 		return
 	}
 	fid := e.fid
-	if int(fid) >= len(p.us) {
-		n := max(int(fid)+1, 2*len(p.us))
-		p.us = slices.Grow(p.us, n-len(p.us))[:n]
-		p.calls = slices.Grow(p.calls, n-len(p.calls))[:n]
-		p.maxUs = slices.Grow(p.maxUs, n-len(p.maxUs))[:n]
-		p.kinds = slices.Grow(p.kinds, n-len(p.kinds))[:n]
+	if int(fid) >= len(p.fids) {
+		n := max(int(fid)+1, 2*len(p.fids))
+		p.fids = slices.Grow(p.fids, n-len(p.fids))[:n]
 	}
-	if p.kinds[fid] == peerUnknown {
-		p.kinds[fid] = peerKind(cs.funcName(fid))
+	pf := &p.fids[fid]
+	if pf.kind == peerUnknown {
+		pf.kind = peerKind(cs.funcName(fid))
 	}
-	if p.calls[fid] == 0 {
+	if pf.calls == 0 {
 		p.touched = append(p.touched, fid)
 	}
 	x := e.excl()
-	p.us[fid] += x
-	p.calls[fid]++
-	p.maxUs[fid] = max(p.maxUs[fid], x)
-	if p.kinds[fid] != peerP2P || e.nchild != 0 || len(t.comms) == 0 {
+	pf.us += x
+	pf.calls++
+	pf.maxUs = max(pf.maxUs, x)
+	if pf.kind != peerP2P || e.nchild != 0 || len(t.comms) == 0 {
 		return
 	}
 	seq := t.next() - 1 // a leaf: the thread's latest execution
@@ -123,14 +128,15 @@ func (p *peerAcc) step(cs *callStacks) *psync.PeerStep {
 	}
 	ps := &psync.PeerStep{Funcs: make([]psync.PeerFunc, 0, min(len(p.touched), psync.MaxPeerFuncs))}
 	slices.SortFunc(p.touched, func(a, b uint32) int {
-		if c := cmp.Compare(p.us[b], p.us[a]); c != 0 {
+		if c := cmp.Compare(p.fids[b].us, p.fids[a].us); c != 0 {
 			return c
 		}
 		return cmp.Compare(a, b)
 	})
 	work := 0
 	for _, fid := range p.touched {
-		k := p.kinds[fid]
+		pf := &p.fids[fid]
+		k := pf.kind
 		if k == peerWork {
 			if work == psync.PeerWorkFuncs {
 				continue
@@ -140,7 +146,7 @@ func (p *peerAcc) step(cs *callStacks) *psync.PeerStep {
 		if len(ps.Funcs) == psync.MaxPeerFuncs {
 			break
 		}
-		f := psync.PeerFunc{Func: cs.funcName(fid), Us: p.us[fid], Calls: p.calls[fid], MaxUs: p.maxUs[fid]}
+		f := psync.PeerFunc{Func: cs.funcName(fid), Us: pf.us, Calls: pf.calls, MaxUs: pf.maxUs}
 		switch k {
 		case peerP2P:
 			f.Kind = psync.PeerP2P
@@ -153,7 +159,8 @@ func (p *peerAcc) step(cs *callStacks) *psync.PeerStep {
 	slices.SortStableFunc(ps.Funcs, func(a, b psync.PeerFunc) int { return strings.Compare(a.Func, b.Func) })
 	ps.Funcs = mergePeerFuncs(ps.Funcs)
 	for _, fid := range p.touched {
-		p.us[fid], p.calls[fid], p.maxUs[fid] = 0, 0, 0
+		pf := &p.fids[fid]
+		pf.us, pf.calls, pf.maxUs = 0, 0, 0
 	}
 	p.touched = p.touched[:0]
 	if len(p.waits) > 0 {

@@ -77,10 +77,17 @@ func (cs *callStacks) names(f *frame.Frame) {
 
 // known reports whether thread tid has been seen.
 func (cs *callStacks) known(tid uint32) bool {
-	if tid < uint32(len(cs.byTid)) && cs.byTid[tid] != nil {
-		return true
+	return cs.lookup(tid) != nil
+}
+
+// lookup returns thread tid, or nil when it has not been seen.
+func (cs *callStacks) lookup(tid uint32) *thread {
+	if tid < uint32(len(cs.byTid)) {
+		if t := cs.byTid[tid]; t != nil {
+			return t
+		}
 	}
-	return cs.tidMap[tid] != nil
+	return cs.tidMap[tid]
 }
 
 type pathNode struct {
@@ -219,7 +226,11 @@ func (cs *callStacks) pathName(n uint32) string {
 }
 
 // build runs the call-stack builder over the frame's events.
-func (cs *callStacks) build(f *frame.Frame) {
+func (cs *callStacks) build(f *frame.Frame) { cs.buildFrame(f, false) }
+
+// buildFrame is build; counted says that the threads' entries already hold
+// the frame's entries per thread (Detector.check counted them), for reserve.
+func (cs *callStacks) buildFrame(f *frame.Frame, counted bool) {
 	side := len(f.CounterEvents)+len(f.Comms) > 0
 	if side {
 		for _, t := range cs.threads {
@@ -234,12 +245,17 @@ func (cs *callStacks) build(f *frame.Frame) {
 			t.commIdx = append(t.commIdx, int32(i))
 		}
 	}
-	cs.reserve(f, side)
+	cs.reserve(f, side, counted)
 	step := uint32(f.Step)
 	cs.xstep = ranMark(f.Step)
+	// Consecutive events are mostly of one thread: look it up on a change.
+	var t *thread
+	var completed uint64 // counted once per frame, not per execution
 	for i := range f.Events {
 		ev := &f.Events[i]
-		t := cs.thread(ev.Tid)
+		if t == nil || t.tid != ev.Tid {
+			t = cs.thread(ev.Tid)
+		}
 		if !t.tsSeen {
 			t.firstTS, t.tsSeen = ev.TS, true
 		}
@@ -249,7 +265,15 @@ func (cs *callStacks) build(f *frame.Frame) {
 				cs.drain(f, t, ev.TS, false)
 			}
 			seq := t.next()
-			r := execRec{entry: ev.TS, step: step, idx: uint32(i), fid: ev.FID}
+			// the new execution is written in place (reserve made room)
+			k := len(t.ring)
+			if k < cap(t.ring) {
+				t.ring = t.ring[:k+1]
+			} else {
+				t.ring = append(t.ring, execRec{})
+			}
+			r := &t.ring[k]
+			*r = execRec{entry: ev.TS, step: step, idx: uint32(i), fid: ev.FID}
 			var parentPath uint32
 			if n := len(t.stack); n > 0 {
 				ps := t.stack[n-1]
@@ -260,7 +284,6 @@ func (cs *callStacks) build(f *frame.Frame) {
 				r.pstep, r.pidx = p.step, p.idx
 			}
 			r.path = cs.intern(parentPath, ev.FID)
-			t.ring = append(t.ring, r)
 			t.stack = append(t.stack, seq)
 			continue
 		}
@@ -289,17 +312,20 @@ func (cs *callStacks) build(f *frame.Frame) {
 			// Entries above the match never got their exit: close them here.
 			for k := n - 1; k > j; k-- {
 				cs.complete(t, ev.TS, flagRepaired)
+				completed++
 				cs.stats.repairedOpen.Add(1)
 			}
 			cs.stats.mismatchedExits.Add(1)
 		}
 		cs.complete(t, ev.TS, 0)
+		completed++
 	}
 	if side {
 		for _, t := range cs.threads {
 			cs.drain(f, t, math.MaxUint64, true)
 		}
 	}
+	cs.stats.executions.Add(completed)
 	cs.stats.events.Add(uint64(len(f.Events) + len(f.CounterEvents) + len(f.Comms)))
 }
 
@@ -307,14 +333,23 @@ func (cs *callStacks) build(f *frame.Frame) {
 // adds to them, at once and with an eighth to spare, instead of letting
 // append grow them by a quarter or a half at a time: what a rank keeps of a
 // step is most of its memory, and in lockstep every rank of the process
-// holds a step at the same time.
-func (cs *callStacks) reserve(f *frame.Frame, side bool) {
-	for _, t := range cs.threads {
-		t.entries = 0
-	}
-	for i := range f.Events {
-		if f.Events[i].Kind == frame.Entry {
-			cs.thread(f.Events[i].Tid).entries++
+// holds a step at the same time. counted says that the threads' entries
+// hold f's entries per thread already.
+func (cs *callStacks) reserve(f *frame.Frame, side, counted bool) {
+	if !counted {
+		for _, t := range cs.threads {
+			t.entries = 0
+		}
+		var t *thread
+		for i := range f.Events {
+			ev := &f.Events[i]
+			if ev.Kind != frame.Entry {
+				continue
+			}
+			if t == nil || t.tid != ev.Tid {
+				t = cs.thread(ev.Tid)
+			}
+			t.entries++
 		}
 	}
 	for _, t := range cs.threads {
@@ -339,7 +374,7 @@ func reserve[T any](s []T, n int) []T {
 }
 
 // complete closes the innermost open execution of t at ts and hands it to
-// the next stage.
+// the next stage. The caller counts it in stats.executions.
 func (cs *callStacks) complete(t *thread, ts uint64, flags uint8) {
 	n := len(t.stack)
 	seq := t.stack[n-1]
@@ -358,7 +393,6 @@ func (cs *callStacks) complete(t *thread, ts uint64, flags uint8) {
 	}
 	cs.countCall(t, e)
 	t.profileAdd(e)
-	cs.stats.executions.Add(1)
 	cs.done(t, e)
 }
 

@@ -104,8 +104,11 @@ func (d *Detector) endStep(ctx context.Context, final bool) {
 
 // label scores one completed execution against its model.
 func (d *Detector) label(t *thread, seq uint64, e *execRec, final bool, sum *psync.StepSummary, funcs map[int32]*psync.FuncAnomalyMetrics) {
-	// counted in the summary of the io_step it ran in
-	sum, funcs = d.rec.late.of(d.rec.ranIn(e), d.cur.step, sum, funcs)
+	// counted in the summary of the io_step it ran in (this step's, most
+	// often: then ranIn is the current step and late.of gives sum back)
+	if e.xstep != 0 && e.xstep != ranMark(d.cur.step) {
+		sum, funcs = d.rec.late.of(d.rec.ranIn(e), d.cur.step, sum, funcs)
+	}
 	key := d.models.keyOf(t, e)
 	m := d.models.list[key]
 	x := d.models.value(e)
