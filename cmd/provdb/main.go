@@ -2,7 +2,7 @@
 // normal executions, metadata, global statistics, profiles) from NATS
 // JetStream into a SQLite file or MongoDB, acknowledging each batch only once
 // stored, and serves read-only queries on them over HTTP: see
-// internal/provenance/service.
+// internal/provenance/provdb.
 package main
 
 import (
@@ -11,7 +11,7 @@ import (
 	"os"
 
 	"github.com/kipimo-hpc/kipimo/internal/daemon"
-	"github.com/kipimo-hpc/kipimo/internal/provenance/service"
+	"github.com/kipimo-hpc/kipimo/internal/provenance/provdb"
 	"github.com/kipimo-hpc/kipimo/internal/version"
 )
 
@@ -21,6 +21,6 @@ func main() {
 		return
 	}
 	daemon.Main("provdb", func(ctx context.Context, args []string) error {
-		return service.Main(ctx, args, os.Stderr)
+		return provdb.Main(ctx, args, os.Stderr)
 	})
 }

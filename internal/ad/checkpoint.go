@@ -16,8 +16,8 @@ import (
 	"github.com/kipimo-hpc/kipimo/internal/binio"
 	"github.com/kipimo-hpc/kipimo/internal/frame"
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
-	"github.com/kipimo-hpc/kipimo/internal/psync"
 	"github.com/kipimo-hpc/kipimo/internal/stats"
+	"github.com/kipimo-hpc/kipimo/internal/syncproto"
 )
 
 // Checkpoint format. A checkpoint is
@@ -647,7 +647,7 @@ func (w *ckWriter) record(r *provenance.Exec) {
 	w.Str(r.FinalLabel)
 }
 
-func (w *ckWriter) summary(s *psync.StepSummary) {
+func (w *ckWriter) summary(s *syncproto.StepSummary) {
 	w.Uvarint(s.Step)
 	w.Uvarint(s.Anomalies)
 	w.Uvarint(s.Executions)
@@ -680,7 +680,7 @@ func (w *ckWriter) summary(s *psync.StepSummary) {
 	w.peer(s.Peer)
 }
 
-func (w *ckWriter) request(q *psync.SyncRequest) error {
+func (w *ckWriter) request(q *syncproto.SyncRequest) error {
 	if q.Node != "" || q.Ranks != nil {
 		return fmt.Errorf("sync request %d in flight is a node's request, not the detector's own", q.Seq)
 	}
@@ -1233,7 +1233,7 @@ func (r *ckReader) models(ms *modelSet) {
 		if _, dup := ms.keyByName[name]; dup && r.Err == nil {
 			r.Fail("model %q twice", name)
 		}
-		m := &model{name: name, shard: psync.Shard(name, ms.cfg.Shards), ignored: r.Bool(), state: ms.scorer.newState()}
+		m := &model{name: name, shard: syncproto.Shard(name, ms.cfg.Shards), ignored: r.Bool(), state: ms.scorer.newState()}
 		if r.version < 4 {
 			r.modelV3(m)
 		} else {
@@ -1381,7 +1381,7 @@ func (r *ckReader) pending(d *Detector) {
 	}
 }
 
-func (r *ckReader) summary(s *psync.StepSummary) {
+func (r *ckReader) summary(s *syncproto.StepSummary) {
 	s.Step = r.Uvarint()
 	s.Anomalies = r.Uvarint()
 	s.Executions = r.Uvarint()
@@ -1399,7 +1399,7 @@ func (r *ckReader) summary(s *psync.StepSummary) {
 	s.Events = r.Uvarint()
 	s.BadFrames = r.Uvarint()
 	s.MissingSteps = r.Uvarint()
-	s.Funcs = optMake[psync.FuncAnomalyMetrics](r.optCount(5))
+	s.Funcs = optMake[syncproto.FuncAnomalyMetrics](r.optCount(5))
 	for i := range s.Funcs {
 		f := &s.Funcs[i]
 		f.Func = r.Str()
@@ -1414,15 +1414,15 @@ func (r *ckReader) summary(s *psync.StepSummary) {
 	}
 }
 
-func (r *ckReader) request() *psync.SyncRequest {
-	q := &psync.SyncRequest{PID: r.U32(), Rank: r.U32(), Seq: r.Uvarint(), Step: r.Uvarint(), Algorithm: r.Str(), Hostname: r.Str()}
+func (r *ckReader) request() *syncproto.SyncRequest {
+	q := &syncproto.SyncRequest{PID: r.U32(), Rank: r.U32(), Seq: r.Uvarint(), Step: r.Uvarint(), Algorithm: r.Str(), Hostname: r.Str()}
 	if r.Bool() {
 		q.TailRule = &stats.TailRule{Ratio: r.F64(), Recur: r.Uvarint(), RecurFrac: r.F64(), Resolution: r.F64()}
 		if r.version >= 3 {
 			q.TailRule.Alpha = r.F64()
 		}
 	}
-	q.Models = optMake[psync.ModelDelta](r.optCount(5))
+	q.Models = optMake[syncproto.ModelDelta](r.optCount(5))
 	for i := range q.Models {
 		key := r.Str()
 		var s stats.Summary
@@ -1431,14 +1431,14 @@ func (r *ckReader) request() *psync.SyncRequest {
 		} else {
 			r.Decode(s.DecodeOptionalBinary) // each histogram behind a presence byte
 		}
-		q.Models[i] = psync.NewModelDelta(key, &s, true)
+		q.Models[i] = syncproto.NewModelDelta(key, &s, true)
 	}
-	q.Counters = optMake[psync.CounterDelta](r.optCount(2))
+	q.Counters = optMake[syncproto.CounterDelta](r.optCount(2))
 	for i := range q.Counters {
 		q.Counters[i].Name = r.Str()
 		r.moments(&q.Counters[i].Moments)
 	}
-	q.Steps = optMake[psync.StepSummary](r.optCount(10))
+	q.Steps = optMake[syncproto.StepSummary](r.optCount(10))
 	for i := range q.Steps {
 		r.summary(&q.Steps[i])
 	}
@@ -1491,7 +1491,7 @@ func (r *ckReader) sync(s *syncState) {
 		}
 	}
 	if n := r.optCount(10); n >= 0 {
-		s.summaries = make([]psync.StepSummary, n)
+		s.summaries = make([]syncproto.StepSummary, n)
 		for i := range s.summaries {
 			r.summary(&s.summaries[i])
 		}

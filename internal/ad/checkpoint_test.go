@@ -22,10 +22,10 @@ import (
 
 	"github.com/kipimo-hpc/kipimo/internal/frame"
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
-	"github.com/kipimo-hpc/kipimo/internal/psync"
 	"github.com/kipimo-hpc/kipimo/internal/replay/steps"
 	"github.com/kipimo-hpc/kipimo/internal/replay/tautrace"
 	"github.com/kipimo-hpc/kipimo/internal/stats"
+	"github.com/kipimo-hpc/kipimo/internal/syncproto"
 	"github.com/kipimo-hpc/kipimo/internal/workload"
 )
 
@@ -59,7 +59,7 @@ func (s *ckSyncer) holdNext(rank uint32, shard int) {
 
 func (s *ckSyncer) unhold() { close(s.release) }
 
-func (s *ckSyncer) Sync(ctx context.Context, shard int, req *psync.SyncRequest) (*psync.SyncReply, error) {
+func (s *ckSyncer) Sync(ctx context.Context, shard int, req *syncproto.SyncRequest) (*syncproto.SyncReply, error) {
 	id := [2]uint64{uint64(req.Rank), uint64(shard)}
 	s.mu.Lock()
 	held := s.hold != nil && *s.hold == id && req.Seq > 0
@@ -517,7 +517,7 @@ func TestCheckpointRestoresExactly(t *testing.T) {
 			}
 			if tc.hold {
 				// the held request is answered once, after the restart, with its Seq
-				var q psync.SyncRequest
+				var q syncproto.SyncRequest
 				log := got.requests[[2]uint64{0, 0}]
 				seqs := map[uint64]int{}
 				for _, s := range log {
@@ -714,13 +714,13 @@ func TestCheckpointCoversEveryField(t *testing.T) {
 		{provenance.EventWindow{}, "ExecWindow CommWindow"},
 		{provenance.Explanation{}, "Key Value NaturalMin NaturalMax LowThreshold Threshold Ratio P99 LogSigmas Excess Text Baseline"},
 		{provenance.BaselineEvidence{}, "Source Bound BaselineCalls BaselineBeyond Calls Beyond PValue"},
-		{psync.StepSummary{}, "Step Anomalies Executions MinTS MaxTS Scores Severity FuncAnomalies Events BadFrames MissingSteps Funcs Peer"},
-		{psync.FuncAnomalyMetrics{}, "Func Count Score Severity FirstTS LastTS"},
+		{syncproto.StepSummary{}, "Step Anomalies Executions MinTS MaxTS Scores Severity FuncAnomalies Events BadFrames MissingSteps Funcs Peer"},
+		{syncproto.FuncAnomalyMetrics{}, "Func Count Score Severity FirstTS LastTS"},
 		// More is only in a node's request, which a checkpoint refuses
-		{psync.ModelDelta{}, "Key Moments Histogram Tail Anomalies More"},
+		{syncproto.ModelDelta{}, "Key Moments Histogram Tail Anomalies More"},
 		// Node and Ranks likewise
 		// Incarnation is the sync state's, written once for every shard
-		{psync.SyncRequest{}, "PID Rank Seq Incarnation Step Algorithm Models Counters Steps Hostname TailRule Node Ranks"},
+		{syncproto.SyncRequest{}, "PID Rank Seq Incarnation Step Algorithm Models Counters Steps Hostname TailRule Node Ranks"},
 		// xstep is written for the executions waiting for a label (ranSteps)
 		{execRec{}, "entry exit childIncl parent step idx pstep pidx fid path key nchild score label flags xstep"},
 		// ctrIdx, commIdx, ctrPos, commPos and entries are one frame's cursors;

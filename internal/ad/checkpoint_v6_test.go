@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kipimo-hpc/kipimo/internal/psync"
+	"github.com/kipimo-hpc/kipimo/internal/syncproto"
 )
 
 // TestRestoreVersion6InFlight restores checkpoints written by version 6,
@@ -67,7 +67,7 @@ func TestRestoreVersion6InFlight(t *testing.T) {
 			for _, d := range []*Detector{a, b} {
 				for _, sh := range d.sync.shards {
 					if sh.inflight != nil {
-						slices.SortFunc(sh.inflight.Counters, func(x, y psync.CounterDelta) int { return strings.Compare(x.Name, y.Name) })
+						slices.SortFunc(sh.inflight.Counters, func(x, y syncproto.CounterDelta) int { return strings.Compare(x.Name, y.Name) })
 					}
 				}
 			}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/kipimo-hpc/kipimo/internal/frame"
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
-	"github.com/kipimo-hpc/kipimo/internal/psync"
+	"github.com/kipimo-hpc/kipimo/internal/syncproto"
 )
 
 // maxFID bounds function and counter ids so that per-id tables stay small;
@@ -85,7 +85,7 @@ type Detector struct {
 
 	stats           counters
 	requestProfiles atomic.Bool // set by RequestProfiles
-	snap            atomic.Pointer[psync.CallstackReply]
+	snap            atomic.Pointer[syncproto.CallstackReply]
 	closeMu         sync.Mutex
 	closed          bool
 }
@@ -110,7 +110,7 @@ func New(cfg Config) (*Detector, error) {
 	d.rec = &recorder{cfg: &d.cfg, stats: &d.stats, stacks: d.stacks, models: d.models, cur: &d.cur, batch: &d.batch}
 	d.sync = newSyncState(&d.cfg, &d.stats, d.models, &d.cur)
 	d.base = newBaseState(&d.cfg)
-	d.snap.Store(&psync.CallstackReply{PID: cfg.PID, Rank: cfg.Rank, Threads: []psync.ThreadStack{}})
+	d.snap.Store(&syncproto.CallstackReply{PID: cfg.PID, Rank: cfg.Rank, Threads: []syncproto.ThreadStack{}})
 	return d, nil
 }
 

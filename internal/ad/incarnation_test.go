@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/kipimo-hpc/kipimo/internal/frame"
-	"github.com/kipimo-hpc/kipimo/internal/psync"
+	"github.com/kipimo-hpc/kipimo/internal/syncproto"
 	"github.com/kipimo-hpc/kipimo/internal/workload"
 )
 
@@ -96,13 +96,13 @@ type refusingSyncer struct {
 	steps int // step summaries the refused request carried
 }
 
-func (r *refusingSyncer) Sync(ctx context.Context, shard int, req *psync.SyncRequest) (*psync.SyncReply, error) {
+func (r *refusingSyncer) Sync(ctx context.Context, shard int, req *syncproto.SyncRequest) (*syncproto.SyncReply, error) {
 	if shard == 0 && req.Seq == r.refuse {
 		r.mu.Lock()
 		r.tries++
 		r.steps = len(req.Steps)
 		r.mu.Unlock()
-		return &psync.SyncReply{Error: "invalid sync request: for the test", Invalid: true}, nil
+		return &syncproto.SyncReply{Error: "invalid sync request: for the test", Invalid: true}, nil
 	}
 	return r.ps.Sync(ctx, shard, req)
 }

@@ -1,8 +1,8 @@
 package ad
 
 import (
-	"github.com/kipimo-hpc/kipimo/internal/psync"
 	"github.com/kipimo-hpc/kipimo/internal/stats"
+	"github.com/kipimo-hpc/kipimo/internal/syncproto"
 )
 
 // modelSet is the detector's second stage: it keys every completed
@@ -147,7 +147,7 @@ func (ms *modelSet) modelFor(name string, fid uint32) int32 {
 	k := int32(len(ms.list))
 	ms.list = append(ms.list, &model{
 		name:    name,
-		shard:   psync.Shard(name, ms.cfg.Shards),
+		shard:   syncproto.Shard(name, ms.cfg.Shards),
 		ignored: ms.ignored[ms.stacks.funcName(fid)],
 		state:   ms.scorer.newState(),
 	})

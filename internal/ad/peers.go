@@ -6,7 +6,7 @@ import (
 	"strings"
 
 	"github.com/kipimo-hpc/kipimo/internal/frame"
-	"github.com/kipimo-hpc/kipimo/internal/psync"
+	"github.com/kipimo-hpc/kipimo/internal/syncproto"
 )
 
 // Kinds of function for the peer comparison, by fid (peerKinds).
@@ -25,7 +25,7 @@ const collTag = 0xFFFFFFFF
 // exclusive time and calls of each function whose executions completed in
 // the step, and the time of its point-to-point waits by partner (from the
 // communication events attached to the wait). Reported in the step summary
-// (psync.PeerStep) for the parameter server's comparison of ranks and its
+// (syncproto.PeerStep) for the parameter server's comparison of ranks and its
 // tracing of waits (internal/culprit). Owned by the detector's goroutine.
 type peerAcc struct {
 	fids     []peerFunc // by fid
@@ -119,14 +119,14 @@ func (p *peerAcc) observe(cs *callStacks, t *thread, e *execRec) {
 }
 
 // step returns the step's peer data and starts the next step: the
-// costliest work functions (psync.PeerWorkFuncs), every wait and collective
-// (within psync.MaxPeerFuncs), and the partners waited on longest
-// (psync.MaxPeerWaits). Nil when no execution completed in the step.
-func (p *peerAcc) step(cs *callStacks) *psync.PeerStep {
+// costliest work functions (syncproto.PeerWorkFuncs), every wait and collective
+// (within syncproto.MaxPeerFuncs), and the partners waited on longest
+// (syncproto.MaxPeerWaits). Nil when no execution completed in the step.
+func (p *peerAcc) step(cs *callStacks) *syncproto.PeerStep {
 	if len(p.touched) == 0 {
 		return nil
 	}
-	ps := &psync.PeerStep{Funcs: make([]psync.PeerFunc, 0, min(len(p.touched), psync.MaxPeerFuncs))}
+	ps := &syncproto.PeerStep{Funcs: make([]syncproto.PeerFunc, 0, min(len(p.touched), syncproto.MaxPeerFuncs))}
 	slices.SortFunc(p.touched, func(a, b uint32) int {
 		if c := cmp.Compare(p.fids[b].us, p.fids[a].us); c != 0 {
 			return c
@@ -138,25 +138,25 @@ func (p *peerAcc) step(cs *callStacks) *psync.PeerStep {
 		pf := &p.fids[fid]
 		k := pf.kind
 		if k == peerWork {
-			if work == psync.PeerWorkFuncs {
+			if work == syncproto.PeerWorkFuncs {
 				continue
 			}
 			work++
 		}
-		if len(ps.Funcs) == psync.MaxPeerFuncs {
+		if len(ps.Funcs) == syncproto.MaxPeerFuncs {
 			break
 		}
-		f := psync.PeerFunc{Func: cs.funcName(fid), Us: pf.us, Calls: pf.calls, MaxUs: pf.maxUs}
+		f := syncproto.PeerFunc{Func: cs.funcName(fid), Us: pf.us, Calls: pf.calls, MaxUs: pf.maxUs}
 		switch k {
 		case peerP2P:
-			f.Kind = psync.PeerP2P
+			f.Kind = syncproto.PeerP2P
 		case peerColl:
-			f.Kind = psync.PeerCollective
+			f.Kind = syncproto.PeerCollective
 		}
 		ps.Funcs = append(ps.Funcs, f)
 	}
 	// Two fids may carry one name (a name declared twice): merge them.
-	slices.SortStableFunc(ps.Funcs, func(a, b psync.PeerFunc) int { return strings.Compare(a.Func, b.Func) })
+	slices.SortStableFunc(ps.Funcs, func(a, b syncproto.PeerFunc) int { return strings.Compare(a.Func, b.Func) })
 	ps.Funcs = mergePeerFuncs(ps.Funcs)
 	for _, fid := range p.touched {
 		pf := &p.fids[fid]
@@ -164,18 +164,18 @@ func (p *peerAcc) step(cs *callStacks) *psync.PeerStep {
 	}
 	p.touched = p.touched[:0]
 	if len(p.waits) > 0 {
-		ps.Waits = make([]psync.PeerWait, 0, len(p.waits))
+		ps.Waits = make([]syncproto.PeerWait, 0, len(p.waits))
 		for r, us := range p.waits {
-			ps.Waits = append(ps.Waits, psync.PeerWait{Partner: r, Us: us})
+			ps.Waits = append(ps.Waits, syncproto.PeerWait{Partner: r, Us: us})
 		}
-		slices.SortFunc(ps.Waits, func(a, b psync.PeerWait) int {
+		slices.SortFunc(ps.Waits, func(a, b syncproto.PeerWait) int {
 			if c := cmp.Compare(b.Us, a.Us); c != 0 {
 				return c
 			}
 			return cmp.Compare(a.Partner, b.Partner)
 		})
-		if len(ps.Waits) > psync.MaxPeerWaits {
-			ps.Waits = ps.Waits[:psync.MaxPeerWaits]
+		if len(ps.Waits) > syncproto.MaxPeerWaits {
+			ps.Waits = ps.Waits[:syncproto.MaxPeerWaits]
 		}
 		clear(p.waits)
 	}
@@ -183,7 +183,7 @@ func (p *peerAcc) step(cs *callStacks) *psync.PeerStep {
 }
 
 // mergePeerFuncs merges adjacent entries of one name in fs (sorted by name).
-func mergePeerFuncs(fs []psync.PeerFunc) []psync.PeerFunc {
+func mergePeerFuncs(fs []syncproto.PeerFunc) []syncproto.PeerFunc {
 	out := fs[:0]
 	for _, f := range fs {
 		if n := len(out); n > 0 && out[n-1].Func == f.Func {

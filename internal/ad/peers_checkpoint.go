@@ -1,10 +1,10 @@
 package ad
 
-import "github.com/kipimo-hpc/kipimo/internal/psync"
+import "github.com/kipimo-hpc/kipimo/internal/syncproto"
 
 // peer writes a step summary's peer data (checkpoint version 6 on): a
 // flag, then the step's times, its functions and its waits.
-func (w *ckWriter) peer(p *psync.PeerStep) {
+func (w *ckWriter) peer(p *syncproto.PeerStep) {
 	w.Bool(p != nil)
 	if p == nil {
 		return
@@ -27,20 +27,20 @@ func (w *ckWriter) peer(p *psync.PeerStep) {
 }
 
 // peer reads what ckWriter.peer wrote.
-func (r *ckReader) peer() *psync.PeerStep {
+func (r *ckReader) peer() *syncproto.PeerStep {
 	if !r.Bool() {
 		return nil
 	}
-	p := &psync.PeerStep{Start: r.Uvarint(), End: r.Uvarint()}
-	p.Funcs = optMake[psync.PeerFunc](r.optCount(5))
+	p := &syncproto.PeerStep{Start: r.Uvarint(), End: r.Uvarint()}
+	p.Funcs = optMake[syncproto.PeerFunc](r.optCount(5))
 	for i := range p.Funcs {
 		f := &p.Funcs[i]
 		f.Func, f.Kind = r.Str(), r.Str()
 		f.Us, f.Calls, f.MaxUs = r.Uvarint(), r.Uvarint(), r.Uvarint()
 	}
-	p.Waits = optMake[psync.PeerWait](r.optCount(2))
+	p.Waits = optMake[syncproto.PeerWait](r.optCount(2))
 	for i := range p.Waits {
-		p.Waits[i] = psync.PeerWait{Partner: r.U32(), Us: r.Uvarint()}
+		p.Waits[i] = syncproto.PeerWait{Partner: r.U32(), Us: r.Uvarint()}
 	}
 	return p
 }

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/kipimo-hpc/kipimo/internal/frame"
-	"github.com/kipimo-hpc/kipimo/internal/psync"
+	"github.com/kipimo-hpc/kipimo/internal/syncproto"
 )
 
 func TestPeerKind(t *testing.T) {
@@ -68,15 +68,15 @@ func TestPeerStep(t *testing.T) {
 	if err := d.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	want := map[uint64]*psync.PeerStep{
-		0: {Start: 0, End: 1000, Funcs: []psync.PeerFunc{
-			{Func: "MPI_Allreduce", Kind: psync.PeerCollective, Us: 50, Calls: 1, MaxUs: 50},
+	want := map[uint64]*syncproto.PeerStep{
+		0: {Start: 0, End: 1000, Funcs: []syncproto.PeerFunc{
+			{Func: "MPI_Allreduce", Kind: syncproto.PeerCollective, Us: 50, Calls: 1, MaxUs: 50},
 			{Func: "MPI_Isend", Us: 5, Calls: 1, MaxUs: 5},
-			{Func: "MPI_Waitall", Kind: psync.PeerP2P, Us: 40, Calls: 1, MaxUs: 40},
+			{Func: "MPI_Waitall", Kind: syncproto.PeerP2P, Us: 40, Calls: 1, MaxUs: 40},
 			{Func: "compute", Us: 40, Calls: 2, MaxUs: 30},
-		}, Waits: []psync.PeerWait{{Partner: 3, Us: 40}, {Partner: 5, Us: 40}}},
-		1: {Start: 1000, End: 2000, Funcs: []psync.PeerFunc{
-			{Func: "MPI_Waitall", Kind: psync.PeerP2P, Us: 2, Calls: 1, MaxUs: 2},
+		}, Waits: []syncproto.PeerWait{{Partner: 3, Us: 40}, {Partner: 5, Us: 40}}},
+		1: {Start: 1000, End: 2000, Funcs: []syncproto.PeerFunc{
+			{Func: "MPI_Waitall", Kind: syncproto.PeerP2P, Us: 2, Calls: 1, MaxUs: 2},
 			{Func: "compute", Us: 105, Calls: 1, MaxUs: 105},
 			{Func: "main", Us: 1020 - 30 - 5 - 10 - 40 - 50 - 105 - 2, Calls: 1, MaxUs: 1020 - 30 - 5 - 10 - 40 - 50 - 105 - 2},
 		}},

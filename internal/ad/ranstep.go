@@ -5,7 +5,7 @@ import (
 	"math"
 	"slices"
 
-	"github.com/kipimo-hpc/kipimo/internal/psync"
+	"github.com/kipimo-hpc/kipimo/internal/syncproto"
 )
 
 // An execution's record names the io_step it ran in (io_step: the step of
@@ -65,14 +65,14 @@ type lateSums map[uint64]*lateSum
 
 // lateSum is one earlier io_step's summary and its per-key anomaly metrics.
 type lateSum struct {
-	sum   psync.StepSummary
-	funcs map[int32]*psync.FuncAnomalyMetrics
+	sum   syncproto.StepSummary
+	funcs map[int32]*syncproto.FuncAnomalyMetrics
 }
 
 // of returns the summary and per-key metrics an execution that ran in ran
 // counts in: those of that io_step when it is before step, otherwise sum
 // and funcs.
-func (ls *lateSums) of(ran stepInfo, step uint64, sum *psync.StepSummary, funcs map[int32]*psync.FuncAnomalyMetrics) (*psync.StepSummary, map[int32]*psync.FuncAnomalyMetrics) {
+func (ls *lateSums) of(ran stepInfo, step uint64, sum *syncproto.StepSummary, funcs map[int32]*syncproto.FuncAnomalyMetrics) (*syncproto.StepSummary, map[int32]*syncproto.FuncAnomalyMetrics) {
 	if ran.step >= step {
 		return sum, funcs
 	}
@@ -81,7 +81,7 @@ func (ls *lateSums) of(ran stepInfo, step uint64, sum *psync.StepSummary, funcs 
 	}
 	l := (*ls)[ran.step]
 	if l == nil {
-		l = &lateSum{sum: psync.StepSummary{Step: ran.step, MinTS: math.MaxUint64}, funcs: map[int32]*psync.FuncAnomalyMetrics{}}
+		l = &lateSum{sum: syncproto.StepSummary{Step: ran.step, MinTS: math.MaxUint64}, funcs: map[int32]*syncproto.FuncAnomalyMetrics{}}
 		(*ls)[ran.step] = l
 	}
 	return &l.sum, l.funcs
@@ -89,7 +89,7 @@ func (ls *lateSums) of(ran stepInfo, step uint64, sum *psync.StepSummary, funcs 
 
 // flush folds the late summaries that counted an execution (foldFuncs),
 // earliest io_step first, hands them to add and empties ls.
-func (ls *lateSums) flush(d *Detector, add func(psync.StepSummary)) {
+func (ls *lateSums) flush(d *Detector, add func(syncproto.StepSummary)) {
 	for _, step := range slices.Sorted(maps.Keys(*ls)) {
 		l := (*ls)[step]
 		if l.sum.Executions == 0 {
@@ -106,7 +106,7 @@ func (ls *lateSums) flush(d *Detector, add func(psync.StepSummary)) {
 
 // foldFuncs adds a step's per-key anomaly metrics to sum and to the
 // models' anomaly counts.
-func (d *Detector) foldFuncs(sum *psync.StepSummary, funcs map[int32]*psync.FuncAnomalyMetrics) {
+func (d *Detector) foldFuncs(sum *syncproto.StepSummary, funcs map[int32]*syncproto.FuncAnomalyMetrics) {
 	for k, fm := range funcs {
 		m := d.models.list[k]
 		if d.cfg.ExactSync {

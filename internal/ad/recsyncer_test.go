@@ -4,18 +4,18 @@ import (
 	"context"
 	"sync"
 
-	"github.com/kipimo-hpc/kipimo/internal/psync"
+	"github.com/kipimo-hpc/kipimo/internal/syncproto"
 )
 
 // recordingSyncer keeps every request and reply it passes to a fakePServer.
 type recordingSyncer struct {
 	ps   *fakePServer
 	mu   sync.Mutex
-	reqs []psync.SyncRequest
-	reps []psync.SyncReply
+	reqs []syncproto.SyncRequest
+	reps []syncproto.SyncReply
 }
 
-func (r *recordingSyncer) Sync(ctx context.Context, shard int, req *psync.SyncRequest) (*psync.SyncReply, error) {
+func (r *recordingSyncer) Sync(ctx context.Context, shard int, req *syncproto.SyncRequest) (*syncproto.SyncReply, error) {
 	rep, err := r.ps.Sync(ctx, shard, req)
 	r.mu.Lock()
 	defer r.mu.Unlock()

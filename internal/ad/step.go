@@ -7,8 +7,8 @@ import (
 	"slices"
 
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
-	"github.com/kipimo-hpc/kipimo/internal/psync"
 	"github.com/kipimo-hpc/kipimo/internal/stats"
+	"github.com/kipimo-hpc/kipimo/internal/syncproto"
 )
 
 // endStep closes the current step: deltas, sync, labelling, records,
@@ -44,10 +44,10 @@ func (d *Detector) endStep(ctx context.Context, final bool) {
 		}
 	}
 	// 3. label
-	sum := psync.StepSummary{Step: d.cur.step, Events: d.stepEvents, BadFrames: d.stepBad, MissingSteps: d.missing, MinTS: math.MaxUint64}
+	sum := syncproto.StepSummary{Step: d.cur.step, Events: d.stepEvents, BadFrames: d.stepBad, MissingSteps: d.missing, MinTS: math.MaxUint64}
 	d.missing = 0
 	d.stepBad = 0
-	funcs := map[int32]*psync.FuncAnomalyMetrics{}
+	funcs := map[int32]*syncproto.FuncAnomalyMetrics{}
 	for _, t := range d.stacks.threads {
 		for i := range t.ring {
 			e := &t.ring[i]
@@ -103,7 +103,7 @@ func (d *Detector) endStep(ctx context.Context, final bool) {
 }
 
 // label scores one completed execution against its model.
-func (d *Detector) label(t *thread, seq uint64, e *execRec, final bool, sum *psync.StepSummary, funcs map[int32]*psync.FuncAnomalyMetrics) {
+func (d *Detector) label(t *thread, seq uint64, e *execRec, final bool, sum *syncproto.StepSummary, funcs map[int32]*syncproto.FuncAnomalyMetrics) {
 	// counted in the summary of the io_step it ran in (this step's, most
 	// often: then ranIn is the current step and late.of gives sum back)
 	if e.xstep != 0 && e.xstep != ranMark(d.cur.step) {
@@ -165,7 +165,7 @@ func (d *Detector) label(t *thread, seq uint64, e *execRec, final bool, sum *psy
 	sum.Severity.Push(sev)
 	fm := funcs[key]
 	if fm == nil {
-		fm = &psync.FuncAnomalyMetrics{Func: m.name, FirstTS: e.entry}
+		fm = &syncproto.FuncAnomalyMetrics{Func: m.name, FirstTS: e.entry}
 		funcs[key] = fm
 	}
 	fm.Count++
@@ -206,19 +206,19 @@ func (d *Detector) release() {
 // Callstacks returns every thread's open call stack as of the end of the last
 // processed step. It never blocks processing; safe for concurrent use. The
 // reply is shared: callers must not modify it.
-func (d *Detector) Callstacks() *psync.CallstackReply { return d.snap.Load() }
+func (d *Detector) Callstacks() *syncproto.CallstackReply { return d.snap.Load() }
 
 // snapshot publishes the open call stacks for the live probe.
 func (d *Detector) snapshot() {
-	rep := &psync.CallstackReply{PID: d.cfg.PID, Rank: d.cfg.Rank, IOStep: d.cur.step, Threads: make([]psync.ThreadStack, 0, len(d.stacks.threads))}
+	rep := &syncproto.CallstackReply{PID: d.cfg.PID, Rank: d.cfg.Rank, IOStep: d.cur.step, Threads: make([]syncproto.ThreadStack, 0, len(d.stacks.threads))}
 	for _, t := range d.stacks.threads {
-		ts := psync.ThreadStack{TID: t.tid, GPU: t.gpu, Frames: make([]psync.OpenFrame, 0, len(t.stack))}
+		ts := syncproto.ThreadStack{TID: t.tid, GPU: t.gpu, Frames: make([]syncproto.OpenFrame, 0, len(t.stack))}
 		for _, s := range t.stack {
 			e := t.rec(s)
 			if e == nil {
 				continue
 			}
-			ts.Frames = append(ts.Frames, psync.OpenFrame{FID: e.fid, Func: d.stacks.funcName(e.fid), Entry: e.entry, EventID: d.stacks.eventID(e.step, e.idx)})
+			ts.Frames = append(ts.Frames, syncproto.OpenFrame{FID: e.fid, Func: d.stacks.funcName(e.fid), Entry: e.entry, EventID: d.stacks.eventID(e.step, e.idx)})
 		}
 		rep.Threads = append(rep.Threads, ts)
 	}

@@ -9,8 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/kipimo-hpc/kipimo/internal/psync"
 	"github.com/kipimo-hpc/kipimo/internal/stats"
+	"github.com/kipimo-hpc/kipimo/internal/syncproto"
 )
 
 // Syncer sends one sync request to a pserver shard and returns its reply. It
@@ -20,7 +20,7 @@ import (
 // other replies (a node's syncer hands every rank the same global models):
 // the detector only reads them.
 type Syncer interface {
-	Sync(ctx context.Context, shard int, req *psync.SyncRequest) (*psync.SyncReply, error)
+	Sync(ctx context.Context, shard int, req *syncproto.SyncRequest) (*syncproto.SyncReply, error)
 }
 
 // SharedSyncer is a Syncer the detectors of a node share, merging their
@@ -43,7 +43,7 @@ type SharedSyncer interface {
 }
 
 type syncResult struct {
-	rep *psync.SyncReply
+	rep *syncproto.SyncReply
 	err error
 	// refused: the pserver refused the request as invalid (rep.Invalid);
 	// sent again it would be refused again.
@@ -52,7 +52,7 @@ type syncResult struct {
 
 type shardState struct {
 	seq      uint64
-	inflight *psync.SyncRequest
+	inflight *syncproto.SyncRequest
 	keys     []int32
 	done     chan syncResult
 	healthy  atomic.Bool
@@ -77,10 +77,10 @@ type syncState struct {
 	node      SharedSyncer // the node's syncer, when there is one
 	left      bool         // the detector has left node
 	shards    []*shardState
-	summaries []psync.StepSummary
+	summaries []syncproto.StepSummary
 	// held, with ExactSync, are the step summaries since the last
 	// ReleaseOutputs (checkpoint): they are sent after it.
-	held     []psync.StepSummary
+	held     []syncproto.StepSummary
 	counters map[string]*stats.Moments
 	// incarnation names this sync state in every request (a random
 	// non-zero number drawn by newSyncState, kept in checkpoints): the
@@ -121,7 +121,7 @@ func newIncarnation() uint64 {
 	}
 }
 
-func (s *syncState) addSummary(sum psync.StepSummary) {
+func (s *syncState) addSummary(sum syncproto.StepSummary) {
 	if s.cfg.Syncer == nil {
 		return
 	}
@@ -134,7 +134,7 @@ func (s *syncState) addSummary(sum psync.StepSummary) {
 
 // queueSummary adds sum to the summaries the next request of shard 0
 // carries, dropping (and counting) the oldest beyond MaxStepSummaries.
-func (s *syncState) queueSummary(sum psync.StepSummary) {
+func (s *syncState) queueSummary(sum syncproto.StepSummary) {
 	if len(s.summaries) >= s.cfg.MaxStepSummaries {
 		n := len(s.summaries) - s.cfg.MaxStepSummaries + 1
 		s.summaries = append(s.summaries[:0], s.summaries[n:]...)
@@ -256,13 +256,13 @@ func (s *syncState) exact(ctx context.Context) {
 // keys in one request with no deltas (Seq 0: the pserver answers without
 // applying anything). Nothing is in flight when it is called.
 func (s *syncState) pull(ctx context.Context) {
-	reps := make([]*psync.SyncReply, len(s.shards))
+	reps := make([]*syncproto.SyncReply, len(s.shards))
 	var wg sync.WaitGroup
 	for i := range s.shards {
-		req := &psync.SyncRequest{PID: s.cfg.PID, Rank: s.cfg.Rank, Incarnation: s.incarnation, Step: s.cur.step, Algorithm: s.cfg.Algorithm, Hostname: s.cfg.Hostname}
+		req := &syncproto.SyncRequest{PID: s.cfg.PID, Rank: s.cfg.Rank, Incarnation: s.incarnation, Step: s.cur.step, Algorithm: s.cfg.Algorithm, Hostname: s.cfg.Hostname}
 		for _, m := range s.models.list {
 			if m.shard == i {
-				req.Models = append(req.Models, psync.ModelDelta{Key: m.name})
+				req.Models = append(req.Models, syncproto.ModelDelta{Key: m.name})
 			}
 		}
 		if len(req.Models) == 0 && !s.viaNode() {
@@ -353,7 +353,7 @@ func (s *syncState) viaNode() bool { return s.node != nil }
 // sends a request also when there is nothing in it.
 func (s *syncState) send(i int, force bool) bool {
 	sh := s.shards[i]
-	req := &psync.SyncRequest{PID: s.cfg.PID, Rank: s.cfg.Rank, Incarnation: s.incarnation, Step: s.cur.step, Algorithm: s.cfg.Algorithm, Hostname: s.cfg.Hostname}
+	req := &syncproto.SyncRequest{PID: s.cfg.PID, Rank: s.cfg.Rank, Incarnation: s.incarnation, Step: s.cur.step, Algorithm: s.cfg.Algorithm, Hostname: s.cfg.Hostname}
 	if s.models.gated {
 		rule := s.models.rule
 		req.TailRule = &rule
@@ -363,7 +363,7 @@ func (s *syncState) send(i int, force bool) bool {
 		if m.shard != i || m.accum.Empty() {
 			continue
 		}
-		req.Models = append(req.Models, psync.NewModelDelta(m.name, &m.accum, s.cfg.Algorithm != SSTD))
+		req.Models = append(req.Models, syncproto.NewModelDelta(m.name, &m.accum, s.cfg.Algorithm != SSTD))
 		m.inflight, m.accum = m.accum, stats.Summary{}
 		m.inFlight = true
 		sh.keys = append(sh.keys, int32(k))
@@ -371,7 +371,7 @@ func (s *syncState) send(i int, force bool) bool {
 	if i == 0 {
 		req.Steps, s.summaries = s.summaries, nil
 		for name, m := range s.counters {
-			req.Counters = append(req.Counters, psync.CounterDelta{Name: name, Moments: *m})
+			req.Counters = append(req.Counters, syncproto.CounterDelta{Name: name, Moments: *m})
 			delete(s.counters, name)
 		}
 	}
@@ -388,7 +388,7 @@ func (s *syncState) send(i int, force bool) bool {
 
 // sender delivers req to shard i, retrying with exponential backoff until it
 // is answered or the detector closes.
-func (s *syncState) sender(i int, sh *shardState, req *psync.SyncRequest) {
+func (s *syncState) sender(i int, sh *shardState, req *syncproto.SyncRequest) {
 	defer s.wg.Done()
 	backoff := 50 * time.Millisecond
 	for {
@@ -447,7 +447,7 @@ func (s *syncState) apply(i int, r syncResult) {
 		return
 	}
 	s.stats.syncs.Add(1)
-	got := make(map[string]*psync.GlobalModel, len(r.rep.Models))
+	got := make(map[string]*syncproto.GlobalModel, len(r.rep.Models))
 	for j := range r.rep.Models {
 		got[r.rep.Models[j].Key] = &r.rep.Models[j]
 	}
@@ -485,7 +485,7 @@ func (s *syncState) apply(i int, r syncResult) {
 // (reason): its deltas are not kept for the next request (they would be
 // refused with it), its step summaries are counted as dropped and the
 // refusal as a sync failure, logged the 1st, 2nd, 4th, 8th... time.
-func (s *syncState) drop(i int, req *psync.SyncRequest, reason string) {
+func (s *syncState) drop(i int, req *syncproto.SyncRequest, reason string) {
 	for _, k := range s.shards[i].keys {
 		m := s.models.list[k]
 		m.inflight, m.inFlight = stats.Summary{}, false

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/kipimo-hpc/kipimo/internal/ad"
 	"os"
 	"slices"
 	"strconv"
@@ -13,14 +12,16 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kipimo-hpc/kipimo/internal/ad"
+
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/kipimo-hpc/kipimo/internal/psync"
+	"github.com/kipimo-hpc/kipimo/internal/syncproto"
 )
 
 // NodeSyncer is the Syncer of the detectors of one node (one ad process
 // serving several ranks). It gathers the requests its detectors make to a
-// shard and sends them to the pserver as one request (psync.SyncRequest
+// shard and sends them to the pserver as one request (syncproto.SyncRequest
 // with Ranks) instead of one per rank: the syncs per step are nodes ×
 // shards, not ranks × shards.
 //
@@ -79,12 +80,12 @@ type nodeBatch struct {
 // nodeResult is the answer a member's call gets: the pserver's reply, or
 // why there is none.
 type nodeResult struct {
-	rep *psync.SyncReply
+	rep *syncproto.SyncReply
 	err error
 }
 
 type nodeCall struct {
-	req  *psync.SyncRequest
+	req  *syncproto.SyncRequest
 	done chan nodeResult // buffered: a sender never blocks on it
 }
 
@@ -167,7 +168,7 @@ func (ns *NodeSyncer) Retries() uint64 { return ns.retries.Load() }
 
 // Sync implements Syncer: it adds req to the shard's open batch and waits
 // for the batch's answer.
-func (ns *NodeSyncer) Sync(ctx context.Context, shard int, req *psync.SyncRequest) (*psync.SyncReply, error) {
+func (ns *NodeSyncer) Sync(ctx context.Context, shard int, req *syncproto.SyncRequest) (*syncproto.SyncReply, error) {
 	c := &nodeCall{req: req, done: make(chan nodeResult, 1)}
 	kind := 0
 	if req.Reads() {
@@ -294,7 +295,7 @@ const (
 // batch for members that another request of the same batch answered, and
 // never be sent. The pserver's per-rank sequence numbers make a repeat
 // apply once.
-func (ns *NodeSyncer) roundTrip(ctx context.Context, shard int, req *psync.SyncRequest) (*psync.SyncReply, error) {
+func (ns *NodeSyncer) roundTrip(ctx context.Context, shard int, req *syncproto.SyncRequest) (*syncproto.SyncReply, error) {
 	backoff := retryBackoff
 	for {
 		actx, cancel := context.WithTimeout(ctx, ns.timeout)
@@ -323,7 +324,7 @@ func (ns *NodeSyncer) pause(ctx context.Context, d time.Duration) bool {
 	return !ns.closed
 }
 
-func requestParts(r *psync.SyncRequest) int {
+func requestParts(r *syncproto.SyncRequest) int {
 	n := 1 + len(r.Models) + len(r.Counters) + len(r.Steps)
 	for i := range r.Steps {
 		n += r.Steps[i].Peer.Parts() // each smaller than a delta
@@ -336,7 +337,7 @@ func requestParts(r *psync.SyncRequest) int {
 func (ns *NodeSyncer) sendChunk(ctx context.Context, shard int, calls []*nodeCall) {
 	for len(calls) > 0 {
 		req, err := mergeRequests(ns.node, calls)
-		var rep *psync.SyncReply
+		var rep *syncproto.SyncReply
 		if err == nil {
 			rep, err = ns.roundTrip(ctx, shard, req)
 		}
@@ -357,13 +358,13 @@ func (ns *NodeSyncer) sendChunk(ctx context.Context, shard int, calls []*nodeCal
 		}
 		// Nothing was applied: answer the stale ranks (their request had
 		// been applied before) and send the others again.
-		stale := map[psync.RankSeq]bool{}
+		stale := map[syncproto.RankSeq]bool{}
 		for _, s := range rep.Stale {
 			stale[s] = true
 		}
 		var done, rest []*nodeCall
 		for _, c := range calls {
-			k := psync.RankSeq{PID: c.req.PID, Rank: c.req.Rank, Seq: c.req.Seq, Incarnation: c.req.Incarnation}
+			k := syncproto.RankSeq{PID: c.req.PID, Rank: c.req.Rank, Seq: c.req.Seq, Incarnation: c.req.Incarnation}
 			legacy := k
 			legacy.Incarnation = 0 // a pserver that names no incarnation
 			if stale[k] || stale[legacy] {
@@ -387,13 +388,13 @@ func (ns *NodeSyncer) sendChunk(ctx context.Context, shard int, calls []*nodeCal
 // deliver answers each call with the global models of its own keys. The
 // histograms are shared by every call's reply: detectors only read them
 // (see Syncer).
-func deliver(calls []*nodeCall, rep *psync.SyncReply, applied bool) {
-	byKey := make(map[string]*psync.GlobalModel, len(rep.Models))
+func deliver(calls []*nodeCall, rep *syncproto.SyncReply, applied bool) {
+	byKey := make(map[string]*syncproto.GlobalModel, len(rep.Models))
 	for i := range rep.Models {
 		byKey[rep.Models[i].Key] = &rep.Models[i]
 	}
 	for _, c := range calls {
-		out := &psync.SyncReply{Applied: applied, LastSeq: c.req.Seq, Models: make([]psync.GlobalModel, 0, len(c.req.Models))}
+		out := &syncproto.SyncReply{Applied: applied, LastSeq: c.req.Seq, Models: make([]syncproto.GlobalModel, 0, len(c.req.Models))}
 		for i := range c.req.Models {
 			g, ok := byKey[c.req.Models[i].Key]
 			if !ok {
@@ -407,11 +408,11 @@ func deliver(calls []*nodeCall, rep *psync.SyncReply, applied bool) {
 
 // mergeRequests builds a node's request from its ranks' requests, ordered
 // by rank. The ranks' requests are not modified.
-func mergeRequests(node string, calls []*nodeCall) (*psync.SyncRequest, error) {
+func mergeRequests(node string, calls []*nodeCall) (*syncproto.SyncRequest, error) {
 	first := calls[0].req
-	out := &psync.SyncRequest{
+	out := &syncproto.SyncRequest{
 		PID: first.PID, Rank: first.Rank, Algorithm: first.Algorithm, Hostname: first.Hostname,
-		Node: node, Ranks: make([]psync.RankPart, 0, len(calls)),
+		Node: node, Ranks: make([]syncproto.RankPart, 0, len(calls)),
 	}
 	keys := map[string]int{}
 	ctrs := map[string]int{}
@@ -422,13 +423,13 @@ func mergeRequests(node string, calls []*nodeCall) (*psync.SyncRequest, error) {
 			rule := *r.TailRule
 			out.TailRule = &rule
 		}
-		out.Ranks = append(out.Ranks, psync.RankPart{PID: r.PID, Rank: r.Rank, Seq: r.Seq, Incarnation: r.Incarnation, Steps: r.Steps})
+		out.Ranks = append(out.Ranks, syncproto.RankPart{PID: r.PID, Rank: r.Rank, Seq: r.Seq, Incarnation: r.Incarnation, Steps: r.Steps})
 		for i := range r.Models {
 			d := &r.Models[i]
 			j, ok := keys[d.Key]
 			if !ok {
 				keys[d.Key] = len(out.Models)
-				nd := psync.ModelDelta{Key: d.Key, Moments: d.Moments, Histogram: d.Histogram, Anomalies: d.Anomalies}
+				nd := syncproto.ModelDelta{Key: d.Key, Moments: d.Moments, Histogram: d.Histogram, Anomalies: d.Anomalies}
 				if d.Tail != nil {
 					t := d.Tail.Clone()
 					nd.Tail = &t
@@ -440,7 +441,7 @@ func mergeRequests(node string, calls []*nodeCall) (*psync.SyncRequest, error) {
 			if r.Reads() {
 				continue
 			}
-			md.More = append(md.More, psync.ModelPart{Moments: d.Moments, Histogram: d.Histogram})
+			md.More = append(md.More, syncproto.ModelPart{Moments: d.Moments, Histogram: d.Histogram})
 			md.Anomalies += d.Anomalies
 			if d.Tail != nil {
 				if md.Tail == nil {
@@ -456,7 +457,7 @@ func mergeRequests(node string, calls []*nodeCall) (*psync.SyncRequest, error) {
 			j, ok := ctrs[cd.Name]
 			if !ok {
 				ctrs[cd.Name] = len(out.Counters)
-				out.Counters = append(out.Counters, psync.CounterDelta{Name: cd.Name, Moments: cd.Moments})
+				out.Counters = append(out.Counters, syncproto.CounterDelta{Name: cd.Name, Moments: cd.Moments})
 				continue
 			}
 			out.Counters[j].More = append(out.Counters[j].More, cd.Moments)

@@ -17,8 +17,8 @@ import (
 	"github.com/kipimo-hpc/kipimo/internal/adnode"
 	"github.com/kipimo-hpc/kipimo/internal/frame"
 	"github.com/kipimo-hpc/kipimo/internal/pserver"
-	"github.com/kipimo-hpc/kipimo/internal/psync"
 	"github.com/kipimo-hpc/kipimo/internal/stats"
+	"github.com/kipimo-hpc/kipimo/internal/syncproto"
 	"github.com/kipimo-hpc/kipimo/internal/workload"
 )
 
@@ -49,12 +49,12 @@ func newStateSyncer(shards int) *stateSyncer {
 	return s
 }
 
-func (s *stateSyncer) Sync(_ context.Context, shard int, req *psync.SyncRequest) (*psync.SyncReply, error) {
+func (s *stateSyncer) Sync(_ context.Context, shard int, req *syncproto.SyncRequest) (*syncproto.SyncReply, error) {
 	b, err := json.Marshal(req)
 	if err != nil {
 		return nil, err
 	}
-	var wire psync.SyncRequest
+	var wire syncproto.SyncRequest
 	if err := json.Unmarshal(b, &wire); err != nil {
 		return nil, err
 	}
@@ -87,7 +87,7 @@ func (s *stateSyncer) Sync(_ context.Context, shard int, req *psync.SyncRequest)
 	if err != nil {
 		return nil, err
 	}
-	var out psync.SyncReply
+	var out syncproto.SyncReply
 	return &out, json.Unmarshal(b, &out)
 }
 
@@ -246,23 +246,23 @@ func aggString(a *pserver.Aggregates) string {
 }
 
 // delta is a one-key request of rank with seq whose values are vals.
-func delta(rank uint32, seq uint64, vals ...float64) *psync.SyncRequest {
+func delta(rank uint32, seq uint64, vals ...float64) *syncproto.SyncRequest {
 	var m stats.Moments
 	for _, v := range vals {
 		m.Push(v)
 	}
-	return &psync.SyncRequest{Rank: rank, Seq: seq, Algorithm: ad.SSTD, Models: []psync.ModelDelta{{Key: "f", Moments: m}},
-		Steps: []psync.StepSummary{{Step: seq, Executions: uint64(len(vals))}}}
+	return &syncproto.SyncRequest{Rank: rank, Seq: seq, Algorithm: ad.SSTD, Models: []syncproto.ModelDelta{{Key: "f", Moments: m}},
+		Steps: []syncproto.StepSummary{{Step: seq, Executions: uint64(len(vals))}}}
 }
 
 // inc sets r's incarnation.
-func inc(r *psync.SyncRequest, incarnation uint64) *psync.SyncRequest {
+func inc(r *syncproto.SyncRequest, incarnation uint64) *syncproto.SyncRequest {
 	r.Incarnation = incarnation
 	return r
 }
 
 // syncAll calls ns.Sync for every request at once and returns the errors.
-func syncAll(ns *adnode.NodeSyncer, reqs ...*psync.SyncRequest) []error {
+func syncAll(ns *adnode.NodeSyncer, reqs ...*syncproto.SyncRequest) []error {
 	errs := make([]error, len(reqs))
 	var wg sync.WaitGroup
 	for i, r := range reqs {
@@ -288,7 +288,7 @@ func syncAll(ns *adnode.NodeSyncer, reqs ...*psync.SyncRequest) []error {
 // the linger.
 func TestNodeSyncExactlyOnce(t *testing.T) {
 	type round struct {
-		reqs     []*psync.SyncRequest
+		reqs     []*syncproto.SyncRequest
 		loseNext bool // the pserver applies the round's first request and loses its reply
 		wantErr  bool
 	}
@@ -303,15 +303,15 @@ func TestNodeSyncExactlyOnce(t *testing.T) {
 		{
 			name:    "every rank in one request",
 			members: 3,
-			rounds:  []round{{reqs: []*psync.SyncRequest{delta(0, 1, 1, 2), delta(1, 1, 3), delta(2, 1, 4, 5, 6)}}},
+			rounds:  []round{{reqs: []*syncproto.SyncRequest{delta(0, 1, 1, 2), delta(1, 1, 3), delta(2, 1, 4, 5, 6)}}},
 			want:    6, applied: 1,
 		},
 		{
 			name:    "reply lost, all resent",
 			members: 2,
 			rounds: []round{
-				{reqs: []*psync.SyncRequest{delta(0, 1, 1), delta(1, 1, 2)}, loseNext: true, wantErr: true},
-				{reqs: []*psync.SyncRequest{delta(0, 1, 1), delta(1, 1, 2)}},
+				{reqs: []*syncproto.SyncRequest{delta(0, 1, 1), delta(1, 1, 2)}, loseNext: true, wantErr: true},
+				{reqs: []*syncproto.SyncRequest{delta(0, 1, 1), delta(1, 1, 2)}},
 			},
 			want: 2, applied: 1,
 		},
@@ -319,9 +319,9 @@ func TestNodeSyncExactlyOnce(t *testing.T) {
 			name:    "reply lost, one rank resends with another's new request",
 			members: 2,
 			rounds: []round{
-				{reqs: []*psync.SyncRequest{delta(0, 1, 1)}, loseNext: true, wantErr: true},
-				{reqs: []*psync.SyncRequest{delta(0, 1, 1), delta(1, 1, 2, 3)}},
-				{reqs: []*psync.SyncRequest{delta(0, 2, 4), delta(1, 2, 5)}},
+				{reqs: []*syncproto.SyncRequest{delta(0, 1, 1)}, loseNext: true, wantErr: true},
+				{reqs: []*syncproto.SyncRequest{delta(0, 1, 1), delta(1, 1, 2, 3)}},
+				{reqs: []*syncproto.SyncRequest{delta(0, 2, 4), delta(1, 2, 5)}},
 			},
 			want: 5, applied: 3,
 		},
@@ -329,9 +329,9 @@ func TestNodeSyncExactlyOnce(t *testing.T) {
 			name:    "reply lost, one rank of an incarnation resends with another's new request",
 			members: 2,
 			rounds: []round{
-				{reqs: []*psync.SyncRequest{inc(delta(0, 1, 1), 7)}, loseNext: true, wantErr: true},
-				{reqs: []*psync.SyncRequest{inc(delta(0, 1, 1), 7), inc(delta(1, 1, 2, 3), 8)}},
-				{reqs: []*psync.SyncRequest{inc(delta(0, 2, 4), 7), inc(delta(1, 2, 5), 8)}},
+				{reqs: []*syncproto.SyncRequest{inc(delta(0, 1, 1), 7)}, loseNext: true, wantErr: true},
+				{reqs: []*syncproto.SyncRequest{inc(delta(0, 1, 1), 7), inc(delta(1, 1, 2, 3), 8)}},
+				{reqs: []*syncproto.SyncRequest{inc(delta(0, 2, 4), 7), inc(delta(1, 2, 5), 8)}},
 			},
 			want: 5, applied: 3,
 		},
@@ -339,9 +339,9 @@ func TestNodeSyncExactlyOnce(t *testing.T) {
 			name:    "the same from a pserver without incarnations",
 			members: 2,
 			rounds: []round{
-				{reqs: []*psync.SyncRequest{inc(delta(0, 1, 1), 7)}, loseNext: true, wantErr: true},
-				{reqs: []*psync.SyncRequest{inc(delta(0, 1, 1), 7), inc(delta(1, 1, 2, 3), 8)}},
-				{reqs: []*psync.SyncRequest{inc(delta(0, 2, 4), 7), inc(delta(1, 2, 5), 8)}},
+				{reqs: []*syncproto.SyncRequest{inc(delta(0, 1, 1), 7)}, loseNext: true, wantErr: true},
+				{reqs: []*syncproto.SyncRequest{inc(delta(0, 1, 1), 7), inc(delta(1, 1, 2, 3), 8)}},
+				{reqs: []*syncproto.SyncRequest{inc(delta(0, 2, 4), 7), inc(delta(1, 2, 5), 8)}},
 			},
 			want: 5, applied: 3, legacy: true,
 		},
@@ -349,15 +349,15 @@ func TestNodeSyncExactlyOnce(t *testing.T) {
 			name:    "a restarted rank (new incarnation) with another rank",
 			members: 2,
 			rounds: []round{
-				{reqs: []*psync.SyncRequest{inc(delta(0, 1, 1), 7), inc(delta(1, 1, 2), 8)}},
-				{reqs: []*psync.SyncRequest{inc(delta(0, 2, 3), 7), inc(delta(1, 1, 4), 9)}},
+				{reqs: []*syncproto.SyncRequest{inc(delta(0, 1, 1), 7), inc(delta(1, 1, 2), 8)}},
+				{reqs: []*syncproto.SyncRequest{inc(delta(0, 2, 3), 7), inc(delta(1, 1, 4), 9)}},
 			},
 			want: 4, applied: 2,
 		},
 		{
 			name:    "a member with nothing to send does not hold the batch",
 			members: 4,
-			rounds:  []round{{reqs: []*psync.SyncRequest{delta(0, 1, 1), delta(2, 1, 2)}}},
+			rounds:  []round{{reqs: []*syncproto.SyncRequest{delta(0, 1, 1), delta(2, 1, 2)}}},
 			want:    2, applied: 1,
 		},
 	}

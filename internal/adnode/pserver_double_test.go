@@ -10,8 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/kipimo-hpc/kipimo/internal/psync"
 	"github.com/kipimo-hpc/kipimo/internal/stats"
+	"github.com/kipimo-hpc/kipimo/internal/syncproto"
 )
 
 // fakePServer is a test double of one pserver shard set: it merges deltas
@@ -19,21 +19,21 @@ import (
 // models of the keys a request carried. down makes it refuse every request.
 type fakePServer struct {
 	mu       sync.Mutex
-	models   map[string]*psync.GlobalModel
+	models   map[string]*syncproto.GlobalModel
 	lastSeq  map[[3]uint64]uint64
-	steps    map[[2]uint64]psync.StepSummary
+	steps    map[[2]uint64]syncproto.StepSummary
 	requests int
 	dups     int
 	down     atomic.Bool
 }
 
 func newFakePServer() *fakePServer {
-	return &fakePServer{models: map[string]*psync.GlobalModel{}, lastSeq: map[[3]uint64]uint64{}, steps: map[[2]uint64]psync.StepSummary{}}
+	return &fakePServer{models: map[string]*syncproto.GlobalModel{}, lastSeq: map[[3]uint64]uint64{}, steps: map[[2]uint64]syncproto.StepSummary{}}
 }
 
 var errDown = errors.New("pserver double is down")
 
-func (p *fakePServer) Sync(ctx context.Context, shard int, req *psync.SyncRequest) (*psync.SyncReply, error) {
+func (p *fakePServer) Sync(ctx context.Context, shard int, req *syncproto.SyncRequest) (*syncproto.SyncReply, error) {
 	if p.down.Load() {
 		<-ctx.Done()
 		return nil, errDown
@@ -41,7 +41,7 @@ func (p *fakePServer) Sync(ctx context.Context, shard int, req *psync.SyncReques
 	return p.handle(shard, req), nil
 }
 
-func (p *fakePServer) handle(shard int, req *psync.SyncRequest) *psync.SyncReply {
+func (p *fakePServer) handle(shard int, req *syncproto.SyncRequest) *syncproto.SyncReply {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.requests++
@@ -49,16 +49,16 @@ func (p *fakePServer) handle(shard int, req *psync.SyncRequest) *psync.SyncReply
 	// applied before.
 	parts := req.Ranks
 	if len(parts) == 0 {
-		parts = []psync.RankPart{{PID: req.PID, Rank: req.Rank, Seq: req.Seq, Steps: req.Steps}}
+		parts = []syncproto.RankPart{{PID: req.PID, Rank: req.Rank, Seq: req.Seq, Steps: req.Steps}}
 	}
-	rep := &psync.SyncReply{}
+	rep := &syncproto.SyncReply{}
 	fresh := req.Seq > 0 || len(req.Ranks) > 0
 	for _, rp := range parts {
 		id := [3]uint64{uint64(rp.PID), uint64(rp.Rank), uint64(shard)}
 		if rp.Seq <= p.lastSeq[id] {
 			fresh = false
 			if len(req.Ranks) > 0 && rp.Seq > 0 {
-				rep.Stale = append(rep.Stale, psync.RankSeq{PID: rp.PID, Rank: rp.Rank, Seq: rp.Seq})
+				rep.Stale = append(rep.Stale, syncproto.RankSeq{PID: rp.PID, Rank: rp.Rank, Seq: rp.Seq})
 			}
 		}
 	}
@@ -66,7 +66,7 @@ func (p *fakePServer) handle(shard int, req *psync.SyncRequest) *psync.SyncReply
 		for _, d := range req.Models {
 			g := p.models[d.Key]
 			if g == nil {
-				g = &psync.GlobalModel{Key: d.Key}
+				g = &syncproto.GlobalModel{Key: d.Key}
 				p.models[d.Key] = g
 			}
 			if d.Tail != nil {
@@ -78,7 +78,7 @@ func (p *fakePServer) handle(shard int, req *psync.SyncRequest) *psync.SyncReply
 					return rep
 				}
 			}
-			more := append([]psync.ModelPart{{Moments: d.Moments, Histogram: d.Histogram}}, d.More...)
+			more := append([]syncproto.ModelPart{{Moments: d.Moments, Histogram: d.Histogram}}, d.More...)
 			for _, m := range more {
 				g.Moments.Merge(m.Moments)
 				if m.Histogram != nil {

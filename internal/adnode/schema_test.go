@@ -12,7 +12,7 @@ import (
 
 	"github.com/kipimo-hpc/kipimo/internal/ad"
 	"github.com/kipimo-hpc/kipimo/internal/frame"
-	"github.com/kipimo-hpc/kipimo/internal/psync"
+	"github.com/kipimo-hpc/kipimo/internal/syncproto"
 	"github.com/kipimo-hpc/kipimo/internal/workload"
 )
 
@@ -58,11 +58,11 @@ func validate(t *testing.T, sch *jsonschema.Schema, v any) {
 type recordingSyncer struct {
 	ps   *fakePServer
 	mu   sync.Mutex
-	reqs []psync.SyncRequest
-	reps []psync.SyncReply
+	reqs []syncproto.SyncRequest
+	reps []syncproto.SyncReply
 }
 
-func (r *recordingSyncer) Sync(ctx context.Context, shard int, req *psync.SyncRequest) (*psync.SyncReply, error) {
+func (r *recordingSyncer) Sync(ctx context.Context, shard int, req *syncproto.SyncRequest) (*syncproto.SyncReply, error) {
 	rep, err := r.ps.Sync(ctx, shard, req)
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -122,8 +122,8 @@ func TestSyncMessagesMatchSchema(t *testing.T) {
 	}
 	validate(t, syncSchema(t, "#/$defs/ControlMessage"), ControlMessage{Kind: ControlEndOfRun})
 	r := uint32(3)
-	validate(t, syncSchema(t, "#/$defs/CallstackRequest"), psync.CallstackRequest{Rank: &r})
-	validate(t, syncSchema(t, ""), psync.CallstackRequest{})
+	validate(t, syncSchema(t, "#/$defs/CallstackRequest"), syncproto.CallstackRequest{Rank: &r})
+	validate(t, syncSchema(t, ""), syncproto.CallstackRequest{})
 }
 
 func TestNodeSyncMessagesMatchSchema(t *testing.T) {
@@ -163,5 +163,5 @@ func TestNodeSyncMessagesMatchSchema(t *testing.T) {
 		t.Fatalf("merged request has %d ranks and models %d, the first with %d further parts", len(req.Ranks), len(req.Models), len(req.Models[0].More))
 	}
 	validate(t, syncSchema(t, "#/$defs/SyncRequest"), req)
-	validate(t, syncSchema(t, "#/$defs/SyncReply"), psync.SyncReply{Stale: []psync.RankSeq{{PID: 1, Rank: 2, Seq: 3}}})
+	validate(t, syncSchema(t, "#/$defs/SyncReply"), syncproto.SyncReply{Stale: []syncproto.RankSeq{{PID: 1, Rank: 2, Seq: 3}}})
 }

@@ -20,7 +20,7 @@ import (
 
 	"github.com/kipimo-hpc/kipimo/internal/frame"
 	"github.com/kipimo-hpc/kipimo/internal/natsx"
-	"github.com/kipimo-hpc/kipimo/internal/psync"
+	"github.com/kipimo-hpc/kipimo/internal/syncproto"
 )
 
 // EndOfStreamHeader, set (to any value) on a message of a rank's frame
@@ -570,7 +570,7 @@ func ready(ctx context.Context, cfg ServeConfig) error {
 func subscribeAllCallstacks(cfg ServeConfig, list func() []*ad.Detector) (*nats.Subscription, error) {
 	subject := natsx.Subjects{Run: cfg.Run}.AllCallstacks()
 	sub, err := cfg.Conn.Subscribe(subject, func(m *nats.Msg) {
-		var req psync.CallstackRequest
+		var req syncproto.CallstackRequest
 		if len(m.Data) > 0 && json.Unmarshal(m.Data, &req) != nil {
 			return
 		}

@@ -15,7 +15,7 @@ import (
 	"github.com/kipimo-hpc/kipimo/internal/ad"
 	"github.com/kipimo-hpc/kipimo/internal/frame"
 	"github.com/kipimo-hpc/kipimo/internal/natsx"
-	"github.com/kipimo-hpc/kipimo/internal/psync"
+	"github.com/kipimo-hpc/kipimo/internal/syncproto"
 	"github.com/kipimo-hpc/kipimo/internal/workload"
 )
 
@@ -49,9 +49,9 @@ func (n *natsDouble) start(t testing.TB) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	sub, err := n.nc.Subscribe(n.subj.Sync(0), func(m *nats.Msg) {
-		var req psync.SyncRequest
+		var req syncproto.SyncRequest
 		if err := json.Unmarshal(m.Data, &req); err != nil {
-			b, _ := json.Marshal(psync.SyncReply{Error: err.Error()})
+			b, _ := json.Marshal(syncproto.SyncReply{Error: err.Error()})
 			_ = m.Respond(b)
 			return
 		}
@@ -272,7 +272,7 @@ func checkProbes(t *testing.T, nc *nats.Conn, subj natsx.Subjects, nranks int) {
 	if err != nil {
 		t.Fatalf("call-stack probe of rank 3: %v", err)
 	}
-	var rep psync.CallstackReply
+	var rep syncproto.CallstackReply
 	if err := json.Unmarshal(m.Data, &rep); err != nil {
 		t.Fatal(err)
 	}
@@ -294,7 +294,7 @@ func checkProbes(t *testing.T, nc *nats.Conn, subj natsx.Subjects, nranks int) {
 		if err != nil {
 			t.Fatalf("scatter-gather probe: %d of %d answered: %v", len(seen), nranks, err)
 		}
-		var r psync.CallstackReply
+		var r syncproto.CallstackReply
 		if err := json.Unmarshal(m.Data, &r); err != nil {
 			t.Fatal(err)
 		}

@@ -7,7 +7,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/kipimo-hpc/kipimo/internal/natsx"
-	"github.com/kipimo-hpc/kipimo/internal/psync"
+	"github.com/kipimo-hpc/kipimo/internal/syncproto"
 )
 
 // NATSSyncer is a Syncer over NATS request/reply on Subjects.Sync(shard),
@@ -18,8 +18,8 @@ type NATSSyncer struct {
 }
 
 // Sync implements Syncer.
-func (s *NATSSyncer) Sync(ctx context.Context, shard int, req *psync.SyncRequest) (*psync.SyncReply, error) {
-	data, err := psync.MarshalRequest(req)
+func (s *NATSSyncer) Sync(ctx context.Context, shard int, req *syncproto.SyncRequest) (*syncproto.SyncReply, error) {
+	data, err := syncproto.MarshalRequest(req)
 	if err != nil {
 		return nil, fmt.Errorf("encode sync request: %w", err)
 	}
@@ -28,7 +28,7 @@ func (s *NATSSyncer) Sync(ctx context.Context, shard int, req *psync.SyncRequest
 	if err != nil {
 		return nil, fmt.Errorf("sync request on %s: %w", subj, err)
 	}
-	rep, err := psync.UnmarshalReply(msg.Data)
+	rep, err := syncproto.UnmarshalReply(msg.Data)
 	if err != nil {
 		return nil, fmt.Errorf("decode sync reply from %s: %w", subj, err)
 	}

@@ -29,9 +29,9 @@ import (
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
 	"github.com/kipimo-hpc/kipimo/internal/provenance/sqlitestore"
 	"github.com/kipimo-hpc/kipimo/internal/pserver"
-	"github.com/kipimo-hpc/kipimo/internal/psync"
 	"github.com/kipimo-hpc/kipimo/internal/run"
 	"github.com/kipimo-hpc/kipimo/internal/stats"
+	"github.com/kipimo-hpc/kipimo/internal/syncproto"
 	"github.com/kipimo-hpc/kipimo/internal/workload"
 )
 
@@ -421,16 +421,16 @@ func benchSync(ctx context.Context, dir string, n, funcs int) (p50, p99, mergesP
 	// pserver's, not the load generator's.
 	reqs := make([][]byte, n)
 	for d := range n {
-		req := psync.SyncRequest{Rank: uint32(d), Seq: 1, Step: 0, Algorithm: ad.SSTD}
+		req := syncproto.SyncRequest{Rank: uint32(d), Seq: 1, Step: 0, Algorithm: ad.SSTD}
 		for f := range funcs {
 			var m stats.Moments
 			for k := range 8 {
 				m.Push(float64(100 + f + (d*7+k*13)%50))
 			}
-			req.Models = append(req.Models, psync.ModelDelta{Key: fmt.Sprintf("func_%d", f), Moments: m})
+			req.Models = append(req.Models, syncproto.ModelDelta{Key: fmt.Sprintf("func_%d", f), Moments: m})
 		}
-		req.Steps = []psync.StepSummary{{Step: 0, Executions: uint64(8 * funcs)}}
-		if reqs[d], err = psync.MarshalRequest(&req); err != nil {
+		req.Steps = []syncproto.StepSummary{{Step: 0, Executions: uint64(8 * funcs)}}
+		if reqs[d], err = syncproto.MarshalRequest(&req); err != nil {
 			return 0, 0, 0, err
 		}
 	}

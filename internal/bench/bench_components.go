@@ -21,8 +21,8 @@ import (
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
 	"github.com/kipimo-hpc/kipimo/internal/provenance/provstream"
 	"github.com/kipimo-hpc/kipimo/internal/provenance/sqlitestore"
-	"github.com/kipimo-hpc/kipimo/internal/psync"
 	"github.com/kipimo-hpc/kipimo/internal/run"
+	"github.com/kipimo-hpc/kipimo/internal/syncproto"
 	"github.com/kipimo-hpc/kipimo/internal/workload"
 )
 
@@ -240,7 +240,7 @@ func (pc *probeCounts) Taken(ctx context.Context, rank uint32) uint64 {
 	defer pc.mu.Unlock()
 	msg, err := pc.nc.RequestWithContext(rctx, pc.subj.Callstack(pc.pid, rank), nil)
 	if err == nil {
-		var rep psync.CallstackReply
+		var rep syncproto.CallstackReply
 		// Before its first frame a detector's snapshot has no threads.
 		if json.Unmarshal(msg.Data, &rep) == nil && len(rep.Threads) > 0 {
 			pc.last[rank] = max(pc.last[rank], rep.IOStep+1)

@@ -15,7 +15,7 @@ import (
 
 	"github.com/kipimo-hpc/kipimo/internal/adnode"
 	"github.com/kipimo-hpc/kipimo/internal/natsx"
-	"github.com/kipimo-hpc/kipimo/internal/provenance/service"
+	"github.com/kipimo-hpc/kipimo/internal/provenance/provdb"
 	"github.com/kipimo-hpc/kipimo/internal/pserver"
 )
 
@@ -84,7 +84,7 @@ func Component(ctx context.Context, name string, args []string, opt ComponentOpt
 	case ComponentPServer:
 		err = pserver.Main(ctx, args, stderr)
 	case ComponentProvDB:
-		err = service.Main(ctx, args, stderr)
+		err = provdb.Main(ctx, args, stderr)
 	case ComponentNATS:
 		err = serveNATS(ctx, args, stdout, stderr)
 	default:

@@ -30,8 +30,8 @@ import (
 	"github.com/kipimo-hpc/kipimo/internal/frame"
 	"github.com/kipimo-hpc/kipimo/internal/natsx"
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
+	"github.com/kipimo-hpc/kipimo/internal/provenance/provdb"
 	"github.com/kipimo-hpc/kipimo/internal/provenance/provstream"
-	"github.com/kipimo-hpc/kipimo/internal/provenance/service"
 	"github.com/kipimo-hpc/kipimo/internal/pserver"
 	"github.com/kipimo-hpc/kipimo/internal/replay"
 	"github.com/kipimo-hpc/kipimo/internal/replay/publish"
@@ -352,7 +352,7 @@ type simulation struct {
 	pss      []*pserver.Server
 	psConns  []*nats.Conn
 	store    provenance.Store
-	provs    []*service.Service
+	provs    []*provdb.Service
 	provConn []*nats.Conn
 	nodes    []*simNode
 	pub      *nats.Conn
@@ -552,7 +552,7 @@ func (s *simulation) startPServers(ctx context.Context) error {
 
 func (s *simulation) startProvDBs(ctx context.Context) error {
 	h0 := liveHeapMiB()
-	store, err := service.OpenStore(ctx, filepath.Join(s.cfg.Out, "provenance.db"), false)
+	store, err := provdb.OpenStore(ctx, filepath.Join(s.cfg.Out, "provenance.db"), false)
 	if err != nil {
 		return fmt.Errorf("simulate: provenance store: %w", err)
 	}
@@ -567,9 +567,9 @@ func (s *simulation) startProvDBs(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("simulate: provdb %d: JetStream: %w", i, err)
 		}
-		c := service.DefaultConfig()
+		c := provdb.DefaultConfig()
 		c.Run = simRun
-		p := service.New(c, store, js, zerolog.Nop())
+		p := provdb.New(c, store, js, zerolog.Nop())
 		if err := p.Start(ctx); err != nil {
 			return fmt.Errorf("simulate: start provdb %d: %w", i, err)
 		}
@@ -1248,7 +1248,7 @@ var componentPackages = []struct{ prefix, comp string }{
 	{"github.com/kipimo-hpc/kipimo/internal/ad.", simAD},
 	{"github.com/kipimo-hpc/kipimo/internal/adnode.", simAD},
 	{"github.com/kipimo-hpc/kipimo/internal/pserver.", simPServer},
-	{"github.com/kipimo-hpc/kipimo/internal/provenance/service.", simProvDB},
+	{"github.com/kipimo-hpc/kipimo/internal/provenance/provdb.", simProvDB},
 	{"github.com/kipimo-hpc/kipimo/internal/provenance/sqlitestore.", simProvDB},
 	{"modernc.org/sqlite", simProvDB},
 	{"github.com/nats-io/nats-server/", simNATS},

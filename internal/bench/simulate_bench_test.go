@@ -15,8 +15,8 @@ import (
 
 	"github.com/kipimo-hpc/kipimo/internal/natsx"
 	"github.com/kipimo-hpc/kipimo/internal/pserver"
-	"github.com/kipimo-hpc/kipimo/internal/psync"
 	"github.com/kipimo-hpc/kipimo/internal/stats"
+	"github.com/kipimo-hpc/kipimo/internal/syncproto"
 )
 
 // BenchmarkNodeSync measures one pserver shard (write-ahead log on) taking
@@ -66,15 +66,15 @@ func BenchmarkNodeSync(b *testing.B) {
 		}
 	}
 	request := func(node, step int) []byte {
-		q := psync.SyncRequest{PID: 0, Rank: uint32(node * perNode), Step: uint64(step), Algorithm: "sstd", Node: fmt.Sprintf("node-%d", node)}
+		q := syncproto.SyncRequest{PID: 0, Rank: uint32(node * perNode), Step: uint64(step), Algorithm: "sstd", Node: fmt.Sprintf("node-%d", node)}
 		for r := range perNode {
-			q.Ranks = append(q.Ranks, psync.RankPart{Rank: uint32(node*perNode + r), Seq: uint64(step + 1)})
+			q.Ranks = append(q.Ranks, syncproto.RankPart{Rank: uint32(node*perNode + r), Seq: uint64(step + 1)})
 		}
 		for k := range keys {
 			base := (node*perNode)*keys + k
-			d := psync.ModelDelta{Key: fmt.Sprintf("solver::kernel_%03d", k), Moments: deltas[base]}
+			d := syncproto.ModelDelta{Key: fmt.Sprintf("solver::kernel_%03d", k), Moments: deltas[base]}
 			for r := 1; r < perNode; r++ {
-				d.More = append(d.More, psync.ModelPart{Moments: deltas[base+r*keys]})
+				d.More = append(d.More, syncproto.ModelPart{Moments: deltas[base+r*keys]})
 			}
 			q.Models = append(q.Models, d)
 		}

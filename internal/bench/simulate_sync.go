@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/kipimo-hpc/kipimo/internal/ad"
-	"github.com/kipimo-hpc/kipimo/internal/psync"
+	"github.com/kipimo-hpc/kipimo/internal/syncproto"
 )
 
 // syncMeter is the Syncer of a simulated node: it passes every request to
@@ -33,7 +33,7 @@ type syncKind struct {
 }
 
 // Sync implements ad.Syncer.
-func (s *syncMeter) Sync(ctx context.Context, shard int, req *psync.SyncRequest) (*psync.SyncReply, error) {
+func (s *syncMeter) Sync(ctx context.Context, shard int, req *syncproto.SyncRequest) (*syncproto.SyncReply, error) {
 	t0 := time.Now()
 	rep, err := s.next.Sync(ctx, shard, req)
 	rtt := time.Since(t0)
@@ -47,8 +47,8 @@ func (s *syncMeter) Sync(ctx context.Context, shard int, req *psync.SyncRequest)
 			kind = "node read"
 		}
 	}
-	qb, _ := psync.MarshalRequest(req)
-	pb, _ := psync.MarshalReply(rep)
+	qb, _ := syncproto.MarshalRequest(req)
+	pb, _ := syncproto.MarshalReply(rep)
 	parts := uint64(max(1, len(req.Ranks)))
 	var keys uint64
 	for i := range req.Models {

@@ -16,7 +16,7 @@ import (
 
 	"github.com/kipimo-hpc/kipimo/internal/daemon"
 	"github.com/kipimo-hpc/kipimo/internal/natsx"
-	"github.com/kipimo-hpc/kipimo/internal/psync"
+	"github.com/kipimo-hpc/kipimo/internal/syncproto"
 )
 
 type callstackOpts struct {
@@ -131,9 +131,9 @@ func runCallstack(ctx context.Context, w io.Writer, o callstackOpts) error {
 
 // gatherCallstacks sends one probe and collects the answers, ordered by
 // (pid, rank).
-func gatherCallstacks(ctx context.Context, nc *nats.Conn, o callstackOpts) ([]psync.CallstackReply, error) {
+func gatherCallstacks(ctx context.Context, nc *nats.Conn, o callstackOpts) ([]syncproto.CallstackReply, error) {
 	subj := natsx.Subjects{Run: o.run}
-	var req psync.CallstackRequest
+	var req syncproto.CallstackRequest
 	subject := subj.AllCallstacks()
 	if o.rank >= 0 {
 		r := uint32(o.rank)
@@ -155,7 +155,7 @@ func gatherCallstacks(ctx context.Context, nc *nats.Conn, o callstackOpts) ([]ps
 	}
 	deadline := time.Now().Add(o.timeout)
 	seen := map[[2]uint32]int{}
-	var out []psync.CallstackReply
+	var out []syncproto.CallstackReply
 	var bad int
 	for {
 		wait := time.Until(deadline)
@@ -183,7 +183,7 @@ func gatherCallstacks(ctx context.Context, nc *nats.Conn, o callstackOpts) ([]ps
 			}
 			continue
 		}
-		var rep psync.CallstackReply
+		var rep syncproto.CallstackReply
 		if err := json.Unmarshal(m.Data, &rep); err != nil {
 			bad++
 			continue
@@ -211,7 +211,7 @@ func gatherCallstacks(ctx context.Context, nc *nats.Conn, o callstackOpts) ([]ps
 	return out, nil
 }
 
-func printCallstacks(w io.Writer, o callstackOpts, replies []psync.CallstackReply, took time.Duration) error {
+func printCallstacks(w io.Writer, o callstackOpts, replies []syncproto.CallstackReply, took time.Duration) error {
 	if o.json {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
@@ -225,7 +225,7 @@ func printCallstacks(w io.Writer, o callstackOpts, replies []psync.CallstackRepl
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	for _, r := range replies {
 		fmt.Fprintf(tw, "rank %d (pid %d, io_step %d)\n", r.Rank, r.PID, r.IOStep)
-		ths := append([]psync.ThreadStack(nil), r.Threads...)
+		ths := append([]syncproto.ThreadStack(nil), r.Threads...)
 		sort.Slice(ths, func(i, j int) bool { return ths[i].TID < ths[j].TID })
 		for _, t := range ths {
 			kind := ""

@@ -11,7 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/kipimo-hpc/kipimo/internal/natsx"
-	"github.com/kipimo-hpc/kipimo/internal/psync"
+	"github.com/kipimo-hpc/kipimo/internal/syncproto"
 )
 
 // fakeDetectors answers call-stack probes for ranks 0..n-1 of run, on the
@@ -25,15 +25,15 @@ func fakeDetectors(t *testing.T, url, run string, n int) {
 	t.Cleanup(nc.Close)
 	subj := natsx.Subjects{Run: run}
 	for r := range uint32(n) {
-		rep := psync.CallstackReply{PID: 0, Rank: r, IOStep: 40 + uint64(r), Threads: []psync.ThreadStack{
-			{TID: 0, Frames: []psync.OpenFrame{
+		rep := syncproto.CallstackReply{PID: 0, Rank: r, IOStep: 40 + uint64(r), Threads: []syncproto.ThreadStack{
+			{TID: 0, Frames: []syncproto.OpenFrame{
 				{FID: 1, Func: "main", Entry: 100, EventID: "x:0:1"},
 				{FID: 7, Func: "MPI_Allreduce", Entry: 900 + uint64(r), EventID: "x:40:9"},
 			}},
 			{TID: 3, GPU: true},
 		}}
 		answer := func(m *nats.Msg) {
-			var req psync.CallstackRequest
+			var req syncproto.CallstackRequest
 			if err := json.Unmarshal(m.Data, &req); err != nil || (req.Rank != nil && *req.Rank != rep.Rank) {
 				return
 			}
@@ -78,7 +78,7 @@ func TestCallstackGathersEveryRank(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var reps []psync.CallstackReply
+		var reps []syncproto.CallstackReply
 		if err := json.Unmarshal([]byte(out), &reps); err != nil {
 			t.Fatalf("--json output does not parse: %v\n%s", err, out)
 		}
@@ -91,7 +91,7 @@ func TestCallstackGathersEveryRank(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var reps []psync.CallstackReply
+		var reps []syncproto.CallstackReply
 		if err := json.Unmarshal([]byte(out), &reps); err != nil || len(reps) != 1 || reps[0].Rank != 1 {
 			t.Errorf("--rank 1 gave %s (%v)", out, err)
 		}

@@ -15,7 +15,7 @@ import (
 	"testing"
 
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
-	"github.com/kipimo-hpc/kipimo/internal/provenance/service"
+	"github.com/kipimo-hpc/kipimo/internal/provenance/provdb"
 	"github.com/kipimo-hpc/kipimo/internal/provenance/sqlitestore"
 )
 
@@ -126,7 +126,7 @@ func TestExportPerfettoChooses(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ro.Close()
-	srv := httptest.NewServer(service.NewHTTPHandler(ro, ""))
+	srv := httptest.NewServer(provdb.NewHTTPHandler(ro, ""))
 	defer srv.Close()
 	cases := []struct {
 		name  string

@@ -23,7 +23,7 @@ import (
 
 	"github.com/kipimo-hpc/kipimo/internal/daemon"
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
-	"github.com/kipimo-hpc/kipimo/internal/provenance/service"
+	"github.com/kipimo-hpc/kipimo/internal/provenance/provdb"
 )
 
 // queryBackend is what kipimo query reads: a store opened directly, or
@@ -175,7 +175,7 @@ func (o *queryOpts) open(ctx context.Context) (queryBackend, error) {
 	if o.url != "" {
 		return newHTTPBackend(o.url, o.tokenFile)
 	}
-	s, err := service.OpenStore(ctx, o.store, true)
+	s, err := provdb.OpenStore(ctx, o.store, true)
 	if err != nil {
 		return nil, err
 	}

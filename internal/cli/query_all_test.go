@@ -16,7 +16,7 @@ import (
 	"testing"
 
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
-	"github.com/kipimo-hpc/kipimo/internal/provenance/service"
+	"github.com/kipimo-hpc/kipimo/internal/provenance/provdb"
 	"github.com/kipimo-hpc/kipimo/internal/provenance/sqlitestore"
 	"github.com/kipimo-hpc/kipimo/internal/provenance/storetest"
 )
@@ -156,7 +156,7 @@ func TestQueryListAll(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	srv := httptest.NewServer(service.NewHTTPHandler(st, "tok"))
+	srv := httptest.NewServer(provdb.NewHTTPHandler(st, "tok"))
 	defer srv.Close()
 	tokenFile := filepath.Join(t.TempDir(), "token")
 	if err := os.WriteFile(tokenFile, []byte("tok\n"), 0o600); err != nil {

@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
-	"github.com/kipimo-hpc/kipimo/internal/provenance/service"
+	"github.com/kipimo-hpc/kipimo/internal/provenance/provdb"
 	"github.com/kipimo-hpc/kipimo/internal/provenance/sqlitestore"
 	"github.com/kipimo-hpc/kipimo/internal/provenance/storetest"
 )
@@ -68,7 +68,7 @@ func TestQueryCountsAgreeOnLabels(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	srv := httptest.NewServer(service.NewHTTPHandler(st, ""))
+	srv := httptest.NewServer(provdb.NewHTTPHandler(st, ""))
 	defer srv.Close()
 	sum := func(ms ...map[string]int) map[string]int {
 		out := map[string]int{}

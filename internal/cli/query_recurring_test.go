@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
-	"github.com/kipimo-hpc/kipimo/internal/provenance/service"
+	"github.com/kipimo-hpc/kipimo/internal/provenance/provdb"
 	"github.com/kipimo-hpc/kipimo/internal/provenance/sqlitestore"
 )
 
@@ -33,7 +33,7 @@ func TestQueryRecurring(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	srv := httptest.NewServer(service.NewHTTPHandler(st, ""))
+	srv := httptest.NewServer(provdb.NewHTTPHandler(st, ""))
 	defer srv.Close()
 	for _, src := range [][]string{{"--store", path}, {"--url", srv.URL}} {
 		t.Run(src[0], func(t *testing.T) {

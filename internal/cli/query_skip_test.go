@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
-	"github.com/kipimo-hpc/kipimo/internal/provenance/service"
+	"github.com/kipimo-hpc/kipimo/internal/provenance/provdb"
 	"github.com/kipimo-hpc/kipimo/internal/provenance/storetest"
 )
 
@@ -38,7 +38,7 @@ func TestQueryListSkipsBadDocuments(t *testing.T) {
 		e.RuntimeTotal, e.RuntimeExclusive, e.OutlierScore, e.IsGPUEvent, []byte(`{not json}`)); err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(service.NewHTTPHandler(s, ""))
+	srv := httptest.NewServer(provdb.NewHTTPHandler(s, ""))
 	defer srv.Close()
 	for name, from := range map[string][]string{"store": {"--store", path}, "provdb": {"--url", srv.URL}} {
 		t.Run(name, func(t *testing.T) {

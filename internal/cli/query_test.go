@@ -14,7 +14,7 @@ import (
 	"testing"
 
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
-	"github.com/kipimo-hpc/kipimo/internal/provenance/service"
+	"github.com/kipimo-hpc/kipimo/internal/provenance/provdb"
 	"github.com/kipimo-hpc/kipimo/internal/provenance/sqlitestore"
 	"github.com/kipimo-hpc/kipimo/internal/provenance/storetest"
 )
@@ -61,7 +61,7 @@ func TestQueryGolden(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	srv := httptest.NewServer(service.NewHTTPHandler(st, "tok"))
+	srv := httptest.NewServer(provdb.NewHTTPHandler(st, "tok"))
 	defer srv.Close()
 	tokenFile := filepath.Join(t.TempDir(), "token")
 	if err := os.WriteFile(tokenFile, []byte("tok\n"), 0o600); err != nil {
@@ -168,7 +168,7 @@ func TestQueryListPaged(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	srv := httptest.NewServer(service.NewHTTPHandler(st, "", service.WithListPage(7)))
+	srv := httptest.NewServer(provdb.NewHTTPHandler(st, "", provdb.WithListPage(7)))
 	defer srv.Close()
 	cases := []struct {
 		name  string
@@ -254,7 +254,7 @@ func TestQueryListFinalLabels(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	srv := httptest.NewServer(service.NewHTTPHandler(st, ""))
+	srv := httptest.NewServer(provdb.NewHTTPHandler(st, ""))
 	defer srv.Close()
 	want := map[string][]string{ // event ids by label
 		provenance.FinalAnomalyLabel: {es[0].EventID, es[2].EventID},

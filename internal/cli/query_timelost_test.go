@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
-	"github.com/kipimo-hpc/kipimo/internal/provenance/service"
+	"github.com/kipimo-hpc/kipimo/internal/provenance/provdb"
 	"github.com/kipimo-hpc/kipimo/internal/provenance/sqlitestore"
 	"github.com/kipimo-hpc/kipimo/internal/provenance/storetest"
 )
@@ -43,7 +43,7 @@ func TestQueryListTimeLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	srv := httptest.NewServer(service.NewHTTPHandler(st, ""))
+	srv := httptest.NewServer(provdb.NewHTTPHandler(st, ""))
 	defer srv.Close()
 	ids := func(idx ...int) []string {
 		var out []string

@@ -20,7 +20,7 @@ import (
 
 	"github.com/kipimo-hpc/kipimo/internal/daemon"
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
-	"github.com/kipimo-hpc/kipimo/internal/provenance/service"
+	"github.com/kipimo-hpc/kipimo/internal/provenance/provdb"
 	"github.com/kipimo-hpc/kipimo/internal/pserver"
 	"github.com/kipimo-hpc/kipimo/internal/run"
 )
@@ -73,7 +73,7 @@ func (o *serveOpts) serve(cmd *cobra.Command) error {
 		return err
 	}
 	mongo := strings.HasPrefix(o.store, "mongodb://") || strings.HasPrefix(o.store, "mongodb+srv://")
-	st, err := service.OpenStore(ctx, o.store, true)
+	st, err := provdb.OpenStore(ctx, o.store, true)
 	if err != nil {
 		return err
 	}

@@ -3,7 +3,7 @@
 //
 // Each rank reports, per io_step, the exclusive time of its costliest
 // functions, the time of its MPI point-to-point waits by partner and its
-// time in each collective (psync.PeerStep). An Analyzer takes one step's
+// time in each collective (syncproto.PeerStep). An Analyzer takes one step's
 // reports from every rank and decides:
 //
 //   - Outlier ranks: per work function, a rank whose time per call exceeds
@@ -42,7 +42,7 @@ import (
 	"math"
 	"slices"
 
-	"github.com/kipimo-hpc/kipimo/internal/psync"
+	"github.com/kipimo-hpc/kipimo/internal/syncproto"
 )
 
 // Config sets the bounds of the peer comparison.
@@ -97,7 +97,7 @@ func (c Config) withDefaults() Config {
 // RankStep is one rank's report of one io_step.
 type RankStep struct {
 	Rank uint32
-	Peer psync.PeerStep
+	Peer syncproto.PeerStep
 }
 
 // Outlier is a rank whose time in a function stood out from its peers'.
@@ -196,7 +196,7 @@ type rankView struct {
 	coll    map[string]float64
 	p2p     float64 // time in point-to-point waits
 	p2pFunc string  // its costliest point-to-point wait function
-	waits   []psync.PeerWait
+	waits   []syncproto.PeerWait
 	// found by the analysis
 	own       float64 // excess work
 	ownFunc   string  // costliest excess work function
@@ -235,7 +235,7 @@ func (a *Analyzer) view(step uint64, reports []RankStep) *stepView {
 			continue
 		}
 		r := rankView{rank: rs[i].Rank, work: map[string]float64{}, calls: map[string]float64{}, maxUs: map[string]float64{}, coll: map[string]float64{}, waits: slices.Clone(rs[i].Peer.Waits)}
-		slices.SortFunc(r.waits, func(x, y psync.PeerWait) int {
+		slices.SortFunc(r.waits, func(x, y syncproto.PeerWait) int {
 			if c := cmp.Compare(y.Us, x.Us); c != 0 {
 				return c
 			}
@@ -245,12 +245,12 @@ func (a *Analyzer) view(step uint64, reports []RankStep) *stepView {
 		for _, f := range rs[i].Peer.Funcs {
 			x := float64(f.Us)
 			switch f.Kind {
-			case psync.PeerP2P:
+			case syncproto.PeerP2P:
 				r.p2p += x
 				if x > p2pMax || (x == p2pMax && f.Func < r.p2pFunc) {
 					p2pMax, r.p2pFunc = x, f.Func
 				}
-			case psync.PeerCollective:
+			case syncproto.PeerCollective:
 				r.coll[f.Func] += x
 			default:
 				r.work[f.Func] += x

@@ -5,7 +5,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/kipimo-hpc/kipimo/internal/psync"
+	"github.com/kipimo-hpc/kipimo/internal/syncproto"
 )
 
 // rank builds one rank's report: work functions, point-to-point waits by
@@ -25,17 +25,17 @@ func (x rank) report() RankStep {
 	for _, m := range []struct {
 		kind string
 		m    map[string]uint64
-	}{{psync.PeerWork, x.work}, {psync.PeerP2P, x.p2p}, {psync.PeerCollective, x.coll}} {
+	}{{syncproto.PeerWork, x.work}, {syncproto.PeerP2P, x.p2p}, {syncproto.PeerCollective, x.coll}} {
 		for f, us := range m.m {
 			calls := uint64(1)
-			if n, ok := x.calls[f]; ok && m.kind == psync.PeerWork {
+			if n, ok := x.calls[f]; ok && m.kind == syncproto.PeerWork {
 				calls = n
 			}
-			rs.Peer.Funcs = append(rs.Peer.Funcs, psync.PeerFunc{Func: f, Kind: m.kind, Us: us, Calls: calls, MaxUs: x.max[f]})
+			rs.Peer.Funcs = append(rs.Peer.Funcs, syncproto.PeerFunc{Func: f, Kind: m.kind, Us: us, Calls: calls, MaxUs: x.max[f]})
 		}
 	}
 	for p, us := range x.waits {
-		rs.Peer.Waits = append(rs.Peer.Waits, psync.PeerWait{Partner: p, Us: us})
+		rs.Peer.Waits = append(rs.Peer.Waits, syncproto.PeerWait{Partner: p, Us: us})
 	}
 	return rs
 }

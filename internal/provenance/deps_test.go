@@ -23,7 +23,7 @@ func TestRecordsKnowNoTransport(t *testing.T) {
 		"github.com/kipimo-hpc/kipimo/internal/provenance/docblock",
 		"github.com/kipimo-hpc/kipimo/internal/provenance/sqlitestore",
 		"github.com/kipimo-hpc/kipimo/internal/provenance/mongostore",
-		"github.com/kipimo-hpc/kipimo/internal/summary",
+		"github.com/kipimo-hpc/kipimo/internal/tauexport",
 	}
 	for _, pkg := range pkgs {
 		t.Run(filepath.Base(pkg), func(t *testing.T) {

@@ -5,8 +5,8 @@ import (
 	"slices"
 	"sort"
 
-	"github.com/kipimo-hpc/kipimo/internal/psync"
 	"github.com/kipimo-hpc/kipimo/internal/stats"
+	"github.com/kipimo-hpc/kipimo/internal/syncproto"
 )
 
 // Cell is one rank's counts in one io_step.
@@ -126,7 +126,7 @@ type AnomalyMetrics struct {
 	Severity  stats.Moments `json:"severity"`
 }
 
-func (a *AnomalyMetrics) add(step uint64, f *psync.FuncAnomalyMetrics) {
+func (a *AnomalyMetrics) add(step uint64, f *syncproto.FuncAnomalyMetrics) {
 	if f.Count == 0 {
 		return
 	}
@@ -204,7 +204,7 @@ func NewAggregates(window int) *Aggregates {
 }
 
 // AddStep records one rank's step summary.
-func (a *Aggregates) AddStep(id DetectorID, s *psync.StepSummary) {
+func (a *Aggregates) AddStep(id DetectorID, s *syncproto.StepSummary) {
 	if a.blockInfo == nil {
 		a.fill()
 	}
@@ -248,9 +248,9 @@ func (a *Aggregates) AddStep(id DetectorID, s *psync.StepSummary) {
 
 	funcs := s.Funcs
 	if len(funcs) == 0 && len(s.FuncAnomalies) > 0 {
-		funcs = make([]psync.FuncAnomalyMetrics, 0, len(s.FuncAnomalies))
+		funcs = make([]syncproto.FuncAnomalyMetrics, 0, len(s.FuncAnomalies))
 		for name, n := range s.FuncAnomalies {
-			funcs = append(funcs, psync.FuncAnomalyMetrics{Func: name, Count: n})
+			funcs = append(funcs, syncproto.FuncAnomalyMetrics{Func: name, Count: n})
 		}
 	}
 	for i := range funcs {

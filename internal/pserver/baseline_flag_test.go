@@ -19,8 +19,8 @@ import (
 	"github.com/kipimo-hpc/kipimo/internal/natsx"
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
 	"github.com/kipimo-hpc/kipimo/internal/provenance/sqlitestore"
-	"github.com/kipimo-hpc/kipimo/internal/psync"
 	"github.com/kipimo-hpc/kipimo/internal/stats"
+	"github.com/kipimo-hpc/kipimo/internal/syncproto"
 )
 
 // syncIrecvJSON sends, as JSON (the sync protocol's wire form), what the
@@ -217,7 +217,7 @@ func TestLiveFuncStatsRoute(t *testing.T) {
 	}
 	st := irecvState(t, true)
 	for rank := range uint32(2) {
-		st.Agg.AddStep(DetectorID{Rank: rank}, &psync.StepSummary{Step: 6, Executions: 10})
+		st.Agg.AddStep(DetectorID{Rank: rank}, &syncproto.StepSummary{Step: 6, Executions: 10})
 	}
 	s.st = st
 	v := get()

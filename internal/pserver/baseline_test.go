@@ -6,8 +6,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/kipimo-hpc/kipimo/internal/baseline"
-	"github.com/kipimo-hpc/kipimo/internal/psync"
 	"github.com/kipimo-hpc/kipimo/internal/stats"
+	"github.com/kipimo-hpc/kipimo/internal/syncproto"
 )
 
 // The final func_stats records carry each key's natural-range histogram (a
@@ -84,8 +84,8 @@ func irecvState(t testing.TB, stall bool) *State {
 					f.Add(float64(25000 + i))
 				}
 			}
-			req := &psync.SyncRequest{Rank: rank, Seq: step + 1, Step: step, Algorithm: "tail", TailRule: &baselineRule,
-				Models: []psync.ModelDelta{{Key: "MPI_Irecv", Tail: &f}, {Key: "MPI_Wait", Tail: &g}}}
+			req := &syncproto.SyncRequest{Rank: rank, Seq: step + 1, Step: step, Algorithm: "tail", TailRule: &baselineRule,
+				Models: []syncproto.ModelDelta{{Key: "MPI_Irecv", Tail: &f}, {Key: "MPI_Wait", Tail: &g}}}
 			if _, err := st.Apply(req); err != nil {
 				t.Fatal(err)
 			}

@@ -16,8 +16,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/kipimo-hpc/kipimo/internal/natsx"
-	"github.com/kipimo-hpc/kipimo/internal/psync"
 	"github.com/kipimo-hpc/kipimo/internal/stats"
+	"github.com/kipimo-hpc/kipimo/internal/syncproto"
 )
 
 const (
@@ -32,16 +32,16 @@ func benchPayloads(detectors, funcs int) [][]byte {
 	rng := rand.New(rand.NewPCG(1, 2))
 	out := make([][]byte, detectors)
 	for d := range detectors {
-		models := make([]psync.ModelDelta, funcs)
+		models := make([]syncproto.ModelDelta, funcs)
 		for f := range funcs {
 			var m stats.Moments
 			for range 1 + rng.IntN(30) {
 				m.Push(float64(f+1)*10 + rng.NormFloat64())
 			}
-			models[f] = psync.ModelDelta{Key: funcName(f), Moments: m, Anomalies: uint64(rng.IntN(2))}
+			models[f] = syncproto.ModelDelta{Key: funcName(f), Moments: m, Anomalies: uint64(rng.IntN(2))}
 		}
 		b, _ := json.Marshal(models)
-		sum, _ := json.Marshal([]psync.StepSummary{{Anomalies: 3, Executions: 4000, Events: 8000}})
+		sum, _ := json.Marshal([]syncproto.StepSummary{{Anomalies: 3, Executions: 4000, Events: 8000}})
 		out[d] = fmt.Appendf(nil, `{"pid":0,"rank":%d,"algorithm":"sstd","models":%s,"steps":%s,`, d, b, sum)
 	}
 	return out
@@ -191,11 +191,11 @@ func BenchmarkSyncHandler(b *testing.B) {
 // function) totals spread over the cells.
 func BenchmarkWindowMemory(b *testing.B) {
 	const ranks, window = 1024, 100
-	sums := make([]psync.StepSummary, window)
+	sums := make([]syncproto.StepSummary, window)
 	for i := range sums {
-		sums[i] = psync.StepSummary{Step: uint64(i), Anomalies: 4, Executions: 1000, Events: 2000}
+		sums[i] = syncproto.StepSummary{Step: uint64(i), Anomalies: 4, Executions: 1000, Events: 2000}
 		for f := range 4 {
-			sums[i].Funcs = append(sums[i].Funcs, psync.FuncAnomalyMetrics{Func: funcName(f), Count: 1})
+			sums[i].Funcs = append(sums[i].Funcs, syncproto.FuncAnomalyMetrics{Func: funcName(f), Count: 1})
 		}
 	}
 	var per float64

@@ -13,8 +13,8 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/kipimo-hpc/kipimo/internal/psync"
 	"github.com/kipimo-hpc/kipimo/internal/stats"
+	"github.com/kipimo-hpc/kipimo/internal/syncproto"
 )
 
 // tailEpoch is the run's start on an epoch clock (µs): 2026-11-18.
@@ -25,11 +25,11 @@ const tailEpoch = 1_795_000_000_000_000
 // default natural-range model: one function, compute, runs 20..22 µs with
 // two 5 ms calls (rank 3, io_step 7); every rank flags an anomaly now and
 // then, rank slow many in every step.
-func tailRun(ranks, steps int, slow uint32) [][]psync.SyncRequest {
+func tailRun(ranks, steps int, slow uint32) [][]syncproto.SyncRequest {
 	rule := stats.TailRule{Ratio: 1.4, Recur: 5, RecurFrac: 0.002, Resolution: 1}
-	var out [][]psync.SyncRequest
+	var out [][]syncproto.SyncRequest
 	for step := range steps {
-		var row []psync.SyncRequest
+		var row []syncproto.SyncRequest
 		for r := range ranks {
 			var tail stats.TailHist
 			var m stats.Moments
@@ -46,13 +46,13 @@ func tailRun(ranks, steps int, slow uint32) [][]psync.SyncRequest {
 				anom = 12
 			}
 			t0 := tailEpoch + uint64(step)*1_000_000
-			sum := psync.StepSummary{Step: uint64(step), MinTS: t0, MaxTS: t0 + 999_999, Anomalies: anom, Executions: 200, Events: 400}
+			sum := syncproto.StepSummary{Step: uint64(step), MinTS: t0, MaxTS: t0 + 999_999, Anomalies: anom, Executions: 200, Events: 400}
 			if anom > 0 {
-				sum.Funcs = []psync.FuncAnomalyMetrics{{Func: "compute", Count: anom, FirstTS: t0 + 10, LastTS: t0 + 900_000}}
+				sum.Funcs = []syncproto.FuncAnomalyMetrics{{Func: "compute", Count: anom, FirstTS: t0 + 10, LastTS: t0 + 900_000}}
 			}
-			row = append(row, psync.SyncRequest{PID: 0, Rank: uint32(r), Seq: uint64(step + 1), Step: uint64(step), Algorithm: "tail", TailRule: &rule,
-				Models: []psync.ModelDelta{{Key: "compute", Moments: m, Tail: &tail, Anomalies: anom}},
-				Steps:  []psync.StepSummary{sum}})
+			row = append(row, syncproto.SyncRequest{PID: 0, Rank: uint32(r), Seq: uint64(step + 1), Step: uint64(step), Algorithm: "tail", TailRule: &rule,
+				Models: []syncproto.ModelDelta{{Key: "compute", Moments: m, Tail: &tail, Anomalies: anom}},
+				Steps:  []syncproto.StepSummary{sum}})
 		}
 		out = append(out, row)
 	}

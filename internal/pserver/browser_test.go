@@ -15,7 +15,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
-	"github.com/kipimo-hpc/kipimo/internal/provenance/service"
+	"github.com/kipimo-hpc/kipimo/internal/provenance/provdb"
 	"github.com/kipimo-hpc/kipimo/internal/provenance/sqlitestore"
 )
 
@@ -84,7 +84,7 @@ func provStore(t *testing.T, slow uint32, steps int) *httptest.Server {
 	if err := st.Write(ctx, provenance.Batch{Kind: "anomalies", Execs: execs}); err != nil {
 		t.Fatal(err)
 	}
-	ts := httptest.NewServer(service.NewHTTPHandler(st, ""))
+	ts := httptest.NewServer(provdb.NewHTTPHandler(st, ""))
 	t.Cleanup(ts.Close)
 	return ts
 }

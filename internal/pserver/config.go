@@ -6,7 +6,7 @@
 // Server-Sent Events stream, an embedded web page) and Prometheus metrics.
 //
 // Several instances can share a run: each serves one shard of the model keys
-// (psync.Shard), and several instances may serve the same shard (a queue
+// (syncproto.Shard), and several instances may serve the same shard (a queue
 // group), in which case they apply the same write-ahead log in the same order
 // and hold identical state.
 package pserver

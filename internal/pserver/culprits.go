@@ -7,7 +7,7 @@ import (
 	"sync"
 
 	"github.com/kipimo-hpc/kipimo/internal/culprit"
-	"github.com/kipimo-hpc/kipimo/internal/psync"
+	"github.com/kipimo-hpc/kipimo/internal/syncproto"
 )
 
 // Bounds of what the culprit analysis keeps.
@@ -155,11 +155,11 @@ const alignReports = 8
 
 type earlyReport struct {
 	rank uint32
-	sum  psync.StepSummary
+	sum  syncproto.StepSummary
 }
 
 type pendingStep struct {
-	reports      map[uint32]*psync.PeerStep
+	reports      map[uint32]*syncproto.PeerStep
 	anomalies    uint64
 	anomalous    int
 	minTS, maxTS uint64
@@ -171,7 +171,7 @@ func newCulpritState() *culpritState {
 }
 
 // add takes one rank's step summary; buckets it completes are analysed.
-func (c *culpritState) add(id DetectorID, s *psync.StepSummary) {
+func (c *culpritState) add(id DetectorID, s *syncproto.StepSummary) {
 	if s.Peer == nil {
 		return
 	}
@@ -232,7 +232,7 @@ func roundSig2(x uint64) uint64 {
 }
 
 // bucket is the analysis step of a rank's step s.
-func (p *progCulprits) bucket(s *psync.StepSummary) uint64 {
+func (p *progCulprits) bucket(s *syncproto.StepSummary) uint64 {
 	if !p.timed || s.Peer.End <= s.Peer.Start {
 		return s.Step
 	}
@@ -244,7 +244,7 @@ func (p *progCulprits) bucket(s *psync.StepSummary) uint64 {
 }
 
 // place puts one report in its bucket and analyses the buckets ready.
-func (c *culpritState) place(pid uint32, p *progCulprits, rank uint32, s *psync.StepSummary) {
+func (c *culpritState) place(pid uint32, p *progCulprits, rank uint32, s *syncproto.StepSummary) {
 	b := p.bucket(s)
 	last, known := p.ranks[rank]
 	if b < p.done {
@@ -256,7 +256,7 @@ func (c *culpritState) place(pid uint32, p *progCulprits, rank uint32, s *psync.
 	}
 	ps := p.pending[b]
 	if ps == nil {
-		ps = &pendingStep{reports: map[uint32]*psync.PeerStep{}}
+		ps = &pendingStep{reports: map[uint32]*syncproto.PeerStep{}}
 		for r, l := range p.ranks {
 			if l > b && r != rank {
 				ps.passed++
@@ -415,10 +415,10 @@ func appendBounded(s []uint64, x uint64) []uint64 {
 }
 
 // mergePeer adds b's functions and waits to a's (the same rank's step).
-func mergePeer(a, b *psync.PeerStep) *psync.PeerStep {
-	out := &psync.PeerStep{Funcs: slices.Clone(a.Funcs), Waits: slices.Clone(a.Waits)}
+func mergePeer(a, b *syncproto.PeerStep) *syncproto.PeerStep {
+	out := &syncproto.PeerStep{Funcs: slices.Clone(a.Funcs), Waits: slices.Clone(a.Waits)}
 	for _, f := range b.Funcs {
-		if i := slices.IndexFunc(out.Funcs, func(x psync.PeerFunc) bool { return x.Func == f.Func }); i >= 0 {
+		if i := slices.IndexFunc(out.Funcs, func(x syncproto.PeerFunc) bool { return x.Func == f.Func }); i >= 0 {
 			out.Funcs[i].Us += f.Us
 			out.Funcs[i].Calls += f.Calls
 			out.Funcs[i].MaxUs = max(out.Funcs[i].MaxUs, f.MaxUs)
@@ -427,7 +427,7 @@ func mergePeer(a, b *psync.PeerStep) *psync.PeerStep {
 		}
 	}
 	for _, w := range b.Waits {
-		if i := slices.IndexFunc(out.Waits, func(x psync.PeerWait) bool { return x.Partner == w.Partner }); i >= 0 {
+		if i := slices.IndexFunc(out.Waits, func(x syncproto.PeerWait) bool { return x.Partner == w.Partner }); i >= 0 {
 			out.Waits[i].Us += w.Us
 		} else {
 			out.Waits = append(out.Waits, w)

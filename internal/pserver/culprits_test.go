@@ -9,7 +9,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/kipimo-hpc/kipimo/internal/psync"
+	"github.com/kipimo-hpc/kipimo/internal/syncproto"
 )
 
 // ringSteps is a ring of n ranks over steps io_steps of 100 ms, each rank
@@ -17,9 +17,9 @@ import (
 // rank late.rank computes 30 ms longer, its two neighbours wait for it in
 // MPI_Waitall and every other rank at MPI_Allreduce. One request per rank
 // and step.
-func ringSteps(n, steps int, lateRank uint32, lateStep uint64) []psync.SyncRequest {
+func ringSteps(n, steps int, lateRank uint32, lateStep uint64) []syncproto.SyncRequest {
 	const period = 100_000
-	var reqs []psync.SyncRequest
+	var reqs []syncproto.SyncRequest
 	for st := range uint64(steps) {
 		for i := range n {
 			r := uint32(i)
@@ -38,14 +38,14 @@ func ringSteps(n, steps int, lateRank uint32, lateStep uint64) []psync.SyncReque
 					wait += 30_000
 				}
 			}
-			waits := []psync.PeerWait{{Partner: left, Us: wait}, {Partner: right, Us: wait}}
+			waits := []syncproto.PeerWait{{Partner: left, Us: wait}, {Partner: right, Us: wait}}
 			start := 1_000_000 + st*period + phase
-			peer := &psync.PeerStep{
+			peer := &syncproto.PeerStep{
 				Start: start, End: start + period,
-				Funcs: []psync.PeerFunc{
+				Funcs: []syncproto.PeerFunc{
 					{Func: "compute", Us: compute, Calls: 10},
-					{Func: "MPI_Waitall", Kind: psync.PeerP2P, Us: wait, Calls: 10},
-					{Func: "MPI_Allreduce", Kind: psync.PeerCollective, Us: reduce, Calls: 10},
+					{Func: "MPI_Waitall", Kind: syncproto.PeerP2P, Us: wait, Calls: 10},
+					{Func: "MPI_Allreduce", Kind: syncproto.PeerCollective, Us: reduce, Calls: 10},
 				},
 				Waits: waits,
 			}
@@ -53,8 +53,8 @@ func ringSteps(n, steps int, lateRank uint32, lateStep uint64) []psync.SyncReque
 			if st == lateStep && (r == lateRank || r == (lateRank+1)%uint32(n) || r == (lateRank+uint32(n)-1)%uint32(n)) {
 				anomalies = 1
 			}
-			reqs = append(reqs, psync.SyncRequest{PID: 0, Rank: r, Seq: st + 1, Step: st, Algorithm: "tail",
-				Steps: []psync.StepSummary{{Step: st, Anomalies: anomalies, Executions: 30, MinTS: start, MaxTS: start + period, Peer: peer}}})
+			reqs = append(reqs, syncproto.SyncRequest{PID: 0, Rank: r, Seq: st + 1, Step: st, Algorithm: "tail",
+				Steps: []syncproto.StepSummary{{Step: st, Anomalies: anomalies, Executions: 30, MinTS: start, MaxTS: start + period, Peer: peer}}})
 		}
 	}
 	return reqs
@@ -119,15 +119,15 @@ func TestCulpritsManyRanks(t *testing.T) {
 func TestCulpritsStandingAndLate(t *testing.T) {
 	const n = 16
 	st := NewState(0)
-	var held *psync.SyncRequest
+	var held *syncproto.SyncRequest
 	for s := range uint64(12) {
 		for i := range n {
 			compute := uint64(50_000 + i*20)
 			if i == 5 {
 				compute += 20_000
 			}
-			req := &psync.SyncRequest{Rank: uint32(i), Seq: s + 1, Step: s, Algorithm: "tail", Steps: []psync.StepSummary{{Step: s,
-				Peer: &psync.PeerStep{Start: s * 100_000, End: (s + 1) * 100_000, Funcs: []psync.PeerFunc{{Func: "compute", Us: compute, Calls: 1}}}}}}
+			req := &syncproto.SyncRequest{Rank: uint32(i), Seq: s + 1, Step: s, Algorithm: "tail", Steps: []syncproto.StepSummary{{Step: s,
+				Peer: &syncproto.PeerStep{Start: s * 100_000, End: (s + 1) * 100_000, Funcs: []syncproto.PeerFunc{{Func: "compute", Us: compute, Calls: 1}}}}}}
 			if s == 1 && i == 3 {
 				held = req
 				continue
@@ -203,7 +203,7 @@ func get(t *testing.T, url string, v any) {
 // interleave returns an order of reqs (n ranks' requests, step by step)
 // that keeps each rank's steps in order and mixes the ranks at random,
 // up to two steps apart.
-func interleave(reqs []psync.SyncRequest, n int, rng *rand.Rand) []int {
+func interleave(reqs []syncproto.SyncRequest, n int, rng *rand.Rand) []int {
 	next := make([]int, n) // each rank's next step
 	steps := len(reqs) / n
 	var order []int

@@ -18,7 +18,7 @@ type LiveFuncStats struct {
 	// once the server has stopped taking syncs.
 	Status string `json:"status"`
 	// Shard and Shards say which model keys the reply holds: those of
-	// Shard of Shards (psync.Shard).
+	// Shard of Shards (syncproto.Shard).
 	Shard  int `json:"shard"`
 	Shards int `json:"shards"`
 	// IOSteps is how many io_steps the run has had so far, IOStep the last

@@ -6,8 +6,8 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/kipimo-hpc/kipimo/internal/psync"
 	"github.com/kipimo-hpc/kipimo/internal/stats"
+	"github.com/kipimo-hpc/kipimo/internal/syncproto"
 )
 
 // genRun builds the sync requests of a synthetic run: ranks detectors, each
@@ -17,7 +17,7 @@ import (
 type genRun struct {
 	ranks, steps, funcs int
 	slow                uint32
-	reqs                [][]psync.SyncRequest
+	reqs                [][]syncproto.SyncRequest
 }
 
 func funcName(i int) string { return fmt.Sprintf("solver::kernel_%03d", i) }
@@ -26,10 +26,10 @@ func newGenRun(ranks, steps, funcs int, slow uint32, seed uint64) *genRun {
 	g := &genRun{ranks: ranks, steps: steps, funcs: funcs, slow: slow}
 	rng := rand.New(rand.NewPCG(seed, 7))
 	for step := range steps {
-		var row []psync.SyncRequest
+		var row []syncproto.SyncRequest
 		for r := range ranks {
-			req := psync.SyncRequest{PID: 0, Rank: uint32(r), Seq: uint64(step + 1), Step: uint64(step), Algorithm: "sstd"}
-			sum := psync.StepSummary{Step: uint64(step), MinTS: uint64(step) * 1000, MaxTS: uint64(step)*1000 + 999, FuncAnomalies: map[string]uint64{}}
+			req := syncproto.SyncRequest{PID: 0, Rank: uint32(r), Seq: uint64(step + 1), Step: uint64(step), Algorithm: "sstd"}
+			sum := syncproto.StepSummary{Step: uint64(step), MinTS: uint64(step) * 1000, MaxTS: uint64(step)*1000 + 999, FuncAnomalies: map[string]uint64{}}
 			for f := range funcs {
 				var m stats.Moments
 				n := 1 + rng.IntN(20)
@@ -51,7 +51,7 @@ func newGenRun(ranks, steps, funcs int, slow uint32, seed uint64) *genRun {
 				if uint32(r) == slow && f%3 == 0 {
 					anom += 3 + uint64(rng.IntN(5))
 				}
-				req.Models = append(req.Models, psync.ModelDelta{Key: funcName(f), Moments: m, Histogram: hist, Anomalies: anom})
+				req.Models = append(req.Models, syncproto.ModelDelta{Key: funcName(f), Moments: m, Histogram: hist, Anomalies: anom})
 				sum.Executions += uint64(n)
 				sum.Events += 2 * uint64(n)
 				if anom > 0 {
@@ -63,7 +63,7 @@ func newGenRun(ranks, steps, funcs int, slow uint32, seed uint64) *genRun {
 					sum.Anomalies += anom
 					sum.Scores.Merge(sc)
 					sum.Severity.Merge(sv)
-					sum.Funcs = append(sum.Funcs, psync.FuncAnomalyMetrics{Func: funcName(f), Count: anom, Score: sc, Severity: sv, FirstTS: sum.MinTS + 1, LastTS: sum.MaxTS - 1})
+					sum.Funcs = append(sum.Funcs, syncproto.FuncAnomalyMetrics{Func: funcName(f), Count: anom, Score: sc, Severity: sv, FirstTS: sum.MinTS + 1, LastTS: sum.MaxTS - 1})
 					sum.FuncAnomalies[funcName(f)] = anom
 				}
 			}
@@ -75,9 +75,9 @@ func newGenRun(ranks, steps, funcs int, slow uint32, seed uint64) *genRun {
 				for range 3 {
 					m.Push(rng.Float64() * 1e6)
 				}
-				req.Counters = append(req.Counters, psync.CounterDelta{Name: fmt.Sprintf("PAPI_counter_%d", c), Moments: m})
+				req.Counters = append(req.Counters, syncproto.CounterDelta{Name: fmt.Sprintf("PAPI_counter_%d", c), Moments: m})
 			}
-			req.Steps = []psync.StepSummary{sum}
+			req.Steps = []syncproto.StepSummary{sum}
 			row = append(row, req)
 		}
 		g.reqs = append(g.reqs, row)
@@ -86,8 +86,8 @@ func newGenRun(ranks, steps, funcs int, slow uint32, seed uint64) *genRun {
 }
 
 // all returns every request in step order.
-func (g *genRun) all() []psync.SyncRequest {
-	var out []psync.SyncRequest
+func (g *genRun) all() []syncproto.SyncRequest {
+	var out []syncproto.SyncRequest
 	for _, row := range g.reqs {
 		out = append(out, row...)
 	}
@@ -95,15 +95,15 @@ func (g *genRun) all() []psync.SyncRequest {
 }
 
 // splitShards splits a request the way a detector routes it: each model key
-// to psync.Shard(key, n); counters and step summaries to shard 0. Every part
+// to syncproto.Shard(key, n); counters and step summaries to shard 0. Every part
 // keeps the request's Seq (each shard numbers a detector's requests alone).
-func splitShards(req psync.SyncRequest, n int) []psync.SyncRequest {
-	parts := make([]psync.SyncRequest, n)
+func splitShards(req syncproto.SyncRequest, n int) []syncproto.SyncRequest {
+	parts := make([]syncproto.SyncRequest, n)
 	for i := range parts {
-		parts[i] = psync.SyncRequest{PID: req.PID, Rank: req.Rank, Seq: req.Seq, Step: req.Step, Algorithm: req.Algorithm}
+		parts[i] = syncproto.SyncRequest{PID: req.PID, Rank: req.Rank, Seq: req.Seq, Step: req.Step, Algorithm: req.Algorithm}
 	}
 	for _, m := range req.Models {
-		i := psync.Shard(m.Key, n)
+		i := syncproto.Shard(m.Key, n)
 		parts[i].Models = append(parts[i].Models, m)
 	}
 	parts[0].Counters = req.Counters
@@ -111,7 +111,7 @@ func splitShards(req psync.SyncRequest, n int) []psync.SyncRequest {
 	return parts
 }
 
-func reference(t testing.TB, reqs []psync.SyncRequest, window int) *State {
+func reference(t testing.TB, reqs []syncproto.SyncRequest, window int) *State {
 	t.Helper()
 	st := NewState(window)
 	for i := range reqs {

@@ -8,7 +8,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/kipimo-hpc/kipimo/internal/psync"
+	"github.com/kipimo-hpc/kipimo/internal/syncproto"
 )
 
 // scaleRun is a synthetic run of many ranks reporting step summaries only:
@@ -39,19 +39,19 @@ func newScaleRun(ranks, steps int, hot [2]uint32, seed uint64) *scaleRun {
 }
 
 // summary is rank r's step summary of step.
-func (g *scaleRun) summary(step, r int) psync.StepSummary {
+func (g *scaleRun) summary(step, r int) syncproto.StepSummary {
 	n := g.anomalies[step][r]
-	s := psync.StepSummary{Step: uint64(step), Anomalies: n, Executions: 1000, Events: 2000, MinTS: uint64(step) * 1000, MaxTS: uint64(step)*1000 + 999}
+	s := syncproto.StepSummary{Step: uint64(step), Anomalies: n, Executions: 1000, Events: 2000, MinTS: uint64(step) * 1000, MaxTS: uint64(step)*1000 + 999}
 	if n > 0 {
-		s.Funcs = []psync.FuncAnomalyMetrics{{Func: funcName(r % 7), Count: n}}
+		s.Funcs = []syncproto.FuncAnomalyMetrics{{Func: funcName(r % 7), Count: n}}
 	}
 	return s
 }
 
 // request is rank r's sync request of step (Seq step+1).
-func (g *scaleRun) request(step, r int) psync.SyncRequest {
-	return psync.SyncRequest{PID: 0, Rank: uint32(r), Seq: uint64(step + 1), Step: uint64(step), Algorithm: "sstd",
-		Steps: []psync.StepSummary{g.summary(step, r)}}
+func (g *scaleRun) request(step, r int) syncproto.SyncRequest {
+	return syncproto.SyncRequest{PID: 0, Rank: uint32(r), Seq: uint64(step + 1), Step: uint64(step), Algorithm: "sstd",
+		Steps: []syncproto.StepSummary{g.summary(step, r)}}
 }
 
 // apply feeds the steps [from, to) to a, ranks in the order perm gives.

@@ -3,13 +3,13 @@ package pserver
 import (
 	"fmt"
 
-	"github.com/kipimo-hpc/kipimo/internal/psync"
+	"github.com/kipimo-hpc/kipimo/internal/syncproto"
 )
 
 // checkHistograms validates every histogram of a request before anything is
 // merged, so that a bad delta rejects the whole request instead of leaving it
 // half applied.
-func checkHistograms(deltas []psync.ModelDelta) error {
+func checkHistograms(deltas []syncproto.ModelDelta) error {
 	for i := range deltas {
 		if h := deltas[i].Histogram; h != nil {
 			if err := h.Validate(); err != nil {

@@ -3,7 +3,7 @@ package pserver
 import (
 	"testing"
 
-	"github.com/kipimo-hpc/kipimo/internal/psync"
+	"github.com/kipimo-hpc/kipimo/internal/syncproto"
 )
 
 // A detector sends the anomalies it labelled after the io_step they ran in
@@ -13,12 +13,12 @@ import (
 func TestLateSummaryCountsInTheStepItRan(t *testing.T) {
 	a := NewAggregates(0)
 	id := DetectorID{Rank: 3}
-	a.AddStep(id, &psync.StepSummary{Step: 0, Anomalies: 1, Executions: 10, Events: 20, MinTS: 100, MaxTS: 200})
-	a.AddStep(id, &psync.StepSummary{Step: 1, Anomalies: 0, Executions: 12, Events: 24, MinTS: 200, MaxTS: 300})
+	a.AddStep(id, &syncproto.StepSummary{Step: 0, Anomalies: 1, Executions: 10, Events: 20, MinTS: 100, MaxTS: 200})
+	a.AddStep(id, &syncproto.StepSummary{Step: 1, Anomalies: 0, Executions: 12, Events: 24, MinTS: 200, MaxTS: 300})
 	// labelled in io_step 2, ran in io_step 0
-	a.AddStep(id, &psync.StepSummary{Step: 0, Anomalies: 2, Executions: 2, MinTS: 120, MaxTS: 150,
-		FuncAnomalies: map[string]uint64{"f": 2}, Funcs: []psync.FuncAnomalyMetrics{{Func: "f", Count: 2}}})
-	a.AddStep(id, &psync.StepSummary{Step: 2, Anomalies: 0, Executions: 9, Events: 18, MinTS: 300, MaxTS: 400})
+	a.AddStep(id, &syncproto.StepSummary{Step: 0, Anomalies: 2, Executions: 2, MinTS: 120, MaxTS: 150,
+		FuncAnomalies: map[string]uint64{"f": 2}, Funcs: []syncproto.FuncAnomalyMetrics{{Func: "f", Count: 2}}})
+	a.AddStep(id, &syncproto.StepSummary{Step: 2, Anomalies: 0, Executions: 9, Events: 18, MinTS: 300, MaxTS: 400})
 	if c := a.Steps[0].Ranks[id]; c.Anomalies != 3 || c.Executions != 12 {
 		t.Errorf("io_step 0's cell %+v, want 3 anomalies in 12 executions", c)
 	}

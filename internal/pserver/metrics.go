@@ -7,7 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
-	"github.com/kipimo-hpc/kipimo/internal/psync"
+	"github.com/kipimo-hpc/kipimo/internal/syncproto"
 )
 
 // metrics are the Server's Prometheus metrics, in the registry its caller
@@ -134,7 +134,7 @@ func newMetrics(s *Server) *metrics {
 
 // observeRequest counts an applied request; merges is the state's merge total
 // after it.
-func (m *metrics) observeRequest(req *psync.SyncRequest, merges uint64) {
+func (m *metrics) observeRequest(req *syncproto.SyncRequest, merges uint64) {
 	m.rankMu.Lock()
 	if merges > m.lastMerge {
 		m.merges.Add(float64(merges - m.lastMerge))
@@ -152,7 +152,7 @@ func (m *metrics) observeRequest(req *psync.SyncRequest, merges uint64) {
 }
 
 // observeRank counts one rank's step summaries of an applied request.
-func (m *metrics) observeRank(id DetectorID, steps []psync.StepSummary) {
+func (m *metrics) observeRank(id DetectorID, steps []syncproto.StepSummary) {
 	m.rankMu.Lock()
 	series := m.rankSeen[id]
 	if !series && len(m.rankSeen) < m.maxRanks && len(steps) > 0 {

@@ -7,8 +7,8 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/kipimo-hpc/kipimo/internal/psync"
 	"github.com/kipimo-hpc/kipimo/internal/stats"
+	"github.com/kipimo-hpc/kipimo/internal/syncproto"
 )
 
 // A recurring 25 ms stall in 0.6% of an MPI call's executions, sent by rank
@@ -49,8 +49,8 @@ func TestRecurringModes(t *testing.T) {
 			d := deltas[i]
 			seq[d.rank]++
 			f, g := d.f.Clone(), d.g.Clone()
-			req := &psync.SyncRequest{Rank: d.rank, Seq: seq[d.rank], Step: d.step, Algorithm: "tail", TailRule: &rule,
-				Models: []psync.ModelDelta{{Key: "MPI_Irecv", Tail: &f}, {Key: "MPI_Wait", Tail: &g}}}
+			req := &syncproto.SyncRequest{Rank: d.rank, Seq: seq[d.rank], Step: d.step, Algorithm: "tail", TailRule: &rule,
+				Models: []syncproto.ModelDelta{{Key: "MPI_Irecv", Tail: &f}, {Key: "MPI_Wait", Tail: &g}}}
 			if _, err := st.Apply(req); err != nil {
 				t.Fatal(err)
 			}

@@ -10,8 +10,8 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/kipimo-hpc/kipimo/internal/psync"
 	"github.com/kipimo-hpc/kipimo/internal/stats"
+	"github.com/kipimo-hpc/kipimo/internal/syncproto"
 )
 
 // BenchmarkDashboardScale measures what the dashboard costs the pserver at
@@ -29,20 +29,20 @@ func BenchmarkDashboardScale(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			req := func(step, r int) *psync.SyncRequest {
-				q := &psync.SyncRequest{PID: 0, Rank: uint32(r), Seq: uint64(step + 1), Step: uint64(step), Algorithm: "sstd"}
+			req := func(step, r int) *syncproto.SyncRequest {
+				q := &syncproto.SyncRequest{PID: 0, Rank: uint32(r), Seq: uint64(step + 1), Step: uint64(step), Algorithm: "sstd"}
 				for f := range 20 {
 					var m stats.Moments
 					m.Push(float64(10*(f+1) + r%7))
-					q.Models = append(q.Models, psync.ModelDelta{Key: funcName(f), Moments: m})
+					q.Models = append(q.Models, syncproto.ModelDelta{Key: funcName(f), Moments: m})
 				}
-				sum := psync.StepSummary{Step: uint64(step), Executions: 1000, Events: 2000}
+				sum := syncproto.StepSummary{Step: uint64(step), Executions: 1000, Events: 2000}
 				for f := range 3 {
 					n := uint64((r*7 + step*3 + f) % 4)
 					sum.Anomalies += n
-					sum.Funcs = append(sum.Funcs, psync.FuncAnomalyMetrics{Func: funcName((r + f) % 20), Count: n})
+					sum.Funcs = append(sum.Funcs, syncproto.FuncAnomalyMetrics{Func: funcName((r + f) % 20), Count: n})
 				}
-				q.Steps = []psync.StepSummary{sum}
+				q.Steps = []syncproto.StepSummary{sum}
 				return q
 			}
 			for step := range 8 {

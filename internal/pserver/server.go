@@ -16,7 +16,7 @@ import (
 
 	"github.com/kipimo-hpc/kipimo/internal/daemon"
 	"github.com/kipimo-hpc/kipimo/internal/natsx"
-	"github.com/kipimo-hpc/kipimo/internal/psync"
+	"github.com/kipimo-hpc/kipimo/internal/syncproto"
 )
 
 // QueueGroup is the NATS queue group of the instances serving one shard.
@@ -174,25 +174,25 @@ func (s *Server) onSyncDirect(m *nats.Msg) {
 
 // applyRaw decodes, validates and applies one request and returns its
 // answer.
-func (s *Server) applyRaw(data []byte, walSeq uint64) *psync.SyncReply {
+func (s *Server) applyRaw(data []byte, walSeq uint64) *syncproto.SyncReply {
 	req, err := decodeRequest(data)
 	if err != nil {
 		s.metrics.syncRequests.WithLabelValues("bad").Inc()
 		if walSeq > 0 {
 			s.setWALSeq(walSeq)
 		}
-		return &psync.SyncReply{Error: err.Error()}
+		return &syncproto.SyncReply{Error: err.Error()}
 	}
 	if err := req.Validate(); err != nil {
 		s.refuse(req, err)
-		return &psync.SyncReply{Error: err.Error(), Invalid: true}
+		return &syncproto.SyncReply{Error: err.Error(), Invalid: true}
 	}
 	return s.apply(req, walSeq)
 }
 
 // refuse counts and logs (at most one line per 10 s) a request refused by
 // validation.
-func (s *Server) refuse(req *psync.SyncRequest, err error) {
+func (s *Server) refuse(req *syncproto.SyncRequest, err error) {
 	s.metrics.syncRequests.WithLabelValues("invalid").Inc()
 	n := s.invalid.Add(1)
 	if ok, held := s.badLog.allow(time.Now()); ok {
@@ -213,9 +213,9 @@ func (s *Server) skip(source, what string) {
 	}
 }
 
-// check validates req against the current state (psync.SyncRequest.Validate,
+// check validates req against the current state (syncproto.SyncRequest.Validate,
 // then State.Check), as apply will.
-func (s *Server) check(req *psync.SyncRequest) error {
+func (s *Server) check(req *syncproto.SyncRequest) error {
 	if err := req.Validate(); err != nil {
 		return err
 	}
@@ -229,7 +229,7 @@ func (s *Server) check(req *psync.SyncRequest) error {
 
 // apply merges a decoded request (walSeq is its log sequence, 0 without a
 // log) and returns its answer.
-func (s *Server) apply(req *psync.SyncRequest, walSeq uint64) *psync.SyncReply {
+func (s *Server) apply(req *syncproto.SyncRequest, walSeq uint64) *syncproto.SyncReply {
 	s.mu.Lock()
 	applied, err := s.st.Apply(req)
 	rep := s.st.Reply(req, applied)
@@ -252,7 +252,7 @@ func (s *Server) apply(req *psync.SyncRequest, walSeq uint64) *psync.SyncReply {
 	}
 	if err != nil {
 		rep.Error = err.Error()
-		if errors.Is(err, psync.ErrInvalid) {
+		if errors.Is(err, syncproto.ErrInvalid) {
 			rep.Invalid = true
 			s.refuse(req, err)
 		} else {
@@ -276,11 +276,11 @@ func (s *Server) apply(req *psync.SyncRequest, walSeq uint64) *psync.SyncReply {
 	return rep
 }
 
-func (s *Server) respond(reply string, rep *psync.SyncReply, t0 time.Time) {
+func (s *Server) respond(reply string, rep *syncproto.SyncReply, t0 time.Time) {
 	if reply == "" {
 		return
 	}
-	data, err := psync.MarshalReply(rep)
+	data, err := syncproto.MarshalReply(rep)
 	if err != nil {
 		data = []byte(`{"error":"encode sync reply"}`)
 	}
@@ -297,7 +297,7 @@ func (s *Server) replyError(reply string, err error) {
 	if reply == "" {
 		return
 	}
-	data, _ := psync.MarshalReply(&psync.SyncReply{Error: err.Error()})
+	data, _ := syncproto.MarshalReply(&syncproto.SyncReply{Error: err.Error()})
 	_ = s.nc.Publish(reply, data)
 }
 
@@ -396,8 +396,8 @@ func flush(ctx context.Context, nc *nats.Conn) error {
 }
 
 // decodeRequest decodes a sync request (JSON, schemas/sync.schema.json).
-func decodeRequest(data []byte) (*psync.SyncRequest, error) {
-	req, err := psync.UnmarshalRequest(data)
+func decodeRequest(data []byte) (*syncproto.SyncRequest, error) {
+	req, err := syncproto.UnmarshalRequest(data)
 	if err != nil {
 		return nil, fmt.Errorf("decode sync request: %w", err)
 	}

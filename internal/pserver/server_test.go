@@ -13,7 +13,7 @@ import (
 
 	"github.com/kipimo-hpc/kipimo/internal/natsx"
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
-	"github.com/kipimo-hpc/kipimo/internal/psync"
+	"github.com/kipimo-hpc/kipimo/internal/syncproto"
 )
 
 // startNATS starts an embedded NATS server with JetStream for one test.
@@ -52,7 +52,7 @@ func startServer(t testing.TB, nc *nats.Conn, cfg Config) *Server {
 }
 
 // sync sends one request the way a detector does and returns the reply.
-func doSync(t testing.TB, nc *nats.Conn, run string, shard int, req *psync.SyncRequest) psync.SyncReply {
+func doSync(t testing.TB, nc *nats.Conn, run string, shard int, req *syncproto.SyncRequest) syncproto.SyncReply {
 	t.Helper()
 	data, err := json.Marshal(req)
 	if err != nil {
@@ -62,7 +62,7 @@ func doSync(t testing.TB, nc *nats.Conn, run string, shard int, req *psync.SyncR
 	if err != nil {
 		t.Fatalf("sync %d/%d seq %d to shard %d: %v", req.PID, req.Rank, req.Seq, shard, err)
 	}
-	var rep psync.SyncReply
+	var rep syncproto.SyncReply
 	if err := json.Unmarshal(m.Data, &rep); err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +121,7 @@ func TestSyncOverNATS(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var bad psync.SyncReply
+			var bad syncproto.SyncReply
 			if err := json.Unmarshal(m.Data, &bad); err != nil || bad.Error == "" {
 				t.Errorf("garbage request: reply %q, want an error", m.Data)
 			}
@@ -187,7 +187,7 @@ func TestRestartKeepsEveryCount(t *testing.T) {
 }
 
 // TestShardsAgreeWithOneInstance runs the same input through one instance and
-// through two instances splitting the model keys by psync.Shard.
+// through two instances splitting the model keys by syncproto.Shard.
 func TestShardsAgreeWithOneInstance(t *testing.T) {
 	_, nc := startNATS(t)
 	g := newGenRun(5, 6, 24, 4, 31)
@@ -205,8 +205,8 @@ func TestShardsAgreeWithOneInstance(t *testing.T) {
 				r := doSync(t, nc, "two", si, &part)
 				shardModels += len(r.Models)
 				for _, m := range r.Models {
-					if psync.Shard(m.Key, 2) != si {
-						t.Fatalf("shard %d answered with key %q of shard %d", si, m.Key, psync.Shard(m.Key, 2))
+					if syncproto.Shard(m.Key, 2) != si {
+						t.Fatalf("shard %d answered with key %q of shard %d", si, m.Key, syncproto.Shard(m.Key, 2))
 					}
 				}
 			}

@@ -6,8 +6,8 @@ import (
 	"sort"
 
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
-	"github.com/kipimo-hpc/kipimo/internal/psync"
 	"github.com/kipimo-hpc/kipimo/internal/stats"
+	"github.com/kipimo-hpc/kipimo/internal/syncproto"
 )
 
 // DetectorID names one detector: a (program, rank) pair.
@@ -215,11 +215,11 @@ func (s *State) noteSeq(id DetectorID, inc, seq uint64) {
 }
 
 // Check reports whether req may follow what the state holds: every rank's
-// Seq at most psync.MaxSeqAdvance beyond the last applied from its
+// Seq at most syncproto.MaxSeqAdvance beyond the last applied from its
 // incarnation, and every step summary's io_step at most
-// psync.MaxStepAdvance beyond the highest recorded. The error wraps
-// psync.ErrInvalid. It does not repeat req.Validate.
-func (s *State) Check(req *psync.SyncRequest) error {
+// syncproto.MaxStepAdvance beyond the highest recorded. The error wraps
+// syncproto.ErrInvalid. It does not repeat req.Validate.
+func (s *State) Check(req *syncproto.SyncRequest) error {
 	if req.Reads() {
 		return nil
 	}
@@ -227,11 +227,11 @@ func (s *State) Check(req *psync.SyncRequest) error {
 	for i := range parts {
 		p := &parts[i]
 		id := DetectorID{p.PID, p.Rank}
-		if err := psync.CheckAdvance("seq", s.lastSeq(id, p.Incarnation), p.Seq, psync.MaxSeqAdvance); err != nil {
+		if err := syncproto.CheckAdvance("seq", s.lastSeq(id, p.Incarnation), p.Seq, syncproto.MaxSeqAdvance); err != nil {
 			return fmt.Errorf("rank %d/%d incarnation %x: %w", p.PID, p.Rank, p.Incarnation, err)
 		}
 		for j := range p.Steps {
-			if err := psync.CheckAdvance("io_step", s.Agg.MaxStep, p.Steps[j].Step, psync.MaxStepAdvance); err != nil {
+			if err := syncproto.CheckAdvance("io_step", s.Agg.MaxStep, p.Steps[j].Step, syncproto.MaxStepAdvance); err != nil {
 				return fmt.Errorf("rank %d/%d: %w", p.PID, p.Rank, err)
 			}
 		}
@@ -244,12 +244,12 @@ func (s *State) Check(req *psync.SyncRequest) error {
 // Seq 0 is never applied (detectors number their requests from 1): a request
 // with Seq 0 reads the global models of its keys (a detector in lockstep
 // pulls them so). A request that Check refuses is not applied (the error
-// wraps psync.ErrInvalid); the caller validates req (req.Validate) first.
+// wraps syncproto.ErrInvalid); the caller validates req (req.Validate) first.
 //
 // A node's request (req.Ranks) is applied whole or not at all: when any of
 // its ranks' Seq was already applied nothing is, and Reply lists those ranks
 // as stale.
-func (s *State) Apply(req *psync.SyncRequest) (bool, error) {
+func (s *State) Apply(req *syncproto.SyncRequest) (bool, error) {
 	s.newIncs = s.newIncs[:0]
 	if req.Reads() {
 		return false, nil // a read: the reply carries the global models
@@ -321,17 +321,17 @@ func (s *State) Apply(req *psync.SyncRequest) (bool, error) {
 
 // rankParts returns the ranks' shares of req: a node's, or the one rank's
 // of its own request.
-func rankParts(req *psync.SyncRequest) []psync.RankPart {
+func rankParts(req *syncproto.SyncRequest) []syncproto.RankPart {
 	if len(req.Ranks) > 0 {
 		return req.Ranks
 	}
-	return []psync.RankPart{{PID: req.PID, Rank: req.Rank, Seq: req.Seq, Incarnation: req.Incarnation, Steps: req.Steps}}
+	return []syncproto.RankPart{{PID: req.PID, Rank: req.Rank, Seq: req.Seq, Incarnation: req.Incarnation, Steps: req.Steps}}
 }
 
 // mergeParts merges a delta into m (stats.Summary.Merge), then the
 // moments and histograms of its further ranks in order: the order the
 // ranks' own requests would be merged in.
-func mergeParts(m *Model, d *psync.ModelDelta) error {
+func mergeParts(m *Model, d *syncproto.ModelDelta) error {
 	if err := m.Merge(d.Summary()); err != nil {
 		return err
 	}
@@ -344,7 +344,7 @@ func mergeParts(m *Model, d *psync.ModelDelta) error {
 }
 
 // requester names the sender of req in errors.
-func requester(req *psync.SyncRequest) string {
+func requester(req *syncproto.SyncRequest) string {
 	if len(req.Ranks) > 0 {
 		return fmt.Sprintf("node %q (%d ranks)", req.Node, len(req.Ranks))
 	}
@@ -354,18 +354,18 @@ func requester(req *psync.SyncRequest) string {
 // Reply builds the answer to req: the global model of every key it carried.
 // A node's request that was not applied gets the ranks whose Seq had been
 // applied before in Stale.
-func (s *State) Reply(req *psync.SyncRequest, applied bool) *psync.SyncReply {
-	rep := &psync.SyncReply{
+func (s *State) Reply(req *syncproto.SyncRequest, applied bool) *syncproto.SyncReply {
+	rep := &syncproto.SyncReply{
 		Applied: applied,
 		LastSeq: s.lastSeq(DetectorID{req.PID, req.Rank}, req.Incarnation),
-		Models:  make([]psync.GlobalModel, 0, len(req.Models)),
+		Models:  make([]syncproto.GlobalModel, 0, len(req.Models)),
 	}
 	if len(req.Ranks) > 0 {
 		rep.LastSeq = 0
 		if !applied {
 			for _, p := range req.Ranks {
 				if p.Seq != 0 && p.Seq <= s.lastSeq(DetectorID{p.PID, p.Rank}, p.Incarnation) {
-					rep.Stale = append(rep.Stale, psync.RankSeq{PID: p.PID, Rank: p.Rank, Seq: p.Seq, Incarnation: p.Incarnation})
+					rep.Stale = append(rep.Stale, syncproto.RankSeq{PID: p.PID, Rank: p.Rank, Seq: p.Seq, Incarnation: p.Incarnation})
 				}
 			}
 		}
@@ -375,7 +375,7 @@ func (s *State) Reply(req *psync.SyncRequest, applied bool) *psync.SyncReply {
 		if m == nil {
 			continue
 		}
-		rep.Models = append(rep.Models, psync.NewGlobalModel(m.Key, &m.Summary))
+		rep.Models = append(rep.Models, syncproto.NewGlobalModel(m.Key, &m.Summary))
 	}
 	return rep
 }

@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
-	"github.com/kipimo-hpc/kipimo/internal/psync"
 	"github.com/kipimo-hpc/kipimo/internal/stats"
+	"github.com/kipimo-hpc/kipimo/internal/syncproto"
 )
 
 func TestMergeOrderGivesSameModel(t *testing.T) {
@@ -16,14 +16,14 @@ func TestMergeOrderGivesSameModel(t *testing.T) {
 	reqs := g.all()
 	want := reference(t, reqs, 100)
 
-	orders := map[string]func([]psync.SyncRequest){
-		"reversed": func(r []psync.SyncRequest) { slices.Reverse(r) },
-		"shuffled": func(r []psync.SyncRequest) {
+	orders := map[string]func([]syncproto.SyncRequest){
+		"reversed": func(r []syncproto.SyncRequest) { slices.Reverse(r) },
+		"shuffled": func(r []syncproto.SyncRequest) {
 			rng := rand.New(rand.NewPCG(9, 9))
 			rng.Shuffle(len(r), func(i, j int) { r[i], r[j] = r[j], r[i] })
 		},
-		"by rank": func(r []psync.SyncRequest) {
-			slices.SortStableFunc(r, func(a, b psync.SyncRequest) int { return int(a.Rank) - int(b.Rank) })
+		"by rank": func(r []syncproto.SyncRequest) {
+			slices.SortStableFunc(r, func(a, b syncproto.SyncRequest) int { return int(a.Rank) - int(b.Rank) })
 		},
 	}
 	for name, reorder := range orders {
@@ -33,7 +33,7 @@ func TestMergeOrderGivesSameModel(t *testing.T) {
 			// Seq gating is per detector: reordering across detectors only, each
 			// detector's own requests keep their order (as on the wire).
 			got := NewState(100)
-			byDet := map[DetectorID][]psync.SyncRequest{}
+			byDet := map[DetectorID][]syncproto.SyncRequest{}
 			var dets []DetectorID
 			for _, r := range rs {
 				id := DetectorID{r.PID, r.Rank}
@@ -43,7 +43,7 @@ func TestMergeOrderGivesSameModel(t *testing.T) {
 				byDet[id] = append(byDet[id], r)
 			}
 			for _, id := range dets {
-				slices.SortFunc(byDet[id], func(a, b psync.SyncRequest) int { return int(a.Seq) - int(b.Seq) })
+				slices.SortFunc(byDet[id], func(a, b syncproto.SyncRequest) int { return int(a.Seq) - int(b.Seq) })
 			}
 			// Interleave detectors in the reordered sequence of first appearance.
 			for len(dets) > 0 {
@@ -88,7 +88,7 @@ func TestApplyIsIdempotent(t *testing.T) {
 	if ok, _ := got.Apply(&old); ok {
 		t.Error("request with an old Seq was applied")
 	}
-	zero := psync.SyncRequest{Rank: 99}
+	zero := syncproto.SyncRequest{Rank: 99}
 	if ok, _ := got.Apply(&zero); ok {
 		t.Error("request with Seq 0 was applied")
 	}
@@ -97,7 +97,7 @@ func TestApplyIsIdempotent(t *testing.T) {
 func TestReplyCarriesGlobalModelOfRequestKeys(t *testing.T) {
 	g := newGenRun(4, 2, 6, 0, 3)
 	st := reference(t, g.all(), 100)
-	req := psync.SyncRequest{PID: 0, Rank: 2, Seq: 99, Models: g.reqs[0][2].Models[:2]}
+	req := syncproto.SyncRequest{PID: 0, Rank: 2, Seq: 99, Models: g.reqs[0][2].Models[:2]}
 	rep := st.Reply(&req, false)
 	if len(rep.Models) != 2 {
 		t.Fatalf("reply has %d models, want 2", len(rep.Models))
@@ -209,7 +209,7 @@ func TestNaturalRanges(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			st := NewState(4)
-			req := &psync.SyncRequest{Seq: 1, Algorithm: "tail", TailRule: tc.rule, Models: []psync.ModelDelta{
+			req := &syncproto.SyncRequest{Seq: 1, Algorithm: "tail", TailRule: tc.rule, Models: []syncproto.ModelDelta{
 				{Key: "f", Tail: &body}, {Key: "g", Tail: &withOutliers}, {Key: "h"},
 			}}
 			if _, err := st.Apply(req); err != nil {
@@ -237,8 +237,8 @@ func TestMissingStepsAggregated(t *testing.T) {
 	seq := map[DetectorID]uint64{}
 	add := func(id DetectorID, step, missing uint64) {
 		seq[id]++
-		req := &psync.SyncRequest{PID: id.PID, Rank: id.Rank, Seq: seq[id], Algorithm: "tail",
-			Steps: []psync.StepSummary{{Step: step, Executions: 1, MissingSteps: missing}}}
+		req := &syncproto.SyncRequest{PID: id.PID, Rank: id.Rank, Seq: seq[id], Algorithm: "tail",
+			Steps: []syncproto.StepSummary{{Step: step, Executions: 1, MissingSteps: missing}}}
 		if _, err := st.Apply(req); err != nil {
 			t.Fatal(err)
 		}

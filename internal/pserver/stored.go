@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
-	"github.com/kipimo-hpc/kipimo/internal/provenance/service"
-	"github.com/kipimo-hpc/kipimo/internal/psync"
+	"github.com/kipimo-hpc/kipimo/internal/provenance/provdb"
 	"github.com/kipimo-hpc/kipimo/internal/stats"
+	"github.com/kipimo-hpc/kipimo/internal/syncproto"
 )
 
 // StoreOptions configures a StoreDashboard.
@@ -141,16 +141,16 @@ type rankStep struct {
 }
 
 func (d *StoreDashboard) add(execs []provenance.Exec) {
-	sums := map[rankStep]*psync.StepSummary{}
-	funcs := map[rankStep]map[string]*psync.FuncAnomalyMetrics{}
+	sums := map[rankStep]*syncproto.StepSummary{}
+	funcs := map[rankStep]map[string]*syncproto.FuncAnomalyMetrics{}
 	for i := range execs {
 		e := &execs[i]
 		k := rankStep{DetectorID{e.PID, e.RID}, e.IOStep}
 		s := sums[k]
 		if s == nil {
-			s = &psync.StepSummary{Step: e.IOStep, MinTS: e.Entry}
+			s = &syncproto.StepSummary{Step: e.IOStep, MinTS: e.Entry}
 			sums[k] = s
-			funcs[k] = map[string]*psync.FuncAnomalyMetrics{}
+			funcs[k] = map[string]*syncproto.FuncAnomalyMetrics{}
 		}
 		s.Anomalies++
 		s.Executions++
@@ -160,7 +160,7 @@ func (d *StoreDashboard) add(execs []provenance.Exec) {
 		s.Severity.Push(e.OutlierSeverity)
 		f := funcs[k][e.Func]
 		if f == nil {
-			f = &psync.FuncAnomalyMetrics{Func: e.Func, FirstTS: e.Entry}
+			f = &syncproto.FuncAnomalyMetrics{Func: e.Func, FirstTS: e.Entry}
 			funcs[k][e.Func] = f
 		}
 		f.Count++
@@ -210,7 +210,7 @@ func (d *StoreDashboard) Handler() http.Handler {
 			}
 			return s
 		},
-		provdb: withoutToken(http.StripPrefix("/provdb", service.NewHTTPHandler(d.store, ""))),
+		provdb: withoutToken(http.StripPrefix("/provdb", provdb.NewHTTPHandler(d.store, ""))),
 	}
 	dash.hist = d.histogram
 	if d.culprits != nil {

@@ -7,8 +7,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/kipimo-hpc/kipimo/internal/psync"
 	"github.com/kipimo-hpc/kipimo/internal/stats"
+	"github.com/kipimo-hpc/kipimo/internal/syncproto"
 )
 
 // saneMoments reports whether m, a merged statistic of the state, can be
@@ -39,8 +39,8 @@ func (st *State) sanitize() []string {
 			err = fmt.Errorf("moments %+v", m.Moments)
 		case m.Histogram.Validate() != nil:
 			err = m.Histogram.Validate()
-		case psync.ValidateTail(&m.Tail) != nil:
-			err = psync.ValidateTail(&m.Tail)
+		case syncproto.ValidateTail(&m.Tail) != nil:
+			err = syncproto.ValidateTail(&m.Tail)
 		}
 		if err != nil {
 			delete(st.Models, k)

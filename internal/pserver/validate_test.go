@@ -17,8 +17,8 @@ import (
 
 	"github.com/kipimo-hpc/kipimo/internal/natsx"
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
-	"github.com/kipimo-hpc/kipimo/internal/psync"
 	"github.com/kipimo-hpc/kipimo/internal/stats"
+	"github.com/kipimo-hpc/kipimo/internal/syncproto"
 )
 
 // poisonNegativeN is the 175-byte kind of request that used to break a
@@ -30,7 +30,7 @@ const poisonNegativeN = `{"pid":0,"rank":9,"seq":1,"io_step":1,"algorithm":"sstd
 // Rank 1 of the generated run is a known rank (its last Seq is 2 when they
 // are sent).
 func poisons() []struct{ name, body string } {
-	long := strings.Repeat("x", psync.MaxKeyLen+1)
+	long := strings.Repeat("x", syncproto.MaxKeyLen+1)
 	return []struct{ name, body string }{
 		{"negative n", poisonNegativeN},
 		{"huge n", `{"pid":0,"rank":9,"seq":1,"models":[{"key":"f","moments":{"n":1e300,"mean":1,"min":1,"max":1}}]}`},
@@ -133,13 +133,13 @@ func TestPoisonedSyncIsRefused(t *testing.T) {
 }
 
 // rawSync sends data as a sync request and returns the decoded reply.
-func rawSync(t *testing.T, nc *nats.Conn, run string, data []byte) psync.SyncReply {
+func rawSync(t *testing.T, nc *nats.Conn, run string, data []byte) syncproto.SyncReply {
 	t.Helper()
 	m, err := nc.Request(natsx.Subjects{Run: run}.Sync(0), data, 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var rep psync.SyncReply
+	var rep syncproto.SyncReply
 	if err := json.Unmarshal(m.Data, &rep); err != nil {
 		t.Fatalf("reply %q: %v", m.Data, err)
 	}
@@ -255,17 +255,17 @@ func TestSnapshotLoadDropsInvalidState(t *testing.T) {
 // duplicates), and a detector without incarnations (0) is deduplicated as
 // before.
 func TestIncarnations(t *testing.T) {
-	req := func(rank uint32, inc, seq uint64, step uint64) *psync.SyncRequest {
+	req := func(rank uint32, inc, seq uint64, step uint64) *syncproto.SyncRequest {
 		var m stats.Moments
 		m.Push(float64(10 + seq))
-		return &psync.SyncRequest{
+		return &syncproto.SyncRequest{
 			PID: 1, Rank: rank, Seq: seq, Incarnation: inc, Algorithm: "sstd",
-			Models: []psync.ModelDelta{{Key: "f", Moments: m}},
-			Steps:  []psync.StepSummary{{Step: step, Executions: 1}},
+			Models: []syncproto.ModelDelta{{Key: "f", Moments: m}},
+			Steps:  []syncproto.StepSummary{{Step: step, Executions: 1}},
 		}
 	}
 	type call struct {
-		r       *psync.SyncRequest
+		r       *syncproto.SyncRequest
 		applied bool
 		lastSeq uint64
 	}
@@ -299,7 +299,7 @@ func TestIncarnations(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			st := NewState(16)
-			var applied []psync.SyncRequest
+			var applied []syncproto.SyncRequest
 			for i, c := range tc.calls {
 				ok, err := st.Apply(c.r)
 				if err != nil {
@@ -345,23 +345,23 @@ func TestIncarnations(t *testing.T) {
 // rank is judged in its own incarnation, and Stale names it.
 func TestNodeRequestIncarnations(t *testing.T) {
 	st := NewState(16)
-	node := func(parts ...psync.RankPart) *psync.SyncRequest {
-		return &psync.SyncRequest{Node: "n", Algorithm: "sstd", Ranks: parts}
+	node := func(parts ...syncproto.RankPart) *syncproto.SyncRequest {
+		return &syncproto.SyncRequest{Node: "n", Algorithm: "sstd", Ranks: parts}
 	}
-	if ok, err := st.Apply(node(psync.RankPart{Rank: 0, Seq: 1, Incarnation: 7}, psync.RankPart{Rank: 1, Seq: 1, Incarnation: 8})); !ok || err != nil {
+	if ok, err := st.Apply(node(syncproto.RankPart{Rank: 0, Seq: 1, Incarnation: 7}, syncproto.RankPart{Rank: 1, Seq: 1, Incarnation: 8})); !ok || err != nil {
 		t.Fatalf("first node request: %v %v", ok, err)
 	}
 	// Rank 0 restarted (incarnation 9, seq 1); rank 1 resends.
-	r := node(psync.RankPart{Rank: 0, Seq: 1, Incarnation: 9}, psync.RankPart{Rank: 1, Seq: 1, Incarnation: 8})
+	r := node(syncproto.RankPart{Rank: 0, Seq: 1, Incarnation: 9}, syncproto.RankPart{Rank: 1, Seq: 1, Incarnation: 8})
 	ok, err := st.Apply(r)
 	if ok || err != nil {
 		t.Fatalf("node request with a stale rank applied: %v %v", ok, err)
 	}
 	rep := st.Reply(r, ok)
-	if len(rep.Stale) != 1 || rep.Stale[0] != (psync.RankSeq{Rank: 1, Seq: 1, Incarnation: 8}) {
+	if len(rep.Stale) != 1 || rep.Stale[0] != (syncproto.RankSeq{Rank: 1, Seq: 1, Incarnation: 8}) {
 		t.Errorf("stale %+v, want rank 1 seq 1 of incarnation 8", rep.Stale)
 	}
-	if ok, err := st.Apply(node(psync.RankPart{Rank: 0, Seq: 1, Incarnation: 9})); !ok || err != nil {
+	if ok, err := st.Apply(node(syncproto.RankPart{Rank: 0, Seq: 1, Incarnation: 9})); !ok || err != nil {
 		t.Errorf("the restarted rank's own request: %v %v", ok, err)
 	}
 }
@@ -369,28 +369,28 @@ func TestNodeRequestIncarnations(t *testing.T) {
 // TestCheckBounds checks the bounds on Seq and io_step against the state.
 func TestCheckBounds(t *testing.T) {
 	st := NewState(16)
-	if _, err := st.Apply(&psync.SyncRequest{Rank: 0, Seq: 1, Steps: []psync.StepSummary{{Step: 100}}}); err != nil {
+	if _, err := st.Apply(&syncproto.SyncRequest{Rank: 0, Seq: 1, Steps: []syncproto.StepSummary{{Step: 100}}}); err != nil {
 		t.Fatal(err)
 	}
 	tests := []struct {
 		name string
-		req  psync.SyncRequest
+		req  syncproto.SyncRequest
 		ok   bool
 	}{
-		{"next seq", psync.SyncRequest{Seq: 2}, true},
-		{"seq at the bound", psync.SyncRequest{Seq: 1 + psync.MaxSeqAdvance}, true},
-		{"seq beyond", psync.SyncRequest{Seq: 2 + psync.MaxSeqAdvance}, false},
-		{"new incarnation beyond", psync.SyncRequest{Seq: 1 + psync.MaxSeqAdvance, Incarnation: 5}, false},
-		{"new rank at the bound", psync.SyncRequest{Rank: 3, Seq: psync.MaxSeqAdvance}, true},
-		{"io_step at the bound", psync.SyncRequest{Seq: 2, Steps: []psync.StepSummary{{Step: 100 + psync.MaxStepAdvance}}}, true},
-		{"io_step beyond", psync.SyncRequest{Seq: 2, Steps: []psync.StepSummary{{Step: 101 + psync.MaxStepAdvance}}}, false},
-		{"old io_step", psync.SyncRequest{Seq: 2, Steps: []psync.StepSummary{{Step: 0}}}, true},
-		{"read", psync.SyncRequest{Seq: 0, Steps: []psync.StepSummary{{Step: math.MaxInt64}}}, true},
+		{"next seq", syncproto.SyncRequest{Seq: 2}, true},
+		{"seq at the bound", syncproto.SyncRequest{Seq: 1 + syncproto.MaxSeqAdvance}, true},
+		{"seq beyond", syncproto.SyncRequest{Seq: 2 + syncproto.MaxSeqAdvance}, false},
+		{"new incarnation beyond", syncproto.SyncRequest{Seq: 1 + syncproto.MaxSeqAdvance, Incarnation: 5}, false},
+		{"new rank at the bound", syncproto.SyncRequest{Rank: 3, Seq: syncproto.MaxSeqAdvance}, true},
+		{"io_step at the bound", syncproto.SyncRequest{Seq: 2, Steps: []syncproto.StepSummary{{Step: 100 + syncproto.MaxStepAdvance}}}, true},
+		{"io_step beyond", syncproto.SyncRequest{Seq: 2, Steps: []syncproto.StepSummary{{Step: 101 + syncproto.MaxStepAdvance}}}, false},
+		{"old io_step", syncproto.SyncRequest{Seq: 2, Steps: []syncproto.StepSummary{{Step: 0}}}, true},
+		{"read", syncproto.SyncRequest{Seq: 0, Steps: []syncproto.StepSummary{{Step: math.MaxInt64}}}, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			err := st.Check(&tc.req)
-			if (err == nil) != tc.ok || (err != nil && !errors.Is(err, psync.ErrInvalid)) {
+			if (err == nil) != tc.ok || (err != nil && !errors.Is(err, syncproto.ErrInvalid)) {
 				t.Errorf("Check: %v, want ok %v", err, tc.ok)
 			}
 		})

@@ -13,7 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
-	"github.com/kipimo-hpc/kipimo/internal/psync"
+	"github.com/kipimo-hpc/kipimo/internal/syncproto"
 )
 
 // Headers of a write-ahead-log entry.
@@ -39,7 +39,7 @@ type walDurability struct {
 	wal     jetstream.Stream
 	cons    jetstream.ConsumeContext
 
-	decoded sync.Map      // hdrID -> *psync.SyncRequest decoded by handle
+	decoded sync.Map      // hdrID -> *syncproto.SyncRequest decoded by handle
 	replies chan replyJob // answers for the reply workers
 	workers sync.WaitGroup
 	done    chan struct{} // closed by stop: reply workers drain and end
@@ -60,7 +60,7 @@ func newWALDurability(s *Server) *walDurability {
 
 type replyJob struct {
 	to  string
-	rep *psync.SyncReply
+	rep *syncproto.SyncReply
 	t0  time.Time
 }
 
@@ -153,13 +153,13 @@ func (d *walDurability) handle(m *nats.Msg) {
 	req, err := decodeRequest(m.Data)
 	if err != nil {
 		s.metrics.syncRequests.WithLabelValues("bad").Inc()
-		s.respond(m.Reply, &psync.SyncReply{Error: err.Error()}, t0)
+		s.respond(m.Reply, &syncproto.SyncReply{Error: err.Error()}, t0)
 		return
 	}
 	if err := s.check(req); err != nil {
 		// Refused before the log: nothing invalid is ever appended.
 		s.refuse(req, err)
-		s.respond(m.Reply, &psync.SyncReply{Error: err.Error(), Invalid: true}, t0)
+		s.respond(m.Reply, &syncproto.SyncReply{Error: err.Error(), Invalid: true}, t0)
 		return
 	}
 	id := nuid.Next()
@@ -187,13 +187,13 @@ func (d *walDurability) onEntry(m jetstream.Msg) {
 	}
 	hdr := m.Headers()
 	mine := hdr.Get(hdrOrigin) == d.id
-	var req *psync.SyncRequest
+	var req *syncproto.SyncRequest
 	if mine {
 		if v, ok := d.decoded.LoadAndDelete(hdr.Get(hdrID)); ok {
-			req = v.(*psync.SyncRequest)
+			req = v.(*syncproto.SyncRequest)
 		}
 	}
-	var rep *psync.SyncReply
+	var rep *syncproto.SyncReply
 	if req == nil {
 		// Appended by another instance, or by an earlier process (a
 		// replay): validated again, since a log written before requests
@@ -206,7 +206,7 @@ func (d *walDurability) onEntry(m jetstream.Msg) {
 			s.metrics.walErrors.Inc()
 			s.skip("wal", fmt.Sprintf("sync-log entry %d not applied: %v", md.Sequence.Stream, err))
 			s.setWALSeq(md.Sequence.Stream)
-			rep = &psync.SyncReply{Error: err.Error(), Invalid: true}
+			rep = &syncproto.SyncReply{Error: err.Error(), Invalid: true}
 		}
 	}
 	if rep == nil {

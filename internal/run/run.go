@@ -23,8 +23,8 @@ import (
 	"github.com/kipimo-hpc/kipimo/internal/adnode"
 	"github.com/kipimo-hpc/kipimo/internal/natsx"
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
+	"github.com/kipimo-hpc/kipimo/internal/provenance/provdb"
 	"github.com/kipimo-hpc/kipimo/internal/provenance/provstream"
-	"github.com/kipimo-hpc/kipimo/internal/provenance/service"
 	"github.com/kipimo-hpc/kipimo/internal/provenance/sqlitestore"
 	"github.com/kipimo-hpc/kipimo/internal/pserver"
 	"github.com/kipimo-hpc/kipimo/internal/replay/publish"
@@ -41,7 +41,7 @@ type Pipeline struct {
 	nc    *nats.Conn
 	js    jetstream.JetStream
 	store *sqlitestore.Store
-	prov  *service.Service
+	prov  *provdb.Service
 	ps    *pserver.Server
 	sink  *adnode.NATSSink
 
@@ -159,7 +159,7 @@ func (p *Pipeline) start(ctx context.Context) error {
 	}
 	p.provURL = "http://" + ln.Addr().String()
 	p.provHTTP = &http.Server{
-		Handler:           service.NewHTTPHandler(store, "", service.WithStats(p.prov.Stats)),
+		Handler:           provdb.NewHTTPHandler(store, "", provdb.WithStats(p.prov.Stats)),
 		ReadHeaderTimeout: 5 * time.Second,
 	}
 	p.wg.Add(1)
@@ -187,7 +187,7 @@ func (p *Pipeline) start(ctx context.Context) error {
 
 func (p *Pipeline) startProvenance(ctx context.Context) error {
 	plog := p.log.With().Str("component", "provdb").Logger()
-	p.prov = service.New(service.Config{Run: p.cfg.RunID, AckWait: 5 * time.Second}, p.store, p.js, plog)
+	p.prov = provdb.New(provdb.Config{Run: p.cfg.RunID, AckWait: 5 * time.Second}, p.store, p.js, plog)
 	if err := p.prov.Start(ctx); err != nil {
 		return fmt.Errorf("start provenance service: %w", err)
 	}

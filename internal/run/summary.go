@@ -21,7 +21,7 @@ import (
 	"github.com/kipimo-hpc/kipimo/internal/pserver"
 	"github.com/kipimo-hpc/kipimo/internal/replay"
 	"github.com/kipimo-hpc/kipimo/internal/replay/publish"
-	"github.com/kipimo-hpc/kipimo/internal/summary"
+	"github.com/kipimo-hpc/kipimo/internal/tauexport"
 	"github.com/kipimo-hpc/kipimo/internal/workload"
 )
 
@@ -388,11 +388,11 @@ func (p *Pipeline) allAnomalies(ctx context.Context) ([]provenance.Exec, error) 
 	return out, nil
 }
 
-// writeProfiles writes the run's summary: the trial summary.ReadTrial builds
+// writeProfiles writes the run's summary: the trial tauexport.ReadTrial builds
 // from the store's thread profiles and metadata, as TAU profiles (and into
 // TAUdb when a DSN is set).
 func (p *Pipeline) writeProfiles(ctx context.Context) (int, error) {
-	trial, err := summary.ReadTrial(ctx, p.store, p.cfg.RunID)
+	trial, err := tauexport.ReadTrial(ctx, p.store, p.cfg.RunID)
 	if err != nil {
 		return 0, fmt.Errorf("build the run's profile: %w", err)
 	}
@@ -400,7 +400,7 @@ func (p *Pipeline) writeProfiles(ctx context.Context) (int, error) {
 	if err := os.RemoveAll(dir); err != nil {
 		return 0, fmt.Errorf("write TAU profiles: %w", err)
 	}
-	return summary.Write(ctx, trial, summary.Options{Dir: dir, DSN: p.cfg.TaudbDSN})
+	return tauexport.Write(ctx, trial, tauexport.Options{Dir: dir, DSN: p.cfg.TaudbDSN})
 }
 
 // WriteText prints the summary for a person.

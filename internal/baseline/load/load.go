@@ -22,7 +22,7 @@ import (
 	"github.com/kipimo-hpc/kipimo/internal/daemon"
 	"github.com/kipimo-hpc/kipimo/internal/diff"
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
-	"github.com/kipimo-hpc/kipimo/internal/provenance/service"
+	"github.com/kipimo-hpc/kipimo/internal/provenance/provdb"
 	"github.com/kipimo-hpc/kipimo/internal/stats"
 	"github.com/kipimo-hpc/kipimo/internal/taudb"
 )
@@ -105,7 +105,7 @@ func isSQLite(path string) bool {
 // fromStore reads the final func_stats records of the provenance store at
 // spec.
 func fromStore(ctx context.Context, ref, spec string, opt Options) (*baseline.Reference, error) {
-	st, err := service.OpenStore(ctx, spec, true)
+	st, err := provdb.OpenStore(ctx, spec, true)
 	if err != nil {
 		return nil, fmt.Errorf("baseline %s: %w", ref, err)
 	}
