@@ -147,7 +147,26 @@ var cflags = []string{"-std=gnu11", "-O2", "-g", "-fPIC", "-Wall", "-Wno-format-
 // sources with the same compilers is already there, and returns it. It is
 // safe to call from several processes at once: each builds in a directory
 // of its own and the first to finish installs its result.
+//
+// Build remembers its result in the cache with the files it rests on, so
+// that a second Build with the same options, command and environment,
+// while those files are unchanged, returns at once without running ldd or
+// a compiler (see buildMemo).
 func Build(ctx context.Context, opts BuildOptions) (*Library, error) {
+	memo := memoPath(opts)
+	if lib, ok := readMemo(memo); ok {
+		return lib, nil
+	}
+	lib, cm, used, err := buildFor(ctx, opts)
+	if err == nil {
+		writeMemo(ctx, memo, lib, memoInputs(opts.Command, cm, used), used.MPICC)
+	}
+	return lib, err
+}
+
+// buildFor is Build without the memo; it also returns what it found of the
+// command's MPI and the options it built with.
+func buildFor(ctx context.Context, opts BuildOptions) (*Library, commandMPI, BuildOptions, error) {
 	explicit := opts.MPICC != "" || os.Getenv("MPICC") != ""
 	var cm commandMPI
 	if opts.MPI && len(opts.Command) > 0 {
@@ -158,24 +177,24 @@ func Build(ctx context.Context, opts BuildOptions) (*Library, error) {
 		case explicit:
 		case cm.family != "":
 			if opts.MPICC = chooseMPICC(ctx, cm.family); opts.MPICC == "" {
-				return nil, missingCompiler(cm)
+				return nil, cm, opts, missingCompiler(cm)
 			}
 		}
 	}
 	if err := opts.defaults(); err != nil {
-		return nil, err
+		return nil, cm, opts, err
 	}
 	lib, err := build(ctx, opts)
 	if err == nil && len(opts.Command) > 0 {
 		lib.UseOpenCL, lib.UseKokkos = detectDevices(ctx, opts.Command, cm.program)
 	}
 	if err != nil || lib.MPI == "" {
-		return lib, err
+		return lib, cm, opts, err
 	}
 	if err := checkSameMPI(ctx, lib.MPI, cm, opts.MPICC); err != nil {
-		return nil, err
+		return nil, cm, opts, err
 	}
-	return lib, nil
+	return lib, cm, opts, nil
 }
 
 // build is Build once the compilers are chosen.

@@ -353,7 +353,7 @@ static inline uint64_t ticks(void) {
 }
 
 /* tick_to_us converts a tick of the current segment to µs since the epoch. */
-static uint64_t tick_to_us(uint64_t t) {
+static inline uint64_t tick_to_us(uint64_t t) {
 	uint64_t ns;
 	if (!K.use_tsc)
 		ns = t;
@@ -1338,9 +1338,9 @@ void kp_flush(void) { request(0); }
 
 /* ---- frame encoding ---- */
 
-static void bgrow(size_t n) {
-	if (K.blen + n <= K.bcap)
-		return;
+/* bgrow makes room for n more bytes in the frame being encoded; the check
+ * is inlined into every writer, the growing (rare) is not. */
+static __attribute__((noinline)) void bgrow_slow(size_t n) {
 	size_t nc = K.bcap ? K.bcap : 1 << 16;
 	while (nc < K.blen + n)
 		nc *= 2;
@@ -1351,7 +1351,12 @@ static void bgrow(size_t n) {
 	K.bcap = nc;
 }
 
-static void put_uvarint(uint64_t v) {
+static inline void bgrow(size_t n) {
+	if (__builtin_expect(K.blen + n > K.bcap, 0))
+		bgrow_slow(n);
+}
+
+static inline void put_uvarint(uint64_t v) {
 	bgrow(10);
 	while (v >= 0x80) {
 		K.buf[K.blen++] = (char)(v | 0x80);
@@ -1360,7 +1365,7 @@ static void put_uvarint(uint64_t v) {
 	K.buf[K.blen++] = (char)v;
 }
 
-static void put_zigzag(uint64_t a, uint64_t b) {
+static inline void put_zigzag(uint64_t a, uint64_t b) {
 	int64_t d = (int64_t)(a - b);
 	put_uvarint(((uint64_t)d << 1) ^ (uint64_t)(d >> 63));
 }
@@ -1491,6 +1496,12 @@ static void encode_section(const kp_span *sp, uint32_t nt, unsigned B, uint64_t 
 	for (uint32_t i = 0; i < nt; i++) {
 		if (sp[i].nf + sp[i].nc + sp[i].nk == 0)
 			continue;
+		/* a thread with no event in this section keeps its table index
+		 * but its ring is not read again */
+		if ((sec == SEC_FUNC ? sp[i].nf : sec == SEC_COUNTER ? sp[i].nc : sp[i].nk) == 0) {
+			ti++;
+			continue;
+		}
 		uint64_t prev = tstart;
 		for (uint64_t j = sp[i].from; j < sp[i].to; j++) {
 			const kp_ev *e = &sp[i].t->ring[j & sp[i].t->mask];

@@ -9,10 +9,12 @@
  * records the call itself), it only calls PMPI_X.
  *
  * Communication events name partners by their MPI_COMM_WORLD rank and carry
- * the message tag and size in bytes. A send is recorded when it is posted, a
- * receive when it completes, from its status; a collective records at most
- * one KP_SEND (the bytes this process contributes) and one KP_RECV (the bytes
- * it receives), tagged KP_TAG_COLLECTIVE, whose partner is the root for a
+ * the message tag and size in bytes. A send is recorded when it is posted (a
+ * persistent send at each MPI_Start), a receive when it completes, from its
+ * status (a persistent receive at each completion of a start); a
+ * collective, blocking or not (at the call), records at most one KP_SEND
+ * (the bytes this process contributes) and one KP_RECV (the bytes it
+ * receives), tagged KP_TAG_COLLECTIVE, whose partner is the root for a
  * rooted collective and the process itself otherwise. Failed calls,
  * MPI_PROC_NULL partners and cancelled receives record nothing.
  */
@@ -334,48 +336,75 @@ static void kp_recv_done(MPI_Comm comm, const MPI_Status *st)
 }
 
 /* ------------------------------------------------------------------------
- * Pending MPI_Irecv requests
+ * Requests: pending receives and persistent requests
  *
- * An open-addressing table (linear probing, backward-shift deletion) maps a
- * request handle to the communicator description its receive needs. The
- * completion wrappers take their requests' entries out before calling PMPI,
- * since MPI may hand a completed request's handle to another thread's new
- * request as soon as it returns, and put back the ones still pending.
+ * Two open-addressing tables (linear probing, backward-shift deletion) map
+ * request handles to what their events need. kp_pending holds the
+ * receives under way: each MPI_Irecv, and each started persistent receive,
+ * until it completes. kp_persist holds the persistent requests, from
+ * MPI_Send_init or MPI_Recv_init (and the Bsend, Ssend, Rsend variants) to
+ * MPI_Request_free, with what MPI_Start records for them: a send's partner,
+ * tag and bytes, a receive's communicator. The completion wrappers take
+ * their requests' entries out of kp_pending before calling PMPI, since MPI
+ * may hand a completed request's handle to another thread's new request as
+ * soon as it returns, and put back the ones still pending. A persistent
+ * request keeps its handle when it completes (it becomes inactive, not
+ * MPI_REQUEST_NULL): its entry says so.
  * ------------------------------------------------------------------------ */
+
+/* Kinds of entries. */
+enum {
+    KP_REQ_IRECV, /* kp_pending: an MPI_Irecv; set to MPI_REQUEST_NULL when it completes */
+    KP_REQ_START, /* kp_pending: a started persistent receive; inactive when it completes */
+    KP_REQ_PSEND, /* kp_persist: a persistent send */
+    KP_REQ_PRECV  /* kp_persist: a persistent receive */
+};
+
+typedef struct {
+    kp_comm_info *info; /* receives: NULL when the communicator's ranks are world ranks */
+    int kind;
+    uint32_t tag;    /* KP_REQ_PSEND: the send's tag, */
+    int64_t partner; /* its destination's world rank (-1: none), */
+    uint64_t bytes;  /* and its size */
+} kp_reqval;
 
 typedef struct {
     MPI_Request req;
-    kp_comm_info *info; /* NULL: the communicator's ranks are world ranks */
+    kp_reqval v;
     int used;
 } kp_req_slot;
 
-static pthread_mutex_t kp_req_mu = PTHREAD_MUTEX_INITIALIZER;
-static kp_req_slot *kp_req_slots; /* kp_req_cap slots, guarded by kp_req_mu */
-static size_t kp_req_cap;         /* a power of two, or 0 */
-static size_t kp_req_len;         /* written under kp_req_mu; read without it as a hint */
+typedef struct {
+    kp_req_slot *slots; /* cap slots */
+    size_t cap;         /* a power of two, or 0 */
+    size_t len;         /* written under kp_req_mu; read without it as a hint */
+} kp_reqtab;
 
-static size_t kp_req_home(MPI_Request r)
+/* kp_req_mu guards both tables. */
+static pthread_mutex_t kp_req_mu = PTHREAD_MUTEX_INITIALIZER;
+static kp_reqtab kp_pending, kp_persist;
+
+static size_t kp_req_home(const kp_reqtab *t, MPI_Request r)
 {
     uint64_t h = (uint64_t)(uintptr_t)r;
     h ^= h >> 33;
     h *= 0xff51afd7ed558ccdULL;
     h ^= h >> 33;
-    return (size_t)h & (kp_req_cap - 1);
+    return (size_t)h & (t->cap - 1);
 }
 
-static int kp_req_grow(void)
+static int kp_req_grow(kp_reqtab *t)
 {
-    size_t cap = kp_req_cap != 0 ? kp_req_cap * 2 : 64;
-    kp_req_slot *old = kp_req_slots, *s = calloc(cap, sizeof *s);
-    size_t oldcap = kp_req_cap;
+    size_t oldcap = t->cap, cap = oldcap != 0 ? oldcap * 2 : 64;
+    kp_req_slot *old = t->slots, *s = calloc(cap, sizeof *s);
     if (s == NULL)
         return 0;
-    kp_req_slots = s;
-    kp_req_cap = cap;
+    t->slots = s;
+    t->cap = cap;
     for (size_t i = 0; i < oldcap; i++) {
         if (!old[i].used)
             continue;
-        size_t j = kp_req_home(old[i].req);
+        size_t j = kp_req_home(t, old[i].req);
         while (s[j].used)
             j = (j + 1) & (cap - 1);
         s[j] = old[i];
@@ -384,97 +413,187 @@ static int kp_req_grow(void)
     return 1;
 }
 
-/* kp_req_put_locked adds r; an entry r already had (a request completed
- * where the wrappers could not see it) is replaced and its info handed back
- * in *stale. Returns 0 when out of memory. */
-static int kp_req_put_locked(MPI_Request r, kp_comm_info *info, kp_comm_info **stale)
+/* kp_req_put_locked adds r to t with the value v; an entry r already had
+ * (a request completed or freed where the wrappers could not see it) is
+ * replaced and its info handed back in *stale. Returns 0 when out of
+ * memory. */
+static int kp_req_put_locked(kp_reqtab *t, MPI_Request r, const kp_reqval *v, kp_comm_info **stale)
 {
     size_t i, mask;
-    if ((kp_req_len + 1) * 2 > kp_req_cap && !kp_req_grow())
+    if ((t->len + 1) * 2 > t->cap && !kp_req_grow(t))
         return 0;
-    mask = kp_req_cap - 1;
-    for (i = kp_req_home(r); kp_req_slots[i].used; i = (i + 1) & mask) {
-        if (kp_req_slots[i].req == r) {
-            *stale = kp_req_slots[i].info;
-            kp_req_slots[i].info = info;
+    mask = t->cap - 1;
+    for (i = kp_req_home(t, r); t->slots[i].used; i = (i + 1) & mask) {
+        if (t->slots[i].req == r) {
+            *stale = t->slots[i].v.info;
+            t->slots[i].v = *v;
             return 1;
         }
     }
-    kp_req_slots[i].req = r;
-    kp_req_slots[i].info = info;
-    kp_req_slots[i].used = 1;
-    __atomic_store_n(&kp_req_len, kp_req_len + 1, __ATOMIC_RELAXED);
+    t->slots[i].req = r;
+    t->slots[i].v = *v;
+    t->slots[i].used = 1;
+    __atomic_store_n(&t->len, t->len + 1, __ATOMIC_RELAXED);
     return 1;
 }
 
-/* kp_req_take_locked removes r's entry and returns 1 and its info, or 0. */
-static int kp_req_take_locked(MPI_Request r, kp_comm_info **info)
+/* kp_req_find_locked returns r's entry in t, or NULL. */
+static kp_req_slot *kp_req_find_locked(kp_reqtab *t, MPI_Request r)
+{
+    size_t i, mask;
+    if (t->cap == 0)
+        return NULL;
+    mask = t->cap - 1;
+    for (i = kp_req_home(t, r); t->slots[i].used; i = (i + 1) & mask)
+        if (t->slots[i].req == r)
+            return &t->slots[i];
+    return NULL; /* the end of r's probe run: r is not here */
+}
+
+/* kp_req_take_locked removes r's entry from t and returns 1 and its value,
+ * or 0. */
+static int kp_req_take_locked(kp_reqtab *t, MPI_Request r, kp_reqval *v)
 {
     size_t i, j, k, mask;
-    if (kp_req_cap == 0)
+    kp_req_slot *s = kp_req_find_locked(t, r);
+    if (s == NULL)
         return 0;
-    mask = kp_req_cap - 1;
-    for (i = kp_req_home(r);; i = (i + 1) & mask) {
-        if (!kp_req_slots[i].used)
-            return 0; /* the end of r's probe run: r is not here */
-        if (kp_req_slots[i].req == r)
-            break;
-    }
-    *info = kp_req_slots[i].info;
-    kp_req_slots[i].used = 0;
+    *v = s->v;
+    s->used = 0;
+    mask = t->cap - 1;
+    i = (size_t)(s - t->slots);
     /* Shift later members of the probe run back over the hole. */
-    for (j = (i + 1) & mask; kp_req_slots[j].used; j = (j + 1) & mask) {
-        k = kp_req_home(kp_req_slots[j].req);
+    for (j = (i + 1) & mask; t->slots[j].used; j = (j + 1) & mask) {
+        k = kp_req_home(t, t->slots[j].req);
         if (i <= j ? (i < k && k <= j) : (i < k || k <= j))
             continue; /* already between its home and the hole */
-        kp_req_slots[i] = kp_req_slots[j];
-        kp_req_slots[j].used = 0;
+        t->slots[i] = t->slots[j];
+        t->slots[j].used = 0;
         i = j;
     }
-    __atomic_store_n(&kp_req_len, kp_req_len - 1, __ATOMIC_RELAXED);
+    __atomic_store_n(&t->len, t->len - 1, __ATOMIC_RELAXED);
     return 1;
 }
 
-static int kp_req_any(void)
+static int kp_req_any(const kp_reqtab *t)
 {
-    return __atomic_load_n(&kp_req_len, __ATOMIC_RELAXED) != 0;
+    return __atomic_load_n(&t->len, __ATOMIC_RELAXED) != 0;
 }
 
-/* kp_req_track remembers the pending receive r on comm. */
-static void kp_req_track(MPI_Request r, MPI_Comm comm)
+/* kp_req_info returns comm's description as an entry holds it: NULL for a
+ * communicator whose ranks are world ranks, else ci with one more
+ * reference. It returns 0 when MPI would not describe comm. */
+static int kp_req_info(MPI_Comm comm, kp_comm_info **info)
 {
-    kp_comm_info *ci, *stale = NULL;
-    int ok;
-    if (r == MPI_REQUEST_NULL || (ci = kp_comm_get(comm)) == NULL)
-        return;
+    kp_comm_info *ci = kp_comm_get(comm);
+    if (ci == NULL)
+        return 0;
     if (ci->identity)
         ci = NULL;
     else
         __atomic_add_fetch(&ci->refs, 1, __ATOMIC_RELAXED);
+    *info = ci;
+    return 1;
+}
+
+/* kp_req_put adds r to t with the value v, which owns a reference to its
+ * info; when the table cannot take it, the reference goes. */
+static void kp_req_put(kp_reqtab *t, MPI_Request r, const kp_reqval *v)
+{
+    kp_comm_info *stale = NULL;
+    int ok;
     pthread_mutex_lock(&kp_req_mu);
-    ok = kp_req_put_locked(r, ci, &stale);
+    ok = kp_req_put_locked(t, r, v, &stale);
     pthread_mutex_unlock(&kp_req_mu);
     kp_info_release(stale);
     if (!ok)
-        kp_info_release(ci);
+        kp_info_release(v->info);
 }
 
-/* kp_req_drop forgets r (MPI_Request_free). */
-static void kp_req_drop(MPI_Request r)
+/* kp_req_track remembers the pending receive r (MPI_Irecv) on comm. */
+static void kp_req_track(MPI_Request r, MPI_Comm comm)
 {
-    kp_comm_info *ci = NULL;
-    int found;
-    if (!kp_req_any())
+    kp_reqval v = {.kind = KP_REQ_IRECV};
+    if (r != MPI_REQUEST_NULL && kp_req_info(comm, &v.info))
+        kp_req_put(&kp_pending, r, &v);
+}
+
+/* kp_preq_send remembers the persistent send r (MPI_Send_init and its
+ * variants): each MPI_Start of r records a KP_SEND of count elements of
+ * type to dest on comm, with tag. The size and partner are worked out
+ * here, once: the program may free the datatype or the communicator while
+ * the request lives. */
+static void kp_preq_send(MPI_Request r, MPI_Comm comm, int dest, int tag, int count, MPI_Datatype type)
+{
+    kp_reqval v = {.kind = KP_REQ_PSEND, .tag = (uint32_t)tag, .partner = -1};
+    kp_comm_info *ci;
+    if (r == MPI_REQUEST_NULL)
+        return;
+    if (dest >= 0 && (ci = kp_comm_get(comm)) != NULL) { /* not MPI_PROC_NULL */
+        v.partner = kp_world_rank(ci, dest);
+        v.bytes = kp_bytes(count, type);
+    }
+    kp_req_put(&kp_persist, r, &v);
+}
+
+/* kp_preq_recv remembers the persistent receive r on comm (MPI_Recv_init):
+ * each MPI_Start of r makes it a pending receive. */
+static void kp_preq_recv(MPI_Request r, MPI_Comm comm)
+{
+    kp_reqval v = {.kind = KP_REQ_PRECV};
+    if (r != MPI_REQUEST_NULL && kp_req_info(comm, &v.info))
+        kp_req_put(&kp_persist, r, &v);
+}
+
+/* kp_preq_start records the start of r (MPI_Start, MPI_Startall), if it is
+ * a persistent request the wrappers saw made: the KP_SEND of a send; a
+ * receive becomes pending, to be recorded when it completes. */
+static void kp_preq_start(MPI_Request r)
+{
+    kp_reqval v = {.kind = KP_REQ_START};
+    kp_req_slot *s;
+    int64_t partner = -1;
+    uint32_t tag = 0;
+    uint64_t bytes = 0;
+    if (r == MPI_REQUEST_NULL || !kp_req_any(&kp_persist))
         return;
     pthread_mutex_lock(&kp_req_mu);
-    found = kp_req_take_locked(r, &ci);
+    s = kp_req_find_locked(&kp_persist, r);
+    if (s != NULL && s->v.kind == KP_REQ_PSEND) {
+        partner = s->v.partner;
+        tag = s->v.tag;
+        bytes = s->v.bytes;
+    } else if (s != NULL) {
+        kp_comm_info *stale = NULL;
+        v.info = s->v.info;
+        if (v.info != NULL)
+            __atomic_add_fetch(&v.info->refs, 1, __ATOMIC_RELAXED);
+        if (kp_req_put_locked(&kp_pending, r, &v, &stale))
+            v.info = stale;
+    }
     pthread_mutex_unlock(&kp_req_mu);
-    if (found)
-        kp_info_release(ci);
+    kp_info_release(v.info); /* what the table did not take, or replaced */
+    if (partner >= 0)
+        kp_comm(KP_SEND, (uint32_t)partner, tag, bytes);
 }
 
-/* Completion calls: kp_completion_take takes the entries of the tracked
- * requests among reqs[0..count); kp_completion_begin does that and, if it
+/* kp_req_drop forgets r (MPI_Request_free): a pending MPI_Irecv, or a
+ * persistent request and its start. */
+static void kp_req_drop(MPI_Request r)
+{
+    kp_reqval p = {0}, q = {0};
+    if (!kp_req_any(&kp_pending) && !kp_req_any(&kp_persist))
+        return;
+    pthread_mutex_lock(&kp_req_mu);
+    (void)kp_req_take_locked(&kp_pending, r, &p);
+    (void)kp_req_take_locked(&kp_persist, r, &q);
+    pthread_mutex_unlock(&kp_req_mu);
+    kp_info_release(p.info);
+    kp_info_release(q.info);
+}
+
+/* Completion calls: kp_completion_take takes the entries of the pending
+ * receives among reqs[0..count); kp_completion_begin does that and, if it
  * took any and the caller passed MPI_STATUS(ES)_IGNORE, points *st at local
  * statuses (nst of them: on the stack when few, else on the heap).
  * kp_completion_end records a KP_RECV for each taken request that completed,
@@ -483,8 +602,9 @@ static void kp_req_drop(MPI_Request r)
 #define KP_SMALL 16
 
 typedef struct {
-    int index; /* position in the caller's request array */
-    int done;  /* its receive is recorded */
+    int index;      /* position in the caller's request array */
+    int done;       /* its receive is recorded */
+    int persistent; /* a started persistent receive: inactive, not MPI_REQUEST_NULL, once complete */
     MPI_Request req;
     kp_comm_info *info;
 } kp_taken;
@@ -506,17 +626,17 @@ enum {
 
 static void kp_completion_take(kp_completion *cp, int count, const MPI_Request *reqs)
 {
-    kp_comm_info *info;
+    kp_reqval v;
     cp->n = 0;
     cp->taken = cp->small;
     cp->heap_taken = NULL;
     cp->heap_st = NULL;
-    if (count <= 0 || reqs == NULL || !kp_req_any())
+    if (count <= 0 || reqs == NULL || !kp_req_any(&kp_pending))
         return;
 
     pthread_mutex_lock(&kp_req_mu);
     for (int i = 0; i < count; i++) {
-        if (reqs[i] == MPI_REQUEST_NULL || !kp_req_take_locked(reqs[i], &info))
+        if (reqs[i] == MPI_REQUEST_NULL || !kp_req_take_locked(&kp_pending, reqs[i], &v))
             continue;
         /* (n reaches KP_SMALL only when count exceeds it; saying so keeps
          * -Warray-bounds quiet where count is a constant 1.) */
@@ -529,10 +649,11 @@ static void kp_completion_take(kp_completion *cp, int count, const MPI_Request *
             }
         }
         if (cp->n == KP_SMALL && cp->heap_taken == NULL) {
-            kp_info_release(info); /* out of memory: forget this receive */
+            kp_info_release(v.info); /* out of memory: forget this receive */
             continue;
         }
-        cp->taken[cp->n++] = (kp_taken){.index = i, .done = 0, .req = reqs[i], .info = info};
+        cp->taken[cp->n++] = (kp_taken){.index = i, .done = 0, .persistent = v.kind == KP_REQ_START,
+                                        .req = reqs[i], .info = v.info};
     }
     pthread_mutex_unlock(&kp_req_mu);
 }
@@ -560,7 +681,7 @@ static void kp_completion_begin(kp_completion *cp, int count, const MPI_Request 
     cp->heap_taken = NULL;
 }
 
-static kp_taken *kp_taken_find(kp_completion *cp, int index)
+static kp_taken *kp_taken_find(const kp_completion *cp, int index)
 {
     int lo = 0, hi = cp->n;
     while (lo < hi) {
@@ -573,8 +694,13 @@ static kp_taken *kp_taken_find(kp_completion *cp, int index)
     return lo < cp->n && cp->taken[lo].index == index ? &cp->taken[lo] : NULL;
 }
 
+/* kp_completion_end ends a completion call that returned rc. Under
+ * KP_BY_POSITION, flag says whether the call completed its requests (1 for
+ * MPI_Wait and MPI_Waitall, *flag for MPI_Test and MPI_Testall): an
+ * MPI_Irecv completed is MPI_REQUEST_NULL, a persistent receive keeps its
+ * handle. Under KP_BY_INDEX, the requests idx[0..nidx) completed. */
 static void kp_completion_end(kp_completion *cp, int rc, const MPI_Request *reqs,
-                              const MPI_Status *st, int how, int nidx, const int *idx)
+                              const MPI_Status *st, int flag, int how, int nidx, const int *idx)
 {
     kp_taken *t;
     if (cp->n == 0)
@@ -583,7 +709,7 @@ static void kp_completion_end(kp_completion *cp, int rc, const MPI_Request *reqs
         if (how == KP_BY_POSITION) {
             for (int k = 0; k < cp->n; k++) {
                 t = &cp->taken[k];
-                if (reqs[t->index] == MPI_REQUEST_NULL) {
+                if (t->persistent ? flag : reqs[t->index] == MPI_REQUEST_NULL) {
                     kp_recv_event(t->info, &st[t->index]);
                     t->done = 1;
                 }
@@ -591,7 +717,7 @@ static void kp_completion_end(kp_completion *cp, int rc, const MPI_Request *reqs
         } else {
             for (int j = 0; j < nidx; j++) {
                 t = kp_taken_find(cp, idx[j]);
-                if (t != NULL && !t->done && reqs[t->index] == MPI_REQUEST_NULL) {
+                if (t != NULL && !t->done && (t->persistent || reqs[t->index] == MPI_REQUEST_NULL)) {
                     kp_recv_event(t->info, &st[j]);
                     t->done = 1;
                 }
@@ -605,8 +731,9 @@ static void kp_completion_end(kp_completion *cp, int rc, const MPI_Request *reqs
     for (int k = 0; k < cp->n; k++) {
         kp_comm_info *stale = NULL;
         t = &cp->taken[k];
+        kp_reqval v = {.info = t->info, .kind = t->persistent ? KP_REQ_START : KP_REQ_IRECV};
         if (!t->done && reqs[t->index] != MPI_REQUEST_NULL &&
-            kp_req_put_locked(t->req, t->info, &stale)) {
+            kp_req_put_locked(&kp_pending, t->req, &v, &stale)) {
             t->info = stale;
         }
     }
@@ -1291,7 +1418,8 @@ int MPI_Irecv(void *buf, int count, MPI_Datatype datatype, int source, int tag,
     return rc;
 }
 
-/* MPI_Send_init: an execution, no communication events. */
+/* MPI_Send_init: no event yet: remembers the persistent send, whose every MPI_Start
+ * records a KP_SEND to dest. */
 KP_EXPORT
 int MPI_Send_init(const void *buf, int count, MPI_Datatype datatype, int dest, int tag,
                   MPI_Comm comm, MPI_Request *request)
@@ -1302,11 +1430,68 @@ int MPI_Send_init(const void *buf, int count, MPI_Datatype datatype, int dest, i
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Send_init");
     kp_enter(fid);
     int rc = PMPI_Send_init(buf, count, datatype, dest, tag, comm, request);
+    if (rc == MPI_SUCCESS)
+        kp_preq_send(*request, comm, dest, tag, count, datatype);
     kp_exit(fid);
     return rc;
 }
 
-/* MPI_Recv_init: an execution, no communication events. */
+/* MPI_Bsend_init: no event yet: remembers the persistent send, whose every MPI_Start
+ * records a KP_SEND to dest. */
+KP_EXPORT
+int MPI_Bsend_init(const void *buf, int count, MPI_Datatype datatype, int dest, int tag,
+                   MPI_Comm comm, MPI_Request *request)
+{
+    static uint32_t fid_plus1;
+    if (!kp_on() || !kp_outer())
+        return PMPI_Bsend_init(buf, count, datatype, dest, tag, comm, request);
+    uint32_t fid = kp_fid(&fid_plus1, "MPI_Bsend_init");
+    kp_enter(fid);
+    int rc = PMPI_Bsend_init(buf, count, datatype, dest, tag, comm, request);
+    if (rc == MPI_SUCCESS)
+        kp_preq_send(*request, comm, dest, tag, count, datatype);
+    kp_exit(fid);
+    return rc;
+}
+
+/* MPI_Ssend_init: no event yet: remembers the persistent send, whose every MPI_Start
+ * records a KP_SEND to dest. */
+KP_EXPORT
+int MPI_Ssend_init(const void *buf, int count, MPI_Datatype datatype, int dest, int tag,
+                   MPI_Comm comm, MPI_Request *request)
+{
+    static uint32_t fid_plus1;
+    if (!kp_on() || !kp_outer())
+        return PMPI_Ssend_init(buf, count, datatype, dest, tag, comm, request);
+    uint32_t fid = kp_fid(&fid_plus1, "MPI_Ssend_init");
+    kp_enter(fid);
+    int rc = PMPI_Ssend_init(buf, count, datatype, dest, tag, comm, request);
+    if (rc == MPI_SUCCESS)
+        kp_preq_send(*request, comm, dest, tag, count, datatype);
+    kp_exit(fid);
+    return rc;
+}
+
+/* MPI_Rsend_init: no event yet: remembers the persistent send, whose every MPI_Start
+ * records a KP_SEND to dest. */
+KP_EXPORT
+int MPI_Rsend_init(const void *buf, int count, MPI_Datatype datatype, int dest, int tag,
+                   MPI_Comm comm, MPI_Request *request)
+{
+    static uint32_t fid_plus1;
+    if (!kp_on() || !kp_outer())
+        return PMPI_Rsend_init(buf, count, datatype, dest, tag, comm, request);
+    uint32_t fid = kp_fid(&fid_plus1, "MPI_Rsend_init");
+    kp_enter(fid);
+    int rc = PMPI_Rsend_init(buf, count, datatype, dest, tag, comm, request);
+    if (rc == MPI_SUCCESS)
+        kp_preq_send(*request, comm, dest, tag, count, datatype);
+    kp_exit(fid);
+    return rc;
+}
+
+/* MPI_Recv_init: no event yet: remembers the persistent receive, which each MPI_Start
+ * makes pending. */
 KP_EXPORT
 int MPI_Recv_init(void *buf, int count, MPI_Datatype datatype, int source, int tag,
                   MPI_Comm comm, MPI_Request *request)
@@ -1317,11 +1502,14 @@ int MPI_Recv_init(void *buf, int count, MPI_Datatype datatype, int source, int t
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Recv_init");
     kp_enter(fid);
     int rc = PMPI_Recv_init(buf, count, datatype, source, tag, comm, request);
+    if (rc == MPI_SUCCESS && source != MPI_PROC_NULL)
+        kp_preq_recv(*request, comm);
     kp_exit(fid);
     return rc;
 }
 
-/* MPI_Start: an execution, no communication events. */
+/* MPI_Start: KP_SEND of a persistent send; a persistent receive becomes pending, and
+ * its completion records the KP_RECV. */
 KP_EXPORT
 int MPI_Start(MPI_Request *request)
 {
@@ -1331,11 +1519,14 @@ int MPI_Start(MPI_Request *request)
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Start");
     kp_enter(fid);
     int rc = PMPI_Start(request);
+    if (rc == MPI_SUCCESS)
+        kp_preq_start(*request);
     kp_exit(fid);
     return rc;
 }
 
-/* MPI_Startall: an execution, no communication events. */
+/* MPI_Startall: KP_SEND of each persistent send; each persistent receive becomes
+ * pending, and its completion records the KP_RECV. */
 KP_EXPORT
 int MPI_Startall(int count, MPI_Request array_of_requests[])
 {
@@ -1345,11 +1536,15 @@ int MPI_Startall(int count, MPI_Request array_of_requests[])
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Startall");
     kp_enter(fid);
     int rc = PMPI_Startall(count, array_of_requests);
+    if (rc == MPI_SUCCESS)
+        for (int i = 0; i < count; i++)
+            kp_preq_start(array_of_requests[i]);
     kp_exit(fid);
     return rc;
 }
 
-/* MPI_Wait: KP_RECV for each pending MPI_Irecv it completes, from its status. */
+/* MPI_Wait: KP_RECV for each pending MPI_Irecv or started persistent receive it
+ * completes, from its status. */
 KP_EXPORT
 int MPI_Wait(MPI_Request *request, MPI_Status *status)
 {
@@ -1362,12 +1557,13 @@ int MPI_Wait(MPI_Request *request, MPI_Status *status)
     MPI_Status *st = status;
     kp_completion_begin(&cp, 1, request, &st, 1, MPI_STATUS_IGNORE);
     int rc = PMPI_Wait(request, st);
-    kp_completion_end(&cp, rc, request, st, KP_BY_POSITION, 0, NULL);
+    kp_completion_end(&cp, rc, request, st, 1, KP_BY_POSITION, 0, NULL);
     kp_exit(fid);
     return rc;
 }
 
-/* MPI_Waitall: KP_RECV for each pending MPI_Irecv it completes, from its status. */
+/* MPI_Waitall: KP_RECV for each pending MPI_Irecv or started persistent receive it
+ * completes, from its status. */
 KP_EXPORT
 int MPI_Waitall(int count, MPI_Request array_of_requests[], MPI_Status *array_of_statuses)
 {
@@ -1380,12 +1576,13 @@ int MPI_Waitall(int count, MPI_Request array_of_requests[], MPI_Status *array_of
     MPI_Status *st = array_of_statuses;
     kp_completion_begin(&cp, count, array_of_requests, &st, count, MPI_STATUSES_IGNORE);
     int rc = PMPI_Waitall(count, array_of_requests, st);
-    kp_completion_end(&cp, rc, array_of_requests, st, KP_BY_POSITION, 0, NULL);
+    kp_completion_end(&cp, rc, array_of_requests, st, 1, KP_BY_POSITION, 0, NULL);
     kp_exit(fid);
     return rc;
 }
 
-/* MPI_Waitany: KP_RECV for each pending MPI_Irecv it completes, from its status. */
+/* MPI_Waitany: KP_RECV for each pending MPI_Irecv or started persistent receive it
+ * completes, from its status. */
 KP_EXPORT
 int MPI_Waitany(int count, MPI_Request array_of_requests[], int *index,
                 MPI_Status *status)
@@ -1399,12 +1596,13 @@ int MPI_Waitany(int count, MPI_Request array_of_requests[], int *index,
     MPI_Status *st = status;
     kp_completion_begin(&cp, count, array_of_requests, &st, 1, MPI_STATUS_IGNORE);
     int rc = PMPI_Waitany(count, array_of_requests, index, st);
-    kp_completion_end(&cp, rc, array_of_requests, st, KP_BY_INDEX, 1, index);
+    kp_completion_end(&cp, rc, array_of_requests, st, 1, KP_BY_INDEX, 1, index);
     kp_exit(fid);
     return rc;
 }
 
-/* MPI_Waitsome: KP_RECV for each pending MPI_Irecv it completes, from its status. */
+/* MPI_Waitsome: KP_RECV for each pending MPI_Irecv or started persistent receive it
+ * completes, from its status. */
 KP_EXPORT
 int MPI_Waitsome(int incount, MPI_Request array_of_requests[], int *outcount,
                  int array_of_indices[], MPI_Status array_of_statuses[])
@@ -1419,12 +1617,13 @@ int MPI_Waitsome(int incount, MPI_Request array_of_requests[], int *outcount,
     MPI_Status *st = array_of_statuses;
     kp_completion_begin(&cp, incount, array_of_requests, &st, incount, MPI_STATUSES_IGNORE);
     int rc = PMPI_Waitsome(incount, array_of_requests, outcount, array_of_indices, st);
-    kp_completion_end(&cp, rc, array_of_requests, st, KP_BY_INDEX, *outcount, array_of_indices);
+    kp_completion_end(&cp, rc, array_of_requests, st, 1, KP_BY_INDEX, *outcount, array_of_indices);
     kp_exit(fid);
     return rc;
 }
 
-/* MPI_Test: KP_RECV for each pending MPI_Irecv it completes, from its status. */
+/* MPI_Test: KP_RECV for each pending MPI_Irecv or started persistent receive it
+ * completes, from its status. */
 KP_EXPORT
 int MPI_Test(MPI_Request *request, int *flag, MPI_Status *status)
 {
@@ -1437,12 +1636,13 @@ int MPI_Test(MPI_Request *request, int *flag, MPI_Status *status)
     MPI_Status *st = status;
     kp_completion_begin(&cp, 1, request, &st, 1, MPI_STATUS_IGNORE);
     int rc = PMPI_Test(request, flag, st);
-    kp_completion_end(&cp, rc, request, st, KP_BY_POSITION, 0, NULL);
+    kp_completion_end(&cp, rc, request, st, *flag, KP_BY_POSITION, 0, NULL);
     kp_exit(fid);
     return rc;
 }
 
-/* MPI_Testall: KP_RECV for each pending MPI_Irecv it completes, from its status. */
+/* MPI_Testall: KP_RECV for each pending MPI_Irecv or started persistent receive it
+ * completes, from its status. */
 KP_EXPORT
 int MPI_Testall(int count, MPI_Request array_of_requests[], int *flag,
                 MPI_Status array_of_statuses[])
@@ -1456,12 +1656,13 @@ int MPI_Testall(int count, MPI_Request array_of_requests[], int *flag,
     MPI_Status *st = array_of_statuses;
     kp_completion_begin(&cp, count, array_of_requests, &st, count, MPI_STATUSES_IGNORE);
     int rc = PMPI_Testall(count, array_of_requests, flag, st);
-    kp_completion_end(&cp, rc, array_of_requests, st, KP_BY_POSITION, 0, NULL);
+    kp_completion_end(&cp, rc, array_of_requests, st, *flag, KP_BY_POSITION, 0, NULL);
     kp_exit(fid);
     return rc;
 }
 
-/* MPI_Testany: KP_RECV for each pending MPI_Irecv it completes, from its status. */
+/* MPI_Testany: KP_RECV for each pending MPI_Irecv or started persistent receive it
+ * completes, from its status. */
 KP_EXPORT
 int MPI_Testany(int count, MPI_Request array_of_requests[], int *index, int *flag,
                 MPI_Status *status)
@@ -1475,12 +1676,13 @@ int MPI_Testany(int count, MPI_Request array_of_requests[], int *index, int *fla
     MPI_Status *st = status;
     kp_completion_begin(&cp, count, array_of_requests, &st, 1, MPI_STATUS_IGNORE);
     int rc = PMPI_Testany(count, array_of_requests, index, flag, st);
-    kp_completion_end(&cp, rc, array_of_requests, st, KP_BY_INDEX, 1, index);
+    kp_completion_end(&cp, rc, array_of_requests, st, 1, KP_BY_INDEX, 1, index);
     kp_exit(fid);
     return rc;
 }
 
-/* MPI_Testsome: KP_RECV for each pending MPI_Irecv it completes, from its status. */
+/* MPI_Testsome: KP_RECV for each pending MPI_Irecv or started persistent receive it
+ * completes, from its status. */
 KP_EXPORT
 int MPI_Testsome(int incount, MPI_Request array_of_requests[], int *outcount,
                  int array_of_indices[], MPI_Status array_of_statuses[])
@@ -1495,12 +1697,13 @@ int MPI_Testsome(int incount, MPI_Request array_of_requests[], int *outcount,
     MPI_Status *st = array_of_statuses;
     kp_completion_begin(&cp, incount, array_of_requests, &st, incount, MPI_STATUSES_IGNORE);
     int rc = PMPI_Testsome(incount, array_of_requests, outcount, array_of_indices, st);
-    kp_completion_end(&cp, rc, array_of_requests, st, KP_BY_INDEX, *outcount, array_of_indices);
+    kp_completion_end(&cp, rc, array_of_requests, st, 1, KP_BY_INDEX, *outcount, array_of_indices);
     kp_exit(fid);
     return rc;
 }
 
-/* MPI_Request_free: an execution; forgets the request if it was a pending MPI_Irecv. */
+/* MPI_Request_free: an execution; forgets the request if it was a pending MPI_Irecv or
+ * a persistent request. */
 KP_EXPORT
 int MPI_Request_free(MPI_Request *request)
 {
@@ -2063,6 +2266,281 @@ int MPI_Ialltoall(const void *sendbuf, int sendcount, MPI_Datatype sendtype,
     return rc;
 }
 
+/* MPI_Igather: KP_SEND of the bytes this process contributes, KP_RECV of the bytes it
+ * receives; partner the root. */
+KP_EXPORT
+int MPI_Igather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
+                int recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm,
+                MPI_Request *request)
+{
+    static uint32_t fid_plus1;
+    if (!kp_on() || !kp_outer())
+        return PMPI_Igather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype,
+                            root, comm, request);
+    uint32_t fid = kp_fid(&fid_plus1, "MPI_Igather");
+    kp_enter(fid);
+    int rc = PMPI_Igather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype,
+                          root, comm, request);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, root)) {
+            uint64_t sent = !c.peer ? 0
+                            : sendbuf == MPI_IN_PLACE ? kp_bytes(recvcount, recvtype)
+                            : kp_bytes(sendcount, sendtype);
+            uint64_t got = c.root ? kp_bytes(recvcount, recvtype) * (uint64_t)c.n : 0;
+            kp_coll_emit(&c, sent, got);
+        }
+    }
+    kp_exit(fid);
+    return rc;
+}
+
+/* MPI_Igatherv: KP_SEND of the bytes this process contributes, KP_RECV of the bytes it
+ * receives; partner the root. */
+KP_EXPORT
+int MPI_Igatherv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
+                 const int recvcounts[], const int displs[], MPI_Datatype recvtype,
+                 int root, MPI_Comm comm, MPI_Request *request)
+{
+    static uint32_t fid_plus1;
+    if (!kp_on() || !kp_outer())
+        return PMPI_Igatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs,
+                             recvtype, root, comm, request);
+    uint32_t fid = kp_fid(&fid_plus1, "MPI_Igatherv");
+    kp_enter(fid);
+    int rc = PMPI_Igatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs,
+                           recvtype, root, comm, request);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, root)) {
+            uint64_t sent = !c.peer ? 0
+                            : sendbuf == MPI_IN_PLACE ? kp_bytes(recvcounts[c.me], recvtype)
+                            : kp_bytes(sendcount, sendtype);
+            uint64_t got = c.root ? kp_bytes_sum(recvcounts, c.n, recvtype) : 0;
+            kp_coll_emit(&c, sent, got);
+        }
+    }
+    kp_exit(fid);
+    return rc;
+}
+
+/* MPI_Iscatter: KP_SEND of the bytes this process contributes, KP_RECV of the bytes it
+ * receives; partner the root. */
+KP_EXPORT
+int MPI_Iscatter(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
+                 int recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm,
+                 MPI_Request *request)
+{
+    static uint32_t fid_plus1;
+    if (!kp_on() || !kp_outer())
+        return PMPI_Iscatter(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype,
+                             root, comm, request);
+    uint32_t fid = kp_fid(&fid_plus1, "MPI_Iscatter");
+    kp_enter(fid);
+    int rc = PMPI_Iscatter(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype,
+                           root, comm, request);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, root)) {
+            uint64_t sent = c.root ? kp_bytes(sendcount, sendtype) * (uint64_t)c.n : 0;
+            uint64_t got = !c.peer ? 0
+                           : recvbuf == MPI_IN_PLACE ? kp_bytes(sendcount, sendtype)
+                           : kp_bytes(recvcount, recvtype);
+            kp_coll_emit(&c, sent, got);
+        }
+    }
+    kp_exit(fid);
+    return rc;
+}
+
+/* MPI_Iscatterv: KP_SEND of the bytes this process contributes, KP_RECV of the bytes
+ * it receives; partner the root. */
+KP_EXPORT
+int MPI_Iscatterv(const void *sendbuf, const int sendcounts[], const int displs[],
+                  MPI_Datatype sendtype, void *recvbuf, int recvcount,
+                  MPI_Datatype recvtype, int root, MPI_Comm comm, MPI_Request *request)
+{
+    static uint32_t fid_plus1;
+    if (!kp_on() || !kp_outer())
+        return PMPI_Iscatterv(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount,
+                              recvtype, root, comm, request);
+    uint32_t fid = kp_fid(&fid_plus1, "MPI_Iscatterv");
+    kp_enter(fid);
+    int rc = PMPI_Iscatterv(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount,
+                            recvtype, root, comm, request);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, root)) {
+            uint64_t sent = c.root ? kp_bytes_sum(sendcounts, c.n, sendtype) : 0;
+            uint64_t got = !c.peer ? 0
+                           : recvbuf == MPI_IN_PLACE ? kp_bytes(sendcounts[c.me], sendtype)
+                           : kp_bytes(recvcount, recvtype);
+            kp_coll_emit(&c, sent, got);
+        }
+    }
+    kp_exit(fid);
+    return rc;
+}
+
+/* MPI_Iallgatherv: KP_SEND of the bytes this process contributes, KP_RECV of the bytes
+ * it receives; partner itself. */
+KP_EXPORT
+int MPI_Iallgatherv(const void *sendbuf, int sendcount, MPI_Datatype sendtype,
+                    void *recvbuf, const int recvcounts[], const int displs[],
+                    MPI_Datatype recvtype, MPI_Comm comm, MPI_Request *request)
+{
+    static uint32_t fid_plus1;
+    if (!kp_on() || !kp_outer())
+        return PMPI_Iallgatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs,
+                                recvtype, comm, request);
+    uint32_t fid = kp_fid(&fid_plus1, "MPI_Iallgatherv");
+    kp_enter(fid);
+    int rc = PMPI_Iallgatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs,
+                              recvtype, comm, request);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, KP_NO_ROOT)) {
+            uint64_t sent = sendbuf == MPI_IN_PLACE ? kp_bytes(recvcounts[c.me], recvtype)
+                            : kp_bytes(sendcount, sendtype);
+            uint64_t got = kp_bytes_sum(recvcounts, c.n, recvtype);
+            kp_coll_emit(&c, sent, got);
+        }
+    }
+    kp_exit(fid);
+    return rc;
+}
+
+/* MPI_Ialltoallv: KP_SEND of the bytes this process contributes, KP_RECV of the bytes
+ * it receives; partner itself. */
+KP_EXPORT
+int MPI_Ialltoallv(const void *sendbuf, const int sendcounts[], const int sdispls[],
+                   MPI_Datatype sendtype, void *recvbuf, const int recvcounts[],
+                   const int rdispls[], MPI_Datatype recvtype, MPI_Comm comm,
+                   MPI_Request *request)
+{
+    static uint32_t fid_plus1;
+    if (!kp_on() || !kp_outer())
+        return PMPI_Ialltoallv(sendbuf, sendcounts, sdispls, sendtype, recvbuf,
+                               recvcounts, rdispls, recvtype, comm, request);
+    uint32_t fid = kp_fid(&fid_plus1, "MPI_Ialltoallv");
+    kp_enter(fid);
+    int rc = PMPI_Ialltoallv(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts,
+                             rdispls, recvtype, comm, request);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, KP_NO_ROOT)) {
+            uint64_t sent = sendbuf == MPI_IN_PLACE ? kp_bytes_sum(recvcounts, c.n, recvtype)
+                            : kp_bytes_sum(sendcounts, c.n, sendtype);
+            uint64_t got = kp_bytes_sum(recvcounts, c.n, recvtype);
+            kp_coll_emit(&c, sent, got);
+        }
+    }
+    kp_exit(fid);
+    return rc;
+}
+
+/* MPI_Ireduce_scatter: KP_SEND of the bytes this process contributes, KP_RECV of the
+ * bytes it receives; partner itself. */
+KP_EXPORT
+int MPI_Ireduce_scatter(const void *sendbuf, void *recvbuf, const int recvcounts[],
+                        MPI_Datatype datatype, MPI_Op op, MPI_Comm comm,
+                        MPI_Request *request)
+{
+    static uint32_t fid_plus1;
+    if (!kp_on() || !kp_outer())
+        return PMPI_Ireduce_scatter(sendbuf, recvbuf, recvcounts, datatype, op, comm,
+                                    request);
+    uint32_t fid = kp_fid(&fid_plus1, "MPI_Ireduce_scatter");
+    kp_enter(fid);
+    int rc = PMPI_Ireduce_scatter(sendbuf, recvbuf, recvcounts, datatype, op, comm,
+                                  request);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, KP_NO_ROOT)) {
+            uint64_t sent = kp_bytes_sum(recvcounts, c.lsize, datatype);
+            uint64_t got = kp_bytes(recvcounts[c.me], datatype);
+            kp_coll_emit(&c, sent, got);
+        }
+    }
+    kp_exit(fid);
+    return rc;
+}
+
+/* MPI_Ireduce_scatter_block: KP_SEND of the bytes this process contributes, KP_RECV of
+ * the bytes it receives; partner itself. */
+KP_EXPORT
+int MPI_Ireduce_scatter_block(const void *sendbuf, void *recvbuf, int recvcount,
+                              MPI_Datatype datatype, MPI_Op op, MPI_Comm comm,
+                              MPI_Request *request)
+{
+    static uint32_t fid_plus1;
+    if (!kp_on() || !kp_outer())
+        return PMPI_Ireduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm,
+                                          request);
+    uint32_t fid = kp_fid(&fid_plus1, "MPI_Ireduce_scatter_block");
+    kp_enter(fid);
+    int rc = PMPI_Ireduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm,
+                                        request);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, KP_NO_ROOT)) {
+            uint64_t sent = kp_bytes(recvcount, datatype) * (uint64_t)c.lsize;
+            uint64_t got = kp_bytes(recvcount, datatype);
+            kp_coll_emit(&c, sent, got);
+        }
+    }
+    kp_exit(fid);
+    return rc;
+}
+
+/* MPI_Iscan: KP_SEND of the bytes this process contributes, KP_RECV of the bytes it
+ * receives; partner itself. */
+KP_EXPORT
+int MPI_Iscan(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype,
+              MPI_Op op, MPI_Comm comm, MPI_Request *request)
+{
+    static uint32_t fid_plus1;
+    if (!kp_on() || !kp_outer())
+        return PMPI_Iscan(sendbuf, recvbuf, count, datatype, op, comm, request);
+    uint32_t fid = kp_fid(&fid_plus1, "MPI_Iscan");
+    kp_enter(fid);
+    int rc = PMPI_Iscan(sendbuf, recvbuf, count, datatype, op, comm, request);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, KP_NO_ROOT)) {
+            uint64_t sent = kp_bytes(count, datatype);
+            uint64_t got = kp_bytes(count, datatype);
+            kp_coll_emit(&c, sent, got);
+        }
+    }
+    kp_exit(fid);
+    return rc;
+}
+
+/* MPI_Iexscan: KP_SEND of the bytes this process contributes, KP_RECV of the bytes it
+ * receives; partner itself. */
+KP_EXPORT
+int MPI_Iexscan(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype,
+                MPI_Op op, MPI_Comm comm, MPI_Request *request)
+{
+    static uint32_t fid_plus1;
+    if (!kp_on() || !kp_outer())
+        return PMPI_Iexscan(sendbuf, recvbuf, count, datatype, op, comm, request);
+    uint32_t fid = kp_fid(&fid_plus1, "MPI_Iexscan");
+    kp_enter(fid);
+    int rc = PMPI_Iexscan(sendbuf, recvbuf, count, datatype, op, comm, request);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, KP_NO_ROOT)) {
+            uint64_t sent = kp_bytes(count, datatype);
+            uint64_t got = c.me == 0 ? 0 : kp_bytes(count, datatype);
+            kp_coll_emit(&c, sent, got);
+        }
+    }
+    kp_exit(fid);
+    return rc;
+}
+
 /* ------------------------------------------------------------------------
  * Fortran
  *
@@ -2256,7 +2734,7 @@ static void *kp_fcompletion_begin(kp_fcompletion *fc, int count, const MPI_Fint 
     fc->fst = NULL;
     fc->idx = fc->small_idx;
     fc->heap = NULL;
-    if (count <= 0 || nst <= 0 || freqs == NULL || !kp_req_any())
+    if (count <= 0 || nst <= 0 || freqs == NULL || !kp_req_any(&kp_pending))
         return fsts;
     if (count > KP_SMALL || nst > KP_SMALL) {
         size_t n = (size_t)(count > nst ? count : nst);
@@ -2282,28 +2760,35 @@ static void *kp_fcompletion_begin(kp_fcompletion *fc, int count, const MPI_Fint 
  * a call completed count from: 1, as the standard says, or 0, as MPICH
  * 4.0's "use mpi_f08" MPI_Waitany, MPI_Testany, MPI_Waitsome and
  * MPI_Testsome return them. It is 0 only when every index counted from 0,
- * and not every one counted from 1, names a request that the call
- * completed (before[i] active, freqs[i] now MPI_REQUEST_NULL). */
-static int kp_findex_base(const MPI_Request *before, const MPI_Fint *freqs, int count,
-                          const MPI_Fint *idx, int nidx)
+ * and not every one counted from 1, names a request that the call may have
+ * completed: before[i] active and freqs[i] now MPI_REQUEST_NULL, or a
+ * started persistent receive of cp (which keeps its handle). */
+static int kp_findex_base(const kp_completion *cp, const MPI_Request *before, const MPI_Fint *freqs,
+                          int count, const MPI_Fint *idx, int nidx)
 {
     MPI_Fint fnull = PMPI_Request_c2f(MPI_REQUEST_NULL);
     int from1 = 1, from0 = 1;
     for (int j = 0; j < nidx; j++) {
-        int i = idx[j];
-        if (i < 1 || i > count || before[i - 1] == MPI_REQUEST_NULL || freqs[i - 1] != fnull)
-            from1 = 0;
-        if (i < 0 || i >= count || before[i] == MPI_REQUEST_NULL || freqs[i] != fnull)
-            from0 = 0;
+        for (int base = 0; base <= 1; base++) {
+            int i = idx[j] - base;
+            const kp_taken *t = i >= 0 && i < count ? kp_taken_find(cp, i) : NULL;
+            if (i < 0 || i >= count || before[i] == MPI_REQUEST_NULL ||
+                (freqs[i] != fnull && (t == NULL || !t->persistent))) {
+                if (base == 0)
+                    from0 = 0;
+                else
+                    from1 = 0;
+            }
+        }
     }
     return from0 && !from1 ? 0 : 1;
 }
 
 /* kp_fcompletion_end records the receives that completed, as
- * kp_completion_end does, from the Fortran requests, statuses and indices
- * (nidx of them) as the call left them. */
+ * kp_completion_end does (flag as there), from the Fortran requests,
+ * statuses and indices (nidx of them) as the call left them. */
 static void kp_fcompletion_end(kp_fcompletion *fc, int rc, const MPI_Fint *freqs, const void *fsts,
-                               int how, int nidx, const MPI_Fint *fidx)
+                               int flag, int how, int nidx, const MPI_Fint *fidx)
 {
     if (fc->cp.n == 0) {
         free(fc->heap);
@@ -2317,14 +2802,14 @@ static void kp_fcompletion_end(kp_fcompletion *fc, int rc, const MPI_Fint *freqs
         if (how == KP_BY_INDEX && nidx > 0) {
             if (nidx > fc->count)
                 nidx = fc->count;
-            int base = kp_findex_base(fc->req, freqs, fc->count, fidx, nidx);
+            int base = kp_findex_base(&fc->cp, fc->req, freqs, fc->count, fidx, nidx);
             for (int j = 0; j < nidx; j++)
                 fc->idx[j] = fidx[j] == MPI_UNDEFINED ? MPI_UNDEFINED : fidx[j] - base;
         }
     }
     for (int i = 0; i < fc->count; i++)
         fc->req[i] = PMPI_Request_f2c(freqs[i]);
-    kp_completion_end(&fc->cp, rc, fc->req, fc->st, how, nidx, fc->idx);
+    kp_completion_end(&fc->cp, rc, fc->req, fc->st, flag, how, nidx, fc->idx);
     free(fc->heap);
 }
 typedef void kp_fortran1(void *);
@@ -4914,9 +5399,19 @@ static void kpf_send_init(void *f_buf, void *f_count, void *f_datatype, void *f_
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Send_init");
     kp_enter(fid);
+    int count = kp_fint(f_count);
+    MPI_Datatype datatype = kp_ftype(f_datatype);
+    int dest = kp_fint(f_dest);
+    int tag = kp_fint(f_tag);
+    MPI_Comm comm = kp_fcomm(f_comm);
+    MPI_Request kp_request = MPI_REQUEST_NULL, *request = &kp_request;
     kp_in_fortran++;
     next(f_buf, f_count, f_datatype, f_dest, f_tag, f_comm, f_request, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    kp_request = kp_freq(f_request);
+    if (rc == MPI_SUCCESS)
+        kp_preq_send(*request, comm, dest, tag, count, datatype);
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran8 mpi_send_init_ __attribute__((alias("kpf_send_init")));
@@ -4935,9 +5430,19 @@ static void kpf08_send_init(void *f_buf, void *f_count, void *f_datatype, void *
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Send_init");
     kp_enter(fid);
+    int count = kp_fint(f_count);
+    MPI_Datatype datatype = kp_ftype(f_datatype);
+    int dest = kp_fint(f_dest);
+    int tag = kp_fint(f_tag);
+    MPI_Comm comm = kp_fcomm(f_comm);
+    MPI_Request kp_request = MPI_REQUEST_NULL, *request = &kp_request;
     kp_in_fortran++;
     next(f_buf, f_count, f_datatype, f_dest, f_tag, f_comm, f_request, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    kp_request = kp_freq(f_request);
+    if (rc == MPI_SUCCESS)
+        kp_preq_send(*request, comm, dest, tag, count, datatype);
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran8 mpi_send_init_f08_ __attribute__((alias("kpf08_send_init")));
@@ -4953,12 +5458,289 @@ static void kpf08ts_send_init(void *f_buf, void *f_count, void *f_datatype, void
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Send_init");
     kp_enter(fid);
+    int count = kp_fint(f_count);
+    MPI_Datatype datatype = kp_ftype(f_datatype);
+    int dest = kp_fint(f_dest);
+    int tag = kp_fint(f_tag);
+    MPI_Comm comm = kp_fcomm(f_comm);
+    MPI_Request kp_request = MPI_REQUEST_NULL, *request = &kp_request;
     kp_in_fortran++;
     next(f_buf, f_count, f_datatype, f_dest, f_tag, f_comm, f_request, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    kp_request = kp_freq(f_request);
+    if (rc == MPI_SUCCESS)
+        kp_preq_send(*request, comm, dest, tag, count, datatype);
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran8 mpi_send_init_f08ts_ __attribute__((alias("kpf08ts_send_init")));
+
+/* MPI_Bsend_init from Fortran (mpi_bsend_init_, mpi_bsend_init__, mpi_bsend_init, MPI_BSEND_INIT; mpi_bsend_init_f08_, mpi_bsend_init_f08ts_). */
+static void kpf_bsend_init(void *f_buf, void *f_count, void *f_datatype, void *f_dest,
+                               void *f_tag, void *f_comm, void *f_request, void *f_ierror)
+{
+    static uint32_t fid_plus1;
+    static kp_fortran_fn *next_fn;
+    kp_fortran8 *next = (kp_fortran8 *)kp_fortran_next(&next_fn, "pmpi_bsend_init_", "mpi_bsend_init_");
+    if (!kp_on()) {
+        next(f_buf, f_count, f_datatype, f_dest, f_tag, f_comm, f_request, f_ierror);
+        return;
+    }
+    uint32_t fid = kp_fid(&fid_plus1, "MPI_Bsend_init");
+    kp_enter(fid);
+    int count = kp_fint(f_count);
+    MPI_Datatype datatype = kp_ftype(f_datatype);
+    int dest = kp_fint(f_dest);
+    int tag = kp_fint(f_tag);
+    MPI_Comm comm = kp_fcomm(f_comm);
+    MPI_Request kp_request = MPI_REQUEST_NULL, *request = &kp_request;
+    kp_in_fortran++;
+    next(f_buf, f_count, f_datatype, f_dest, f_tag, f_comm, f_request, f_ierror);
+    kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    kp_request = kp_freq(f_request);
+    if (rc == MPI_SUCCESS)
+        kp_preq_send(*request, comm, dest, tag, count, datatype);
+    kp_exit(fid);
+}
+KP_EXPORT kp_fortran8 mpi_bsend_init_ __attribute__((alias("kpf_bsend_init")));
+KP_EXPORT kp_fortran8 mpi_bsend_init__ __attribute__((alias("kpf_bsend_init")));
+KP_EXPORT kp_fortran8 mpi_bsend_init __attribute__((alias("kpf_bsend_init")));
+KP_EXPORT kp_fortran8 MPI_BSEND_INIT __attribute__((alias("kpf_bsend_init")));
+static void kpf08_bsend_init(void *f_buf, void *f_count, void *f_datatype, void *f_dest,
+                               void *f_tag, void *f_comm, void *f_request, void *f_ierror)
+{
+    static uint32_t fid_plus1;
+    static kp_fortran_fn *next_fn;
+    kp_fortran8 *next = (kp_fortran8 *)kp_fortran_next(&next_fn, "pmpi_bsend_init_f08_", "mpi_bsend_init_f08_");
+    if (!kp_on()) {
+        next(f_buf, f_count, f_datatype, f_dest, f_tag, f_comm, f_request, f_ierror);
+        return;
+    }
+    uint32_t fid = kp_fid(&fid_plus1, "MPI_Bsend_init");
+    kp_enter(fid);
+    int count = kp_fint(f_count);
+    MPI_Datatype datatype = kp_ftype(f_datatype);
+    int dest = kp_fint(f_dest);
+    int tag = kp_fint(f_tag);
+    MPI_Comm comm = kp_fcomm(f_comm);
+    MPI_Request kp_request = MPI_REQUEST_NULL, *request = &kp_request;
+    kp_in_fortran++;
+    next(f_buf, f_count, f_datatype, f_dest, f_tag, f_comm, f_request, f_ierror);
+    kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    kp_request = kp_freq(f_request);
+    if (rc == MPI_SUCCESS)
+        kp_preq_send(*request, comm, dest, tag, count, datatype);
+    kp_exit(fid);
+}
+KP_EXPORT kp_fortran8 mpi_bsend_init_f08_ __attribute__((alias("kpf08_bsend_init")));
+static void kpf08ts_bsend_init(void *f_buf, void *f_count, void *f_datatype, void *f_dest,
+                               void *f_tag, void *f_comm, void *f_request, void *f_ierror)
+{
+    static uint32_t fid_plus1;
+    static kp_fortran_fn *next_fn;
+    kp_fortran8 *next = (kp_fortran8 *)kp_fortran_next(&next_fn, "pmpi_bsend_init_f08ts_", "mpi_bsend_init_f08ts_");
+    if (!kp_on()) {
+        next(f_buf, f_count, f_datatype, f_dest, f_tag, f_comm, f_request, f_ierror);
+        return;
+    }
+    uint32_t fid = kp_fid(&fid_plus1, "MPI_Bsend_init");
+    kp_enter(fid);
+    int count = kp_fint(f_count);
+    MPI_Datatype datatype = kp_ftype(f_datatype);
+    int dest = kp_fint(f_dest);
+    int tag = kp_fint(f_tag);
+    MPI_Comm comm = kp_fcomm(f_comm);
+    MPI_Request kp_request = MPI_REQUEST_NULL, *request = &kp_request;
+    kp_in_fortran++;
+    next(f_buf, f_count, f_datatype, f_dest, f_tag, f_comm, f_request, f_ierror);
+    kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    kp_request = kp_freq(f_request);
+    if (rc == MPI_SUCCESS)
+        kp_preq_send(*request, comm, dest, tag, count, datatype);
+    kp_exit(fid);
+}
+KP_EXPORT kp_fortran8 mpi_bsend_init_f08ts_ __attribute__((alias("kpf08ts_bsend_init")));
+
+/* MPI_Ssend_init from Fortran (mpi_ssend_init_, mpi_ssend_init__, mpi_ssend_init, MPI_SSEND_INIT; mpi_ssend_init_f08_, mpi_ssend_init_f08ts_). */
+static void kpf_ssend_init(void *f_buf, void *f_count, void *f_datatype, void *f_dest,
+                               void *f_tag, void *f_comm, void *f_request, void *f_ierror)
+{
+    static uint32_t fid_plus1;
+    static kp_fortran_fn *next_fn;
+    kp_fortran8 *next = (kp_fortran8 *)kp_fortran_next(&next_fn, "pmpi_ssend_init_", "mpi_ssend_init_");
+    if (!kp_on()) {
+        next(f_buf, f_count, f_datatype, f_dest, f_tag, f_comm, f_request, f_ierror);
+        return;
+    }
+    uint32_t fid = kp_fid(&fid_plus1, "MPI_Ssend_init");
+    kp_enter(fid);
+    int count = kp_fint(f_count);
+    MPI_Datatype datatype = kp_ftype(f_datatype);
+    int dest = kp_fint(f_dest);
+    int tag = kp_fint(f_tag);
+    MPI_Comm comm = kp_fcomm(f_comm);
+    MPI_Request kp_request = MPI_REQUEST_NULL, *request = &kp_request;
+    kp_in_fortran++;
+    next(f_buf, f_count, f_datatype, f_dest, f_tag, f_comm, f_request, f_ierror);
+    kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    kp_request = kp_freq(f_request);
+    if (rc == MPI_SUCCESS)
+        kp_preq_send(*request, comm, dest, tag, count, datatype);
+    kp_exit(fid);
+}
+KP_EXPORT kp_fortran8 mpi_ssend_init_ __attribute__((alias("kpf_ssend_init")));
+KP_EXPORT kp_fortran8 mpi_ssend_init__ __attribute__((alias("kpf_ssend_init")));
+KP_EXPORT kp_fortran8 mpi_ssend_init __attribute__((alias("kpf_ssend_init")));
+KP_EXPORT kp_fortran8 MPI_SSEND_INIT __attribute__((alias("kpf_ssend_init")));
+static void kpf08_ssend_init(void *f_buf, void *f_count, void *f_datatype, void *f_dest,
+                               void *f_tag, void *f_comm, void *f_request, void *f_ierror)
+{
+    static uint32_t fid_plus1;
+    static kp_fortran_fn *next_fn;
+    kp_fortran8 *next = (kp_fortran8 *)kp_fortran_next(&next_fn, "pmpi_ssend_init_f08_", "mpi_ssend_init_f08_");
+    if (!kp_on()) {
+        next(f_buf, f_count, f_datatype, f_dest, f_tag, f_comm, f_request, f_ierror);
+        return;
+    }
+    uint32_t fid = kp_fid(&fid_plus1, "MPI_Ssend_init");
+    kp_enter(fid);
+    int count = kp_fint(f_count);
+    MPI_Datatype datatype = kp_ftype(f_datatype);
+    int dest = kp_fint(f_dest);
+    int tag = kp_fint(f_tag);
+    MPI_Comm comm = kp_fcomm(f_comm);
+    MPI_Request kp_request = MPI_REQUEST_NULL, *request = &kp_request;
+    kp_in_fortran++;
+    next(f_buf, f_count, f_datatype, f_dest, f_tag, f_comm, f_request, f_ierror);
+    kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    kp_request = kp_freq(f_request);
+    if (rc == MPI_SUCCESS)
+        kp_preq_send(*request, comm, dest, tag, count, datatype);
+    kp_exit(fid);
+}
+KP_EXPORT kp_fortran8 mpi_ssend_init_f08_ __attribute__((alias("kpf08_ssend_init")));
+static void kpf08ts_ssend_init(void *f_buf, void *f_count, void *f_datatype, void *f_dest,
+                               void *f_tag, void *f_comm, void *f_request, void *f_ierror)
+{
+    static uint32_t fid_plus1;
+    static kp_fortran_fn *next_fn;
+    kp_fortran8 *next = (kp_fortran8 *)kp_fortran_next(&next_fn, "pmpi_ssend_init_f08ts_", "mpi_ssend_init_f08ts_");
+    if (!kp_on()) {
+        next(f_buf, f_count, f_datatype, f_dest, f_tag, f_comm, f_request, f_ierror);
+        return;
+    }
+    uint32_t fid = kp_fid(&fid_plus1, "MPI_Ssend_init");
+    kp_enter(fid);
+    int count = kp_fint(f_count);
+    MPI_Datatype datatype = kp_ftype(f_datatype);
+    int dest = kp_fint(f_dest);
+    int tag = kp_fint(f_tag);
+    MPI_Comm comm = kp_fcomm(f_comm);
+    MPI_Request kp_request = MPI_REQUEST_NULL, *request = &kp_request;
+    kp_in_fortran++;
+    next(f_buf, f_count, f_datatype, f_dest, f_tag, f_comm, f_request, f_ierror);
+    kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    kp_request = kp_freq(f_request);
+    if (rc == MPI_SUCCESS)
+        kp_preq_send(*request, comm, dest, tag, count, datatype);
+    kp_exit(fid);
+}
+KP_EXPORT kp_fortran8 mpi_ssend_init_f08ts_ __attribute__((alias("kpf08ts_ssend_init")));
+
+/* MPI_Rsend_init from Fortran (mpi_rsend_init_, mpi_rsend_init__, mpi_rsend_init, MPI_RSEND_INIT; mpi_rsend_init_f08_, mpi_rsend_init_f08ts_). */
+static void kpf_rsend_init(void *f_buf, void *f_count, void *f_datatype, void *f_dest,
+                               void *f_tag, void *f_comm, void *f_request, void *f_ierror)
+{
+    static uint32_t fid_plus1;
+    static kp_fortran_fn *next_fn;
+    kp_fortran8 *next = (kp_fortran8 *)kp_fortran_next(&next_fn, "pmpi_rsend_init_", "mpi_rsend_init_");
+    if (!kp_on()) {
+        next(f_buf, f_count, f_datatype, f_dest, f_tag, f_comm, f_request, f_ierror);
+        return;
+    }
+    uint32_t fid = kp_fid(&fid_plus1, "MPI_Rsend_init");
+    kp_enter(fid);
+    int count = kp_fint(f_count);
+    MPI_Datatype datatype = kp_ftype(f_datatype);
+    int dest = kp_fint(f_dest);
+    int tag = kp_fint(f_tag);
+    MPI_Comm comm = kp_fcomm(f_comm);
+    MPI_Request kp_request = MPI_REQUEST_NULL, *request = &kp_request;
+    kp_in_fortran++;
+    next(f_buf, f_count, f_datatype, f_dest, f_tag, f_comm, f_request, f_ierror);
+    kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    kp_request = kp_freq(f_request);
+    if (rc == MPI_SUCCESS)
+        kp_preq_send(*request, comm, dest, tag, count, datatype);
+    kp_exit(fid);
+}
+KP_EXPORT kp_fortran8 mpi_rsend_init_ __attribute__((alias("kpf_rsend_init")));
+KP_EXPORT kp_fortran8 mpi_rsend_init__ __attribute__((alias("kpf_rsend_init")));
+KP_EXPORT kp_fortran8 mpi_rsend_init __attribute__((alias("kpf_rsend_init")));
+KP_EXPORT kp_fortran8 MPI_RSEND_INIT __attribute__((alias("kpf_rsend_init")));
+static void kpf08_rsend_init(void *f_buf, void *f_count, void *f_datatype, void *f_dest,
+                               void *f_tag, void *f_comm, void *f_request, void *f_ierror)
+{
+    static uint32_t fid_plus1;
+    static kp_fortran_fn *next_fn;
+    kp_fortran8 *next = (kp_fortran8 *)kp_fortran_next(&next_fn, "pmpi_rsend_init_f08_", "mpi_rsend_init_f08_");
+    if (!kp_on()) {
+        next(f_buf, f_count, f_datatype, f_dest, f_tag, f_comm, f_request, f_ierror);
+        return;
+    }
+    uint32_t fid = kp_fid(&fid_plus1, "MPI_Rsend_init");
+    kp_enter(fid);
+    int count = kp_fint(f_count);
+    MPI_Datatype datatype = kp_ftype(f_datatype);
+    int dest = kp_fint(f_dest);
+    int tag = kp_fint(f_tag);
+    MPI_Comm comm = kp_fcomm(f_comm);
+    MPI_Request kp_request = MPI_REQUEST_NULL, *request = &kp_request;
+    kp_in_fortran++;
+    next(f_buf, f_count, f_datatype, f_dest, f_tag, f_comm, f_request, f_ierror);
+    kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    kp_request = kp_freq(f_request);
+    if (rc == MPI_SUCCESS)
+        kp_preq_send(*request, comm, dest, tag, count, datatype);
+    kp_exit(fid);
+}
+KP_EXPORT kp_fortran8 mpi_rsend_init_f08_ __attribute__((alias("kpf08_rsend_init")));
+static void kpf08ts_rsend_init(void *f_buf, void *f_count, void *f_datatype, void *f_dest,
+                               void *f_tag, void *f_comm, void *f_request, void *f_ierror)
+{
+    static uint32_t fid_plus1;
+    static kp_fortran_fn *next_fn;
+    kp_fortran8 *next = (kp_fortran8 *)kp_fortran_next(&next_fn, "pmpi_rsend_init_f08ts_", "mpi_rsend_init_f08ts_");
+    if (!kp_on()) {
+        next(f_buf, f_count, f_datatype, f_dest, f_tag, f_comm, f_request, f_ierror);
+        return;
+    }
+    uint32_t fid = kp_fid(&fid_plus1, "MPI_Rsend_init");
+    kp_enter(fid);
+    int count = kp_fint(f_count);
+    MPI_Datatype datatype = kp_ftype(f_datatype);
+    int dest = kp_fint(f_dest);
+    int tag = kp_fint(f_tag);
+    MPI_Comm comm = kp_fcomm(f_comm);
+    MPI_Request kp_request = MPI_REQUEST_NULL, *request = &kp_request;
+    kp_in_fortran++;
+    next(f_buf, f_count, f_datatype, f_dest, f_tag, f_comm, f_request, f_ierror);
+    kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    kp_request = kp_freq(f_request);
+    if (rc == MPI_SUCCESS)
+        kp_preq_send(*request, comm, dest, tag, count, datatype);
+    kp_exit(fid);
+}
+KP_EXPORT kp_fortran8 mpi_rsend_init_f08ts_ __attribute__((alias("kpf08ts_rsend_init")));
 
 /* MPI_Recv_init from Fortran (mpi_recv_init_, mpi_recv_init__, mpi_recv_init, MPI_RECV_INIT; mpi_recv_init_f08_, mpi_recv_init_f08ts_). */
 static void kpf_recv_init(void *f_buf, void *f_count, void *f_datatype,
@@ -4974,9 +5756,16 @@ static void kpf_recv_init(void *f_buf, void *f_count, void *f_datatype,
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Recv_init");
     kp_enter(fid);
+    int source = kp_fint(f_source);
+    MPI_Comm comm = kp_fcomm(f_comm);
+    MPI_Request kp_request = MPI_REQUEST_NULL, *request = &kp_request;
     kp_in_fortran++;
     next(f_buf, f_count, f_datatype, f_source, f_tag, f_comm, f_request, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    kp_request = kp_freq(f_request);
+    if (rc == MPI_SUCCESS && source != MPI_PROC_NULL)
+        kp_preq_recv(*request, comm);
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran8 mpi_recv_init_ __attribute__((alias("kpf_recv_init")));
@@ -4996,9 +5785,16 @@ static void kpf08_recv_init(void *f_buf, void *f_count, void *f_datatype,
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Recv_init");
     kp_enter(fid);
+    int source = kp_fint(f_source);
+    MPI_Comm comm = kp_fcomm(f_comm);
+    MPI_Request kp_request = MPI_REQUEST_NULL, *request = &kp_request;
     kp_in_fortran++;
     next(f_buf, f_count, f_datatype, f_source, f_tag, f_comm, f_request, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    kp_request = kp_freq(f_request);
+    if (rc == MPI_SUCCESS && source != MPI_PROC_NULL)
+        kp_preq_recv(*request, comm);
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran8 mpi_recv_init_f08_ __attribute__((alias("kpf08_recv_init")));
@@ -5015,9 +5811,16 @@ static void kpf08ts_recv_init(void *f_buf, void *f_count, void *f_datatype,
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Recv_init");
     kp_enter(fid);
+    int source = kp_fint(f_source);
+    MPI_Comm comm = kp_fcomm(f_comm);
+    MPI_Request kp_request = MPI_REQUEST_NULL, *request = &kp_request;
     kp_in_fortran++;
     next(f_buf, f_count, f_datatype, f_source, f_tag, f_comm, f_request, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    kp_request = kp_freq(f_request);
+    if (rc == MPI_SUCCESS && source != MPI_PROC_NULL)
+        kp_preq_recv(*request, comm);
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran8 mpi_recv_init_f08ts_ __attribute__((alias("kpf08ts_recv_init")));
@@ -5034,9 +5837,13 @@ static void kpf_start(void *f_request, void *f_ierror)
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Start");
     kp_enter(fid);
+    MPI_Request kp_request = kp_freq(f_request), *request = &kp_request;
     kp_in_fortran++;
     next(f_request, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS)
+        kp_preq_start(*request);
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran2 mpi_start_ __attribute__((alias("kpf_start")));
@@ -5054,9 +5861,13 @@ static void kpf08_start(void *f_request, void *f_ierror)
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Start");
     kp_enter(fid);
+    MPI_Request kp_request = kp_freq(f_request), *request = &kp_request;
     kp_in_fortran++;
     next(f_request, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS)
+        kp_preq_start(*request);
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran2 mpi_start_f08_ __attribute__((alias("kpf08_start")));
@@ -5071,9 +5882,13 @@ static void kpf08ts_start(void *f_request, void *f_ierror)
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Start");
     kp_enter(fid);
+    MPI_Request kp_request = kp_freq(f_request), *request = &kp_request;
     kp_in_fortran++;
     next(f_request, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS)
+        kp_preq_start(*request);
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran2 mpi_start_f08ts_ __attribute__((alias("kpf08ts_start")));
@@ -5090,9 +5905,14 @@ static void kpf_startall(void *f_count, void *f_array_of_requests, void *f_ierro
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Startall");
     kp_enter(fid);
+    int count = kp_fint(f_count);
     kp_in_fortran++;
     next(f_count, f_array_of_requests, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS)
+        for (int i = 0; i < count; i++)
+            kp_preq_start(kp_freq((const MPI_Fint *)f_array_of_requests + i));
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran3 mpi_startall_ __attribute__((alias("kpf_startall")));
@@ -5110,9 +5930,14 @@ static void kpf08_startall(void *f_count, void *f_array_of_requests, void *f_ier
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Startall");
     kp_enter(fid);
+    int count = kp_fint(f_count);
     kp_in_fortran++;
     next(f_count, f_array_of_requests, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS)
+        for (int i = 0; i < count; i++)
+            kp_preq_start(kp_freq((const MPI_Fint *)f_array_of_requests + i));
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran3 mpi_startall_f08_ __attribute__((alias("kpf08_startall")));
@@ -5127,9 +5952,14 @@ static void kpf08ts_startall(void *f_count, void *f_array_of_requests, void *f_i
     }
     uint32_t fid = kp_fid(&fid_plus1, "MPI_Startall");
     kp_enter(fid);
+    int count = kp_fint(f_count);
     kp_in_fortran++;
     next(f_count, f_array_of_requests, f_ierror);
     kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS)
+        for (int i = 0; i < count; i++)
+            kp_preq_start(kp_freq((const MPI_Fint *)f_array_of_requests + i));
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran3 mpi_startall_f08ts_ __attribute__((alias("kpf08ts_startall")));
@@ -5152,7 +5982,7 @@ static void kpf_wait(void *f_request, void *f_status, void *f_ierror)
     next(f_request, f_st, f_ierror);
     kp_in_fortran--;
     int rc = kp_ferr(f_ierror);
-    kp_fcompletion_end(&fc, rc, f_request, f_st, KP_BY_POSITION, 0, NULL);
+    kp_fcompletion_end(&fc, rc, f_request, f_st, 1, KP_BY_POSITION, 0, NULL);
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran3 mpi_wait_ __attribute__((alias("kpf_wait")));
@@ -5176,7 +6006,7 @@ static void kpf08_wait(void *f_request, void *f_status, void *f_ierror)
     next(f_request, f_st, f_ierror);
     kp_in_fortran--;
     int rc = kp_ferr(f_ierror);
-    kp_fcompletion_end(&fc, rc, f_request, f_st, KP_BY_POSITION, 0, NULL);
+    kp_fcompletion_end(&fc, rc, f_request, f_st, 1, KP_BY_POSITION, 0, NULL);
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran3 mpi_wait_f08_ __attribute__((alias("kpf08_wait")));
@@ -5197,7 +6027,7 @@ static void kpf08ts_wait(void *f_request, void *f_status, void *f_ierror)
     next(f_request, f_st, f_ierror);
     kp_in_fortran--;
     int rc = kp_ferr(f_ierror);
-    kp_fcompletion_end(&fc, rc, f_request, f_st, KP_BY_POSITION, 0, NULL);
+    kp_fcompletion_end(&fc, rc, f_request, f_st, 1, KP_BY_POSITION, 0, NULL);
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran3 mpi_wait_f08ts_ __attribute__((alias("kpf08ts_wait")));
@@ -5222,7 +6052,7 @@ static void kpf_waitall(void *f_count, void *f_array_of_requests,
     next(f_count, f_array_of_requests, f_st, f_ierror);
     kp_in_fortran--;
     int rc = kp_ferr(f_ierror);
-    kp_fcompletion_end(&fc, rc, f_array_of_requests, f_st, KP_BY_POSITION, 0, NULL);
+    kp_fcompletion_end(&fc, rc, f_array_of_requests, f_st, 1, KP_BY_POSITION, 0, NULL);
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran4 mpi_waitall_ __attribute__((alias("kpf_waitall")));
@@ -5248,7 +6078,7 @@ static void kpf08_waitall(void *f_count, void *f_array_of_requests,
     next(f_count, f_array_of_requests, f_st, f_ierror);
     kp_in_fortran--;
     int rc = kp_ferr(f_ierror);
-    kp_fcompletion_end(&fc, rc, f_array_of_requests, f_st, KP_BY_POSITION, 0, NULL);
+    kp_fcompletion_end(&fc, rc, f_array_of_requests, f_st, 1, KP_BY_POSITION, 0, NULL);
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran4 mpi_waitall_f08_ __attribute__((alias("kpf08_waitall")));
@@ -5271,7 +6101,7 @@ static void kpf08ts_waitall(void *f_count, void *f_array_of_requests,
     next(f_count, f_array_of_requests, f_st, f_ierror);
     kp_in_fortran--;
     int rc = kp_ferr(f_ierror);
-    kp_fcompletion_end(&fc, rc, f_array_of_requests, f_st, KP_BY_POSITION, 0, NULL);
+    kp_fcompletion_end(&fc, rc, f_array_of_requests, f_st, 1, KP_BY_POSITION, 0, NULL);
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran4 mpi_waitall_f08ts_ __attribute__((alias("kpf08ts_waitall")));
@@ -5296,7 +6126,7 @@ static void kpf_waitany(void *f_count, void *f_array_of_requests, void *f_index,
     next(f_count, f_array_of_requests, f_index, f_st, f_ierror);
     kp_in_fortran--;
     int rc = kp_ferr(f_ierror);
-    kp_fcompletion_end(&fc, rc, f_array_of_requests, f_st, KP_BY_INDEX, 1, f_index);
+    kp_fcompletion_end(&fc, rc, f_array_of_requests, f_st, 1, KP_BY_INDEX, 1, f_index);
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran5 mpi_waitany_ __attribute__((alias("kpf_waitany")));
@@ -5322,7 +6152,7 @@ static void kpf08_waitany(void *f_count, void *f_array_of_requests, void *f_inde
     next(f_count, f_array_of_requests, f_index, f_st, f_ierror);
     kp_in_fortran--;
     int rc = kp_ferr(f_ierror);
-    kp_fcompletion_end(&fc, rc, f_array_of_requests, f_st, KP_BY_INDEX, 1, f_index);
+    kp_fcompletion_end(&fc, rc, f_array_of_requests, f_st, 1, KP_BY_INDEX, 1, f_index);
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran5 mpi_waitany_f08_ __attribute__((alias("kpf08_waitany")));
@@ -5345,7 +6175,7 @@ static void kpf08ts_waitany(void *f_count, void *f_array_of_requests, void *f_in
     next(f_count, f_array_of_requests, f_index, f_st, f_ierror);
     kp_in_fortran--;
     int rc = kp_ferr(f_ierror);
-    kp_fcompletion_end(&fc, rc, f_array_of_requests, f_st, KP_BY_INDEX, 1, f_index);
+    kp_fcompletion_end(&fc, rc, f_array_of_requests, f_st, 1, KP_BY_INDEX, 1, f_index);
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran5 mpi_waitany_f08ts_ __attribute__((alias("kpf08ts_waitany")));
@@ -5372,7 +6202,7 @@ static void kpf_waitsome(void *f_incount, void *f_array_of_requests, void *f_out
     next(f_incount, f_array_of_requests, f_outcount, f_array_of_indices, f_st, f_ierror);
     kp_in_fortran--;
     int rc = kp_ferr(f_ierror);
-    kp_fcompletion_end(&fc, rc, f_array_of_requests, f_st, KP_BY_INDEX, kp_fint(f_outcount), f_array_of_indices);
+    kp_fcompletion_end(&fc, rc, f_array_of_requests, f_st, 1, KP_BY_INDEX, kp_fint(f_outcount), f_array_of_indices);
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran6 mpi_waitsome_ __attribute__((alias("kpf_waitsome")));
@@ -5400,7 +6230,7 @@ static void kpf08_waitsome(void *f_incount, void *f_array_of_requests, void *f_o
     next(f_incount, f_array_of_requests, f_outcount, f_array_of_indices, f_st, f_ierror);
     kp_in_fortran--;
     int rc = kp_ferr(f_ierror);
-    kp_fcompletion_end(&fc, rc, f_array_of_requests, f_st, KP_BY_INDEX, kp_fint(f_outcount), f_array_of_indices);
+    kp_fcompletion_end(&fc, rc, f_array_of_requests, f_st, 1, KP_BY_INDEX, kp_fint(f_outcount), f_array_of_indices);
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran6 mpi_waitsome_f08_ __attribute__((alias("kpf08_waitsome")));
@@ -5425,7 +6255,7 @@ static void kpf08ts_waitsome(void *f_incount, void *f_array_of_requests, void *f
     next(f_incount, f_array_of_requests, f_outcount, f_array_of_indices, f_st, f_ierror);
     kp_in_fortran--;
     int rc = kp_ferr(f_ierror);
-    kp_fcompletion_end(&fc, rc, f_array_of_requests, f_st, KP_BY_INDEX, kp_fint(f_outcount), f_array_of_indices);
+    kp_fcompletion_end(&fc, rc, f_array_of_requests, f_st, 1, KP_BY_INDEX, kp_fint(f_outcount), f_array_of_indices);
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran6 mpi_waitsome_f08ts_ __attribute__((alias("kpf08ts_waitsome")));
@@ -5448,7 +6278,7 @@ static void kpf_test(void *f_request, void *f_flag, void *f_status, void *f_ierr
     next(f_request, f_flag, f_st, f_ierror);
     kp_in_fortran--;
     int rc = kp_ferr(f_ierror);
-    kp_fcompletion_end(&fc, rc, f_request, f_st, KP_BY_POSITION, 0, NULL);
+    kp_fcompletion_end(&fc, rc, f_request, f_st, kp_fint(f_flag) != 0, KP_BY_POSITION, 0, NULL);
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran4 mpi_test_ __attribute__((alias("kpf_test")));
@@ -5472,7 +6302,7 @@ static void kpf08_test(void *f_request, void *f_flag, void *f_status, void *f_ie
     next(f_request, f_flag, f_st, f_ierror);
     kp_in_fortran--;
     int rc = kp_ferr(f_ierror);
-    kp_fcompletion_end(&fc, rc, f_request, f_st, KP_BY_POSITION, 0, NULL);
+    kp_fcompletion_end(&fc, rc, f_request, f_st, kp_fint(f_flag) != 0, KP_BY_POSITION, 0, NULL);
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran4 mpi_test_f08_ __attribute__((alias("kpf08_test")));
@@ -5493,7 +6323,7 @@ static void kpf08ts_test(void *f_request, void *f_flag, void *f_status, void *f_
     next(f_request, f_flag, f_st, f_ierror);
     kp_in_fortran--;
     int rc = kp_ferr(f_ierror);
-    kp_fcompletion_end(&fc, rc, f_request, f_st, KP_BY_POSITION, 0, NULL);
+    kp_fcompletion_end(&fc, rc, f_request, f_st, kp_fint(f_flag) != 0, KP_BY_POSITION, 0, NULL);
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran4 mpi_test_f08ts_ __attribute__((alias("kpf08ts_test")));
@@ -5518,7 +6348,7 @@ static void kpf_testall(void *f_count, void *f_array_of_requests, void *f_flag,
     next(f_count, f_array_of_requests, f_flag, f_st, f_ierror);
     kp_in_fortran--;
     int rc = kp_ferr(f_ierror);
-    kp_fcompletion_end(&fc, rc, f_array_of_requests, f_st, KP_BY_POSITION, 0, NULL);
+    kp_fcompletion_end(&fc, rc, f_array_of_requests, f_st, kp_fint(f_flag) != 0, KP_BY_POSITION, 0, NULL);
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran5 mpi_testall_ __attribute__((alias("kpf_testall")));
@@ -5544,7 +6374,7 @@ static void kpf08_testall(void *f_count, void *f_array_of_requests, void *f_flag
     next(f_count, f_array_of_requests, f_flag, f_st, f_ierror);
     kp_in_fortran--;
     int rc = kp_ferr(f_ierror);
-    kp_fcompletion_end(&fc, rc, f_array_of_requests, f_st, KP_BY_POSITION, 0, NULL);
+    kp_fcompletion_end(&fc, rc, f_array_of_requests, f_st, kp_fint(f_flag) != 0, KP_BY_POSITION, 0, NULL);
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran5 mpi_testall_f08_ __attribute__((alias("kpf08_testall")));
@@ -5567,7 +6397,7 @@ static void kpf08ts_testall(void *f_count, void *f_array_of_requests, void *f_fl
     next(f_count, f_array_of_requests, f_flag, f_st, f_ierror);
     kp_in_fortran--;
     int rc = kp_ferr(f_ierror);
-    kp_fcompletion_end(&fc, rc, f_array_of_requests, f_st, KP_BY_POSITION, 0, NULL);
+    kp_fcompletion_end(&fc, rc, f_array_of_requests, f_st, kp_fint(f_flag) != 0, KP_BY_POSITION, 0, NULL);
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran5 mpi_testall_f08ts_ __attribute__((alias("kpf08ts_testall")));
@@ -5592,7 +6422,7 @@ static void kpf_testany(void *f_count, void *f_array_of_requests, void *f_index,
     next(f_count, f_array_of_requests, f_index, f_flag, f_st, f_ierror);
     kp_in_fortran--;
     int rc = kp_ferr(f_ierror);
-    kp_fcompletion_end(&fc, rc, f_array_of_requests, f_st, KP_BY_INDEX, 1, f_index);
+    kp_fcompletion_end(&fc, rc, f_array_of_requests, f_st, 1, KP_BY_INDEX, 1, f_index);
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran6 mpi_testany_ __attribute__((alias("kpf_testany")));
@@ -5618,7 +6448,7 @@ static void kpf08_testany(void *f_count, void *f_array_of_requests, void *f_inde
     next(f_count, f_array_of_requests, f_index, f_flag, f_st, f_ierror);
     kp_in_fortran--;
     int rc = kp_ferr(f_ierror);
-    kp_fcompletion_end(&fc, rc, f_array_of_requests, f_st, KP_BY_INDEX, 1, f_index);
+    kp_fcompletion_end(&fc, rc, f_array_of_requests, f_st, 1, KP_BY_INDEX, 1, f_index);
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran6 mpi_testany_f08_ __attribute__((alias("kpf08_testany")));
@@ -5641,7 +6471,7 @@ static void kpf08ts_testany(void *f_count, void *f_array_of_requests, void *f_in
     next(f_count, f_array_of_requests, f_index, f_flag, f_st, f_ierror);
     kp_in_fortran--;
     int rc = kp_ferr(f_ierror);
-    kp_fcompletion_end(&fc, rc, f_array_of_requests, f_st, KP_BY_INDEX, 1, f_index);
+    kp_fcompletion_end(&fc, rc, f_array_of_requests, f_st, 1, KP_BY_INDEX, 1, f_index);
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran6 mpi_testany_f08ts_ __attribute__((alias("kpf08ts_testany")));
@@ -5668,7 +6498,7 @@ static void kpf_testsome(void *f_incount, void *f_array_of_requests, void *f_out
     next(f_incount, f_array_of_requests, f_outcount, f_array_of_indices, f_st, f_ierror);
     kp_in_fortran--;
     int rc = kp_ferr(f_ierror);
-    kp_fcompletion_end(&fc, rc, f_array_of_requests, f_st, KP_BY_INDEX, kp_fint(f_outcount), f_array_of_indices);
+    kp_fcompletion_end(&fc, rc, f_array_of_requests, f_st, 1, KP_BY_INDEX, kp_fint(f_outcount), f_array_of_indices);
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran6 mpi_testsome_ __attribute__((alias("kpf_testsome")));
@@ -5696,7 +6526,7 @@ static void kpf08_testsome(void *f_incount, void *f_array_of_requests, void *f_o
     next(f_incount, f_array_of_requests, f_outcount, f_array_of_indices, f_st, f_ierror);
     kp_in_fortran--;
     int rc = kp_ferr(f_ierror);
-    kp_fcompletion_end(&fc, rc, f_array_of_requests, f_st, KP_BY_INDEX, kp_fint(f_outcount), f_array_of_indices);
+    kp_fcompletion_end(&fc, rc, f_array_of_requests, f_st, 1, KP_BY_INDEX, kp_fint(f_outcount), f_array_of_indices);
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran6 mpi_testsome_f08_ __attribute__((alias("kpf08_testsome")));
@@ -5721,7 +6551,7 @@ static void kpf08ts_testsome(void *f_incount, void *f_array_of_requests, void *f
     next(f_incount, f_array_of_requests, f_outcount, f_array_of_indices, f_st, f_ierror);
     kp_in_fortran--;
     int rc = kp_ferr(f_ierror);
-    kp_fcompletion_end(&fc, rc, f_array_of_requests, f_st, KP_BY_INDEX, kp_fint(f_outcount), f_array_of_indices);
+    kp_fcompletion_end(&fc, rc, f_array_of_requests, f_st, 1, KP_BY_INDEX, kp_fint(f_outcount), f_array_of_indices);
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran6 mpi_testsome_f08ts_ __attribute__((alias("kpf08ts_testsome")));
@@ -8072,3 +8902,1136 @@ static void kpf08ts_ialltoall(void *f_sendbuf, void *f_sendcount, void *f_sendty
     kp_exit(fid);
 }
 KP_EXPORT kp_fortran9 mpi_ialltoall_f08ts_ __attribute__((alias("kpf08ts_ialltoall")));
+
+/* MPI_Igather from Fortran (mpi_igather_, mpi_igather__, mpi_igather, MPI_IGATHER; mpi_igather_f08_, mpi_igather_f08ts_). */
+static void kpf_igather(void *f_sendbuf, void *f_sendcount, void *f_sendtype,
+                            void *f_recvbuf, void *f_recvcount, void *f_recvtype,
+                            void *f_root, void *f_comm, void *f_request, void *f_ierror)
+{
+    static uint32_t fid_plus1;
+    static kp_fortran_fn *next_fn;
+    kp_fortran10 *next = (kp_fortran10 *)kp_fortran_next(&next_fn, "pmpi_igather_", "mpi_igather_");
+    if (!kp_on()) {
+        next(f_sendbuf, f_sendcount, f_sendtype, f_recvbuf, f_recvcount, f_recvtype,
+             f_root, f_comm, f_request, f_ierror);
+        return;
+    }
+    uint32_t fid = kp_fid(&fid_plus1, "MPI_Igather");
+    kp_enter(fid);
+    const void *sendbuf = kp_fbuf(f_sendbuf, KP_F77);
+    int sendcount = kp_fint(f_sendcount);
+    MPI_Datatype sendtype = kp_ftype(f_sendtype);
+    int recvcount = kp_fint(f_recvcount);
+    MPI_Datatype recvtype = kp_ftype(f_recvtype);
+    int root = kp_fint(f_root);
+    MPI_Comm comm = kp_fcomm(f_comm);
+    kp_in_fortran++;
+    next(f_sendbuf, f_sendcount, f_sendtype, f_recvbuf, f_recvcount, f_recvtype, f_root,
+         f_comm, f_request, f_ierror);
+    kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, root)) {
+            uint64_t sent = !c.peer ? 0
+                            : sendbuf == MPI_IN_PLACE ? kp_bytes(recvcount, recvtype)
+                            : kp_bytes(sendcount, sendtype);
+            uint64_t got = c.root ? kp_bytes(recvcount, recvtype) * (uint64_t)c.n : 0;
+            kp_coll_emit(&c, sent, got);
+        }
+    }
+    kp_exit(fid);
+}
+KP_EXPORT kp_fortran10 mpi_igather_ __attribute__((alias("kpf_igather")));
+KP_EXPORT kp_fortran10 mpi_igather__ __attribute__((alias("kpf_igather")));
+KP_EXPORT kp_fortran10 mpi_igather __attribute__((alias("kpf_igather")));
+KP_EXPORT kp_fortran10 MPI_IGATHER __attribute__((alias("kpf_igather")));
+static void kpf08_igather(void *f_sendbuf, void *f_sendcount, void *f_sendtype,
+                            void *f_recvbuf, void *f_recvcount, void *f_recvtype,
+                            void *f_root, void *f_comm, void *f_request, void *f_ierror)
+{
+    static uint32_t fid_plus1;
+    static kp_fortran_fn *next_fn;
+    kp_fortran10 *next = (kp_fortran10 *)kp_fortran_next(&next_fn, "pmpi_igather_f08_", "mpi_igather_f08_");
+    if (!kp_on()) {
+        next(f_sendbuf, f_sendcount, f_sendtype, f_recvbuf, f_recvcount, f_recvtype,
+             f_root, f_comm, f_request, f_ierror);
+        return;
+    }
+    uint32_t fid = kp_fid(&fid_plus1, "MPI_Igather");
+    kp_enter(fid);
+    const void *sendbuf = kp_fbuf(f_sendbuf, KP_F77);
+    int sendcount = kp_fint(f_sendcount);
+    MPI_Datatype sendtype = kp_ftype(f_sendtype);
+    int recvcount = kp_fint(f_recvcount);
+    MPI_Datatype recvtype = kp_ftype(f_recvtype);
+    int root = kp_fint(f_root);
+    MPI_Comm comm = kp_fcomm(f_comm);
+    kp_in_fortran++;
+    next(f_sendbuf, f_sendcount, f_sendtype, f_recvbuf, f_recvcount, f_recvtype, f_root,
+         f_comm, f_request, f_ierror);
+    kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, root)) {
+            uint64_t sent = !c.peer ? 0
+                            : sendbuf == MPI_IN_PLACE ? kp_bytes(recvcount, recvtype)
+                            : kp_bytes(sendcount, sendtype);
+            uint64_t got = c.root ? kp_bytes(recvcount, recvtype) * (uint64_t)c.n : 0;
+            kp_coll_emit(&c, sent, got);
+        }
+    }
+    kp_exit(fid);
+}
+KP_EXPORT kp_fortran10 mpi_igather_f08_ __attribute__((alias("kpf08_igather")));
+static void kpf08ts_igather(void *f_sendbuf, void *f_sendcount, void *f_sendtype,
+                            void *f_recvbuf, void *f_recvcount, void *f_recvtype,
+                            void *f_root, void *f_comm, void *f_request, void *f_ierror)
+{
+    static uint32_t fid_plus1;
+    static kp_fortran_fn *next_fn;
+    kp_fortran10 *next = (kp_fortran10 *)kp_fortran_next(&next_fn, "pmpi_igather_f08ts_", "mpi_igather_f08ts_");
+    if (!kp_on()) {
+        next(f_sendbuf, f_sendcount, f_sendtype, f_recvbuf, f_recvcount, f_recvtype,
+             f_root, f_comm, f_request, f_ierror);
+        return;
+    }
+    uint32_t fid = kp_fid(&fid_plus1, "MPI_Igather");
+    kp_enter(fid);
+    const void *sendbuf = kp_fbuf(f_sendbuf, KP_F08TS);
+    int sendcount = kp_fint(f_sendcount);
+    MPI_Datatype sendtype = kp_ftype(f_sendtype);
+    int recvcount = kp_fint(f_recvcount);
+    MPI_Datatype recvtype = kp_ftype(f_recvtype);
+    int root = kp_fint(f_root);
+    MPI_Comm comm = kp_fcomm(f_comm);
+    kp_in_fortran++;
+    next(f_sendbuf, f_sendcount, f_sendtype, f_recvbuf, f_recvcount, f_recvtype, f_root,
+         f_comm, f_request, f_ierror);
+    kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, root)) {
+            uint64_t sent = !c.peer ? 0
+                            : sendbuf == MPI_IN_PLACE ? kp_bytes(recvcount, recvtype)
+                            : kp_bytes(sendcount, sendtype);
+            uint64_t got = c.root ? kp_bytes(recvcount, recvtype) * (uint64_t)c.n : 0;
+            kp_coll_emit(&c, sent, got);
+        }
+    }
+    kp_exit(fid);
+}
+KP_EXPORT kp_fortran10 mpi_igather_f08ts_ __attribute__((alias("kpf08ts_igather")));
+
+/* MPI_Igatherv from Fortran (mpi_igatherv_, mpi_igatherv__, mpi_igatherv, MPI_IGATHERV; mpi_igatherv_f08_, mpi_igatherv_f08ts_). */
+static void kpf_igatherv(void *f_sendbuf, void *f_sendcount, void *f_sendtype,
+                             void *f_recvbuf, void *f_recvcounts, void *f_displs,
+                             void *f_recvtype, void *f_root, void *f_comm,
+                             void *f_request, void *f_ierror)
+{
+    static uint32_t fid_plus1;
+    static kp_fortran_fn *next_fn;
+    kp_fortran11 *next = (kp_fortran11 *)kp_fortran_next(&next_fn, "pmpi_igatherv_", "mpi_igatherv_");
+    if (!kp_on()) {
+        next(f_sendbuf, f_sendcount, f_sendtype, f_recvbuf, f_recvcounts, f_displs,
+             f_recvtype, f_root, f_comm, f_request, f_ierror);
+        return;
+    }
+    uint32_t fid = kp_fid(&fid_plus1, "MPI_Igatherv");
+    kp_enter(fid);
+    const void *sendbuf = kp_fbuf(f_sendbuf, KP_F77);
+    int sendcount = kp_fint(f_sendcount);
+    MPI_Datatype sendtype = kp_ftype(f_sendtype);
+    const int *recvcounts = (const int *)f_recvcounts;
+    MPI_Datatype recvtype = kp_ftype(f_recvtype);
+    int root = kp_fint(f_root);
+    MPI_Comm comm = kp_fcomm(f_comm);
+    kp_in_fortran++;
+    next(f_sendbuf, f_sendcount, f_sendtype, f_recvbuf, f_recvcounts, f_displs,
+         f_recvtype, f_root, f_comm, f_request, f_ierror);
+    kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, root)) {
+            uint64_t sent = !c.peer ? 0
+                            : sendbuf == MPI_IN_PLACE ? kp_bytes(recvcounts[c.me], recvtype)
+                            : kp_bytes(sendcount, sendtype);
+            uint64_t got = c.root ? kp_bytes_sum(recvcounts, c.n, recvtype) : 0;
+            kp_coll_emit(&c, sent, got);
+        }
+    }
+    kp_exit(fid);
+}
+KP_EXPORT kp_fortran11 mpi_igatherv_ __attribute__((alias("kpf_igatherv")));
+KP_EXPORT kp_fortran11 mpi_igatherv__ __attribute__((alias("kpf_igatherv")));
+KP_EXPORT kp_fortran11 mpi_igatherv __attribute__((alias("kpf_igatherv")));
+KP_EXPORT kp_fortran11 MPI_IGATHERV __attribute__((alias("kpf_igatherv")));
+static void kpf08_igatherv(void *f_sendbuf, void *f_sendcount, void *f_sendtype,
+                             void *f_recvbuf, void *f_recvcounts, void *f_displs,
+                             void *f_recvtype, void *f_root, void *f_comm,
+                             void *f_request, void *f_ierror)
+{
+    static uint32_t fid_plus1;
+    static kp_fortran_fn *next_fn;
+    kp_fortran11 *next = (kp_fortran11 *)kp_fortran_next(&next_fn, "pmpi_igatherv_f08_", "mpi_igatherv_f08_");
+    if (!kp_on()) {
+        next(f_sendbuf, f_sendcount, f_sendtype, f_recvbuf, f_recvcounts, f_displs,
+             f_recvtype, f_root, f_comm, f_request, f_ierror);
+        return;
+    }
+    uint32_t fid = kp_fid(&fid_plus1, "MPI_Igatherv");
+    kp_enter(fid);
+    const void *sendbuf = kp_fbuf(f_sendbuf, KP_F77);
+    int sendcount = kp_fint(f_sendcount);
+    MPI_Datatype sendtype = kp_ftype(f_sendtype);
+    const int *recvcounts = (const int *)f_recvcounts;
+    MPI_Datatype recvtype = kp_ftype(f_recvtype);
+    int root = kp_fint(f_root);
+    MPI_Comm comm = kp_fcomm(f_comm);
+    kp_in_fortran++;
+    next(f_sendbuf, f_sendcount, f_sendtype, f_recvbuf, f_recvcounts, f_displs,
+         f_recvtype, f_root, f_comm, f_request, f_ierror);
+    kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, root)) {
+            uint64_t sent = !c.peer ? 0
+                            : sendbuf == MPI_IN_PLACE ? kp_bytes(recvcounts[c.me], recvtype)
+                            : kp_bytes(sendcount, sendtype);
+            uint64_t got = c.root ? kp_bytes_sum(recvcounts, c.n, recvtype) : 0;
+            kp_coll_emit(&c, sent, got);
+        }
+    }
+    kp_exit(fid);
+}
+KP_EXPORT kp_fortran11 mpi_igatherv_f08_ __attribute__((alias("kpf08_igatherv")));
+static void kpf08ts_igatherv(void *f_sendbuf, void *f_sendcount, void *f_sendtype,
+                             void *f_recvbuf, void *f_recvcounts, void *f_displs,
+                             void *f_recvtype, void *f_root, void *f_comm,
+                             void *f_request, void *f_ierror)
+{
+    static uint32_t fid_plus1;
+    static kp_fortran_fn *next_fn;
+    kp_fortran11 *next = (kp_fortran11 *)kp_fortran_next(&next_fn, "pmpi_igatherv_f08ts_", "mpi_igatherv_f08ts_");
+    if (!kp_on()) {
+        next(f_sendbuf, f_sendcount, f_sendtype, f_recvbuf, f_recvcounts, f_displs,
+             f_recvtype, f_root, f_comm, f_request, f_ierror);
+        return;
+    }
+    uint32_t fid = kp_fid(&fid_plus1, "MPI_Igatherv");
+    kp_enter(fid);
+    const void *sendbuf = kp_fbuf(f_sendbuf, KP_F08TS);
+    int sendcount = kp_fint(f_sendcount);
+    MPI_Datatype sendtype = kp_ftype(f_sendtype);
+    const int *recvcounts = (const int *)f_recvcounts;
+    MPI_Datatype recvtype = kp_ftype(f_recvtype);
+    int root = kp_fint(f_root);
+    MPI_Comm comm = kp_fcomm(f_comm);
+    kp_in_fortran++;
+    next(f_sendbuf, f_sendcount, f_sendtype, f_recvbuf, f_recvcounts, f_displs,
+         f_recvtype, f_root, f_comm, f_request, f_ierror);
+    kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, root)) {
+            uint64_t sent = !c.peer ? 0
+                            : sendbuf == MPI_IN_PLACE ? kp_bytes(recvcounts[c.me], recvtype)
+                            : kp_bytes(sendcount, sendtype);
+            uint64_t got = c.root ? kp_bytes_sum(recvcounts, c.n, recvtype) : 0;
+            kp_coll_emit(&c, sent, got);
+        }
+    }
+    kp_exit(fid);
+}
+KP_EXPORT kp_fortran11 mpi_igatherv_f08ts_ __attribute__((alias("kpf08ts_igatherv")));
+
+/* MPI_Iscatter from Fortran (mpi_iscatter_, mpi_iscatter__, mpi_iscatter, MPI_ISCATTER; mpi_iscatter_f08_, mpi_iscatter_f08ts_). */
+static void kpf_iscatter(void *f_sendbuf, void *f_sendcount, void *f_sendtype,
+                             void *f_recvbuf, void *f_recvcount, void *f_recvtype,
+                             void *f_root, void *f_comm, void *f_request, void *f_ierror)
+{
+    static uint32_t fid_plus1;
+    static kp_fortran_fn *next_fn;
+    kp_fortran10 *next = (kp_fortran10 *)kp_fortran_next(&next_fn, "pmpi_iscatter_", "mpi_iscatter_");
+    if (!kp_on()) {
+        next(f_sendbuf, f_sendcount, f_sendtype, f_recvbuf, f_recvcount, f_recvtype,
+             f_root, f_comm, f_request, f_ierror);
+        return;
+    }
+    uint32_t fid = kp_fid(&fid_plus1, "MPI_Iscatter");
+    kp_enter(fid);
+    int sendcount = kp_fint(f_sendcount);
+    MPI_Datatype sendtype = kp_ftype(f_sendtype);
+    const void *recvbuf = kp_fbuf(f_recvbuf, KP_F77);
+    int recvcount = kp_fint(f_recvcount);
+    MPI_Datatype recvtype = kp_ftype(f_recvtype);
+    int root = kp_fint(f_root);
+    MPI_Comm comm = kp_fcomm(f_comm);
+    kp_in_fortran++;
+    next(f_sendbuf, f_sendcount, f_sendtype, f_recvbuf, f_recvcount, f_recvtype, f_root,
+         f_comm, f_request, f_ierror);
+    kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, root)) {
+            uint64_t sent = c.root ? kp_bytes(sendcount, sendtype) * (uint64_t)c.n : 0;
+            uint64_t got = !c.peer ? 0
+                           : recvbuf == MPI_IN_PLACE ? kp_bytes(sendcount, sendtype)
+                           : kp_bytes(recvcount, recvtype);
+            kp_coll_emit(&c, sent, got);
+        }
+    }
+    kp_exit(fid);
+}
+KP_EXPORT kp_fortran10 mpi_iscatter_ __attribute__((alias("kpf_iscatter")));
+KP_EXPORT kp_fortran10 mpi_iscatter__ __attribute__((alias("kpf_iscatter")));
+KP_EXPORT kp_fortran10 mpi_iscatter __attribute__((alias("kpf_iscatter")));
+KP_EXPORT kp_fortran10 MPI_ISCATTER __attribute__((alias("kpf_iscatter")));
+static void kpf08_iscatter(void *f_sendbuf, void *f_sendcount, void *f_sendtype,
+                             void *f_recvbuf, void *f_recvcount, void *f_recvtype,
+                             void *f_root, void *f_comm, void *f_request, void *f_ierror)
+{
+    static uint32_t fid_plus1;
+    static kp_fortran_fn *next_fn;
+    kp_fortran10 *next = (kp_fortran10 *)kp_fortran_next(&next_fn, "pmpi_iscatter_f08_", "mpi_iscatter_f08_");
+    if (!kp_on()) {
+        next(f_sendbuf, f_sendcount, f_sendtype, f_recvbuf, f_recvcount, f_recvtype,
+             f_root, f_comm, f_request, f_ierror);
+        return;
+    }
+    uint32_t fid = kp_fid(&fid_plus1, "MPI_Iscatter");
+    kp_enter(fid);
+    int sendcount = kp_fint(f_sendcount);
+    MPI_Datatype sendtype = kp_ftype(f_sendtype);
+    const void *recvbuf = kp_fbuf(f_recvbuf, KP_F77);
+    int recvcount = kp_fint(f_recvcount);
+    MPI_Datatype recvtype = kp_ftype(f_recvtype);
+    int root = kp_fint(f_root);
+    MPI_Comm comm = kp_fcomm(f_comm);
+    kp_in_fortran++;
+    next(f_sendbuf, f_sendcount, f_sendtype, f_recvbuf, f_recvcount, f_recvtype, f_root,
+         f_comm, f_request, f_ierror);
+    kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, root)) {
+            uint64_t sent = c.root ? kp_bytes(sendcount, sendtype) * (uint64_t)c.n : 0;
+            uint64_t got = !c.peer ? 0
+                           : recvbuf == MPI_IN_PLACE ? kp_bytes(sendcount, sendtype)
+                           : kp_bytes(recvcount, recvtype);
+            kp_coll_emit(&c, sent, got);
+        }
+    }
+    kp_exit(fid);
+}
+KP_EXPORT kp_fortran10 mpi_iscatter_f08_ __attribute__((alias("kpf08_iscatter")));
+static void kpf08ts_iscatter(void *f_sendbuf, void *f_sendcount, void *f_sendtype,
+                             void *f_recvbuf, void *f_recvcount, void *f_recvtype,
+                             void *f_root, void *f_comm, void *f_request, void *f_ierror)
+{
+    static uint32_t fid_plus1;
+    static kp_fortran_fn *next_fn;
+    kp_fortran10 *next = (kp_fortran10 *)kp_fortran_next(&next_fn, "pmpi_iscatter_f08ts_", "mpi_iscatter_f08ts_");
+    if (!kp_on()) {
+        next(f_sendbuf, f_sendcount, f_sendtype, f_recvbuf, f_recvcount, f_recvtype,
+             f_root, f_comm, f_request, f_ierror);
+        return;
+    }
+    uint32_t fid = kp_fid(&fid_plus1, "MPI_Iscatter");
+    kp_enter(fid);
+    int sendcount = kp_fint(f_sendcount);
+    MPI_Datatype sendtype = kp_ftype(f_sendtype);
+    const void *recvbuf = kp_fbuf(f_recvbuf, KP_F08TS);
+    int recvcount = kp_fint(f_recvcount);
+    MPI_Datatype recvtype = kp_ftype(f_recvtype);
+    int root = kp_fint(f_root);
+    MPI_Comm comm = kp_fcomm(f_comm);
+    kp_in_fortran++;
+    next(f_sendbuf, f_sendcount, f_sendtype, f_recvbuf, f_recvcount, f_recvtype, f_root,
+         f_comm, f_request, f_ierror);
+    kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, root)) {
+            uint64_t sent = c.root ? kp_bytes(sendcount, sendtype) * (uint64_t)c.n : 0;
+            uint64_t got = !c.peer ? 0
+                           : recvbuf == MPI_IN_PLACE ? kp_bytes(sendcount, sendtype)
+                           : kp_bytes(recvcount, recvtype);
+            kp_coll_emit(&c, sent, got);
+        }
+    }
+    kp_exit(fid);
+}
+KP_EXPORT kp_fortran10 mpi_iscatter_f08ts_ __attribute__((alias("kpf08ts_iscatter")));
+
+/* MPI_Iscatterv from Fortran (mpi_iscatterv_, mpi_iscatterv__, mpi_iscatterv, MPI_ISCATTERV; mpi_iscatterv_f08_, mpi_iscatterv_f08ts_). */
+static void kpf_iscatterv(void *f_sendbuf, void *f_sendcounts, void *f_displs,
+                              void *f_sendtype, void *f_recvbuf, void *f_recvcount,
+                              void *f_recvtype, void *f_root, void *f_comm,
+                              void *f_request, void *f_ierror)
+{
+    static uint32_t fid_plus1;
+    static kp_fortran_fn *next_fn;
+    kp_fortran11 *next = (kp_fortran11 *)kp_fortran_next(&next_fn, "pmpi_iscatterv_", "mpi_iscatterv_");
+    if (!kp_on()) {
+        next(f_sendbuf, f_sendcounts, f_displs, f_sendtype, f_recvbuf, f_recvcount,
+             f_recvtype, f_root, f_comm, f_request, f_ierror);
+        return;
+    }
+    uint32_t fid = kp_fid(&fid_plus1, "MPI_Iscatterv");
+    kp_enter(fid);
+    const int *sendcounts = (const int *)f_sendcounts;
+    MPI_Datatype sendtype = kp_ftype(f_sendtype);
+    const void *recvbuf = kp_fbuf(f_recvbuf, KP_F77);
+    int recvcount = kp_fint(f_recvcount);
+    MPI_Datatype recvtype = kp_ftype(f_recvtype);
+    int root = kp_fint(f_root);
+    MPI_Comm comm = kp_fcomm(f_comm);
+    kp_in_fortran++;
+    next(f_sendbuf, f_sendcounts, f_displs, f_sendtype, f_recvbuf, f_recvcount,
+         f_recvtype, f_root, f_comm, f_request, f_ierror);
+    kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, root)) {
+            uint64_t sent = c.root ? kp_bytes_sum(sendcounts, c.n, sendtype) : 0;
+            uint64_t got = !c.peer ? 0
+                           : recvbuf == MPI_IN_PLACE ? kp_bytes(sendcounts[c.me], sendtype)
+                           : kp_bytes(recvcount, recvtype);
+            kp_coll_emit(&c, sent, got);
+        }
+    }
+    kp_exit(fid);
+}
+KP_EXPORT kp_fortran11 mpi_iscatterv_ __attribute__((alias("kpf_iscatterv")));
+KP_EXPORT kp_fortran11 mpi_iscatterv__ __attribute__((alias("kpf_iscatterv")));
+KP_EXPORT kp_fortran11 mpi_iscatterv __attribute__((alias("kpf_iscatterv")));
+KP_EXPORT kp_fortran11 MPI_ISCATTERV __attribute__((alias("kpf_iscatterv")));
+static void kpf08_iscatterv(void *f_sendbuf, void *f_sendcounts, void *f_displs,
+                              void *f_sendtype, void *f_recvbuf, void *f_recvcount,
+                              void *f_recvtype, void *f_root, void *f_comm,
+                              void *f_request, void *f_ierror)
+{
+    static uint32_t fid_plus1;
+    static kp_fortran_fn *next_fn;
+    kp_fortran11 *next = (kp_fortran11 *)kp_fortran_next(&next_fn, "pmpi_iscatterv_f08_", "mpi_iscatterv_f08_");
+    if (!kp_on()) {
+        next(f_sendbuf, f_sendcounts, f_displs, f_sendtype, f_recvbuf, f_recvcount,
+             f_recvtype, f_root, f_comm, f_request, f_ierror);
+        return;
+    }
+    uint32_t fid = kp_fid(&fid_plus1, "MPI_Iscatterv");
+    kp_enter(fid);
+    const int *sendcounts = (const int *)f_sendcounts;
+    MPI_Datatype sendtype = kp_ftype(f_sendtype);
+    const void *recvbuf = kp_fbuf(f_recvbuf, KP_F77);
+    int recvcount = kp_fint(f_recvcount);
+    MPI_Datatype recvtype = kp_ftype(f_recvtype);
+    int root = kp_fint(f_root);
+    MPI_Comm comm = kp_fcomm(f_comm);
+    kp_in_fortran++;
+    next(f_sendbuf, f_sendcounts, f_displs, f_sendtype, f_recvbuf, f_recvcount,
+         f_recvtype, f_root, f_comm, f_request, f_ierror);
+    kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, root)) {
+            uint64_t sent = c.root ? kp_bytes_sum(sendcounts, c.n, sendtype) : 0;
+            uint64_t got = !c.peer ? 0
+                           : recvbuf == MPI_IN_PLACE ? kp_bytes(sendcounts[c.me], sendtype)
+                           : kp_bytes(recvcount, recvtype);
+            kp_coll_emit(&c, sent, got);
+        }
+    }
+    kp_exit(fid);
+}
+KP_EXPORT kp_fortran11 mpi_iscatterv_f08_ __attribute__((alias("kpf08_iscatterv")));
+static void kpf08ts_iscatterv(void *f_sendbuf, void *f_sendcounts, void *f_displs,
+                              void *f_sendtype, void *f_recvbuf, void *f_recvcount,
+                              void *f_recvtype, void *f_root, void *f_comm,
+                              void *f_request, void *f_ierror)
+{
+    static uint32_t fid_plus1;
+    static kp_fortran_fn *next_fn;
+    kp_fortran11 *next = (kp_fortran11 *)kp_fortran_next(&next_fn, "pmpi_iscatterv_f08ts_", "mpi_iscatterv_f08ts_");
+    if (!kp_on()) {
+        next(f_sendbuf, f_sendcounts, f_displs, f_sendtype, f_recvbuf, f_recvcount,
+             f_recvtype, f_root, f_comm, f_request, f_ierror);
+        return;
+    }
+    uint32_t fid = kp_fid(&fid_plus1, "MPI_Iscatterv");
+    kp_enter(fid);
+    const int *sendcounts = (const int *)f_sendcounts;
+    MPI_Datatype sendtype = kp_ftype(f_sendtype);
+    const void *recvbuf = kp_fbuf(f_recvbuf, KP_F08TS);
+    int recvcount = kp_fint(f_recvcount);
+    MPI_Datatype recvtype = kp_ftype(f_recvtype);
+    int root = kp_fint(f_root);
+    MPI_Comm comm = kp_fcomm(f_comm);
+    kp_in_fortran++;
+    next(f_sendbuf, f_sendcounts, f_displs, f_sendtype, f_recvbuf, f_recvcount,
+         f_recvtype, f_root, f_comm, f_request, f_ierror);
+    kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, root)) {
+            uint64_t sent = c.root ? kp_bytes_sum(sendcounts, c.n, sendtype) : 0;
+            uint64_t got = !c.peer ? 0
+                           : recvbuf == MPI_IN_PLACE ? kp_bytes(sendcounts[c.me], sendtype)
+                           : kp_bytes(recvcount, recvtype);
+            kp_coll_emit(&c, sent, got);
+        }
+    }
+    kp_exit(fid);
+}
+KP_EXPORT kp_fortran11 mpi_iscatterv_f08ts_ __attribute__((alias("kpf08ts_iscatterv")));
+
+/* MPI_Iallgatherv from Fortran (mpi_iallgatherv_, mpi_iallgatherv__, mpi_iallgatherv, MPI_IALLGATHERV; mpi_iallgatherv_f08_, mpi_iallgatherv_f08ts_). */
+static void kpf_iallgatherv(void *f_sendbuf, void *f_sendcount, void *f_sendtype,
+                                void *f_recvbuf, void *f_recvcounts, void *f_displs,
+                                void *f_recvtype, void *f_comm, void *f_request,
+                                void *f_ierror)
+{
+    static uint32_t fid_plus1;
+    static kp_fortran_fn *next_fn;
+    kp_fortran10 *next = (kp_fortran10 *)kp_fortran_next(&next_fn, "pmpi_iallgatherv_", "mpi_iallgatherv_");
+    if (!kp_on()) {
+        next(f_sendbuf, f_sendcount, f_sendtype, f_recvbuf, f_recvcounts, f_displs,
+             f_recvtype, f_comm, f_request, f_ierror);
+        return;
+    }
+    uint32_t fid = kp_fid(&fid_plus1, "MPI_Iallgatherv");
+    kp_enter(fid);
+    const void *sendbuf = kp_fbuf(f_sendbuf, KP_F77);
+    int sendcount = kp_fint(f_sendcount);
+    MPI_Datatype sendtype = kp_ftype(f_sendtype);
+    const int *recvcounts = (const int *)f_recvcounts;
+    MPI_Datatype recvtype = kp_ftype(f_recvtype);
+    MPI_Comm comm = kp_fcomm(f_comm);
+    kp_in_fortran++;
+    next(f_sendbuf, f_sendcount, f_sendtype, f_recvbuf, f_recvcounts, f_displs,
+         f_recvtype, f_comm, f_request, f_ierror);
+    kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, KP_NO_ROOT)) {
+            uint64_t sent = sendbuf == MPI_IN_PLACE ? kp_bytes(recvcounts[c.me], recvtype)
+                            : kp_bytes(sendcount, sendtype);
+            uint64_t got = kp_bytes_sum(recvcounts, c.n, recvtype);
+            kp_coll_emit(&c, sent, got);
+        }
+    }
+    kp_exit(fid);
+}
+KP_EXPORT kp_fortran10 mpi_iallgatherv_ __attribute__((alias("kpf_iallgatherv")));
+KP_EXPORT kp_fortran10 mpi_iallgatherv__ __attribute__((alias("kpf_iallgatherv")));
+KP_EXPORT kp_fortran10 mpi_iallgatherv __attribute__((alias("kpf_iallgatherv")));
+KP_EXPORT kp_fortran10 MPI_IALLGATHERV __attribute__((alias("kpf_iallgatherv")));
+static void kpf08_iallgatherv(void *f_sendbuf, void *f_sendcount, void *f_sendtype,
+                                void *f_recvbuf, void *f_recvcounts, void *f_displs,
+                                void *f_recvtype, void *f_comm, void *f_request,
+                                void *f_ierror)
+{
+    static uint32_t fid_plus1;
+    static kp_fortran_fn *next_fn;
+    kp_fortran10 *next = (kp_fortran10 *)kp_fortran_next(&next_fn, "pmpi_iallgatherv_f08_", "mpi_iallgatherv_f08_");
+    if (!kp_on()) {
+        next(f_sendbuf, f_sendcount, f_sendtype, f_recvbuf, f_recvcounts, f_displs,
+             f_recvtype, f_comm, f_request, f_ierror);
+        return;
+    }
+    uint32_t fid = kp_fid(&fid_plus1, "MPI_Iallgatherv");
+    kp_enter(fid);
+    const void *sendbuf = kp_fbuf(f_sendbuf, KP_F77);
+    int sendcount = kp_fint(f_sendcount);
+    MPI_Datatype sendtype = kp_ftype(f_sendtype);
+    const int *recvcounts = (const int *)f_recvcounts;
+    MPI_Datatype recvtype = kp_ftype(f_recvtype);
+    MPI_Comm comm = kp_fcomm(f_comm);
+    kp_in_fortran++;
+    next(f_sendbuf, f_sendcount, f_sendtype, f_recvbuf, f_recvcounts, f_displs,
+         f_recvtype, f_comm, f_request, f_ierror);
+    kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, KP_NO_ROOT)) {
+            uint64_t sent = sendbuf == MPI_IN_PLACE ? kp_bytes(recvcounts[c.me], recvtype)
+                            : kp_bytes(sendcount, sendtype);
+            uint64_t got = kp_bytes_sum(recvcounts, c.n, recvtype);
+            kp_coll_emit(&c, sent, got);
+        }
+    }
+    kp_exit(fid);
+}
+KP_EXPORT kp_fortran10 mpi_iallgatherv_f08_ __attribute__((alias("kpf08_iallgatherv")));
+static void kpf08ts_iallgatherv(void *f_sendbuf, void *f_sendcount, void *f_sendtype,
+                                void *f_recvbuf, void *f_recvcounts, void *f_displs,
+                                void *f_recvtype, void *f_comm, void *f_request,
+                                void *f_ierror)
+{
+    static uint32_t fid_plus1;
+    static kp_fortran_fn *next_fn;
+    kp_fortran10 *next = (kp_fortran10 *)kp_fortran_next(&next_fn, "pmpi_iallgatherv_f08ts_", "mpi_iallgatherv_f08ts_");
+    if (!kp_on()) {
+        next(f_sendbuf, f_sendcount, f_sendtype, f_recvbuf, f_recvcounts, f_displs,
+             f_recvtype, f_comm, f_request, f_ierror);
+        return;
+    }
+    uint32_t fid = kp_fid(&fid_plus1, "MPI_Iallgatherv");
+    kp_enter(fid);
+    const void *sendbuf = kp_fbuf(f_sendbuf, KP_F08TS);
+    int sendcount = kp_fint(f_sendcount);
+    MPI_Datatype sendtype = kp_ftype(f_sendtype);
+    const int *recvcounts = (const int *)f_recvcounts;
+    MPI_Datatype recvtype = kp_ftype(f_recvtype);
+    MPI_Comm comm = kp_fcomm(f_comm);
+    kp_in_fortran++;
+    next(f_sendbuf, f_sendcount, f_sendtype, f_recvbuf, f_recvcounts, f_displs,
+         f_recvtype, f_comm, f_request, f_ierror);
+    kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, KP_NO_ROOT)) {
+            uint64_t sent = sendbuf == MPI_IN_PLACE ? kp_bytes(recvcounts[c.me], recvtype)
+                            : kp_bytes(sendcount, sendtype);
+            uint64_t got = kp_bytes_sum(recvcounts, c.n, recvtype);
+            kp_coll_emit(&c, sent, got);
+        }
+    }
+    kp_exit(fid);
+}
+KP_EXPORT kp_fortran10 mpi_iallgatherv_f08ts_ __attribute__((alias("kpf08ts_iallgatherv")));
+
+/* MPI_Ialltoallv from Fortran (mpi_ialltoallv_, mpi_ialltoallv__, mpi_ialltoallv, MPI_IALLTOALLV; mpi_ialltoallv_f08_, mpi_ialltoallv_f08ts_). */
+static void kpf_ialltoallv(void *f_sendbuf, void *f_sendcounts, void *f_sdispls,
+                               void *f_sendtype, void *f_recvbuf, void *f_recvcounts,
+                               void *f_rdispls, void *f_recvtype, void *f_comm,
+                               void *f_request, void *f_ierror)
+{
+    static uint32_t fid_plus1;
+    static kp_fortran_fn *next_fn;
+    kp_fortran11 *next = (kp_fortran11 *)kp_fortran_next(&next_fn, "pmpi_ialltoallv_", "mpi_ialltoallv_");
+    if (!kp_on()) {
+        next(f_sendbuf, f_sendcounts, f_sdispls, f_sendtype, f_recvbuf, f_recvcounts,
+             f_rdispls, f_recvtype, f_comm, f_request, f_ierror);
+        return;
+    }
+    uint32_t fid = kp_fid(&fid_plus1, "MPI_Ialltoallv");
+    kp_enter(fid);
+    const void *sendbuf = kp_fbuf(f_sendbuf, KP_F77);
+    const int *sendcounts = (const int *)f_sendcounts;
+    MPI_Datatype sendtype = kp_ftype(f_sendtype);
+    const int *recvcounts = (const int *)f_recvcounts;
+    MPI_Datatype recvtype = kp_ftype(f_recvtype);
+    MPI_Comm comm = kp_fcomm(f_comm);
+    kp_in_fortran++;
+    next(f_sendbuf, f_sendcounts, f_sdispls, f_sendtype, f_recvbuf, f_recvcounts,
+         f_rdispls, f_recvtype, f_comm, f_request, f_ierror);
+    kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, KP_NO_ROOT)) {
+            uint64_t sent = sendbuf == MPI_IN_PLACE ? kp_bytes_sum(recvcounts, c.n, recvtype)
+                            : kp_bytes_sum(sendcounts, c.n, sendtype);
+            uint64_t got = kp_bytes_sum(recvcounts, c.n, recvtype);
+            kp_coll_emit(&c, sent, got);
+        }
+    }
+    kp_exit(fid);
+}
+KP_EXPORT kp_fortran11 mpi_ialltoallv_ __attribute__((alias("kpf_ialltoallv")));
+KP_EXPORT kp_fortran11 mpi_ialltoallv__ __attribute__((alias("kpf_ialltoallv")));
+KP_EXPORT kp_fortran11 mpi_ialltoallv __attribute__((alias("kpf_ialltoallv")));
+KP_EXPORT kp_fortran11 MPI_IALLTOALLV __attribute__((alias("kpf_ialltoallv")));
+static void kpf08_ialltoallv(void *f_sendbuf, void *f_sendcounts, void *f_sdispls,
+                               void *f_sendtype, void *f_recvbuf, void *f_recvcounts,
+                               void *f_rdispls, void *f_recvtype, void *f_comm,
+                               void *f_request, void *f_ierror)
+{
+    static uint32_t fid_plus1;
+    static kp_fortran_fn *next_fn;
+    kp_fortran11 *next = (kp_fortran11 *)kp_fortran_next(&next_fn, "pmpi_ialltoallv_f08_", "mpi_ialltoallv_f08_");
+    if (!kp_on()) {
+        next(f_sendbuf, f_sendcounts, f_sdispls, f_sendtype, f_recvbuf, f_recvcounts,
+             f_rdispls, f_recvtype, f_comm, f_request, f_ierror);
+        return;
+    }
+    uint32_t fid = kp_fid(&fid_plus1, "MPI_Ialltoallv");
+    kp_enter(fid);
+    const void *sendbuf = kp_fbuf(f_sendbuf, KP_F77);
+    const int *sendcounts = (const int *)f_sendcounts;
+    MPI_Datatype sendtype = kp_ftype(f_sendtype);
+    const int *recvcounts = (const int *)f_recvcounts;
+    MPI_Datatype recvtype = kp_ftype(f_recvtype);
+    MPI_Comm comm = kp_fcomm(f_comm);
+    kp_in_fortran++;
+    next(f_sendbuf, f_sendcounts, f_sdispls, f_sendtype, f_recvbuf, f_recvcounts,
+         f_rdispls, f_recvtype, f_comm, f_request, f_ierror);
+    kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, KP_NO_ROOT)) {
+            uint64_t sent = sendbuf == MPI_IN_PLACE ? kp_bytes_sum(recvcounts, c.n, recvtype)
+                            : kp_bytes_sum(sendcounts, c.n, sendtype);
+            uint64_t got = kp_bytes_sum(recvcounts, c.n, recvtype);
+            kp_coll_emit(&c, sent, got);
+        }
+    }
+    kp_exit(fid);
+}
+KP_EXPORT kp_fortran11 mpi_ialltoallv_f08_ __attribute__((alias("kpf08_ialltoallv")));
+static void kpf08ts_ialltoallv(void *f_sendbuf, void *f_sendcounts, void *f_sdispls,
+                               void *f_sendtype, void *f_recvbuf, void *f_recvcounts,
+                               void *f_rdispls, void *f_recvtype, void *f_comm,
+                               void *f_request, void *f_ierror)
+{
+    static uint32_t fid_plus1;
+    static kp_fortran_fn *next_fn;
+    kp_fortran11 *next = (kp_fortran11 *)kp_fortran_next(&next_fn, "pmpi_ialltoallv_f08ts_", "mpi_ialltoallv_f08ts_");
+    if (!kp_on()) {
+        next(f_sendbuf, f_sendcounts, f_sdispls, f_sendtype, f_recvbuf, f_recvcounts,
+             f_rdispls, f_recvtype, f_comm, f_request, f_ierror);
+        return;
+    }
+    uint32_t fid = kp_fid(&fid_plus1, "MPI_Ialltoallv");
+    kp_enter(fid);
+    const void *sendbuf = kp_fbuf(f_sendbuf, KP_F08TS);
+    const int *sendcounts = (const int *)f_sendcounts;
+    MPI_Datatype sendtype = kp_ftype(f_sendtype);
+    const int *recvcounts = (const int *)f_recvcounts;
+    MPI_Datatype recvtype = kp_ftype(f_recvtype);
+    MPI_Comm comm = kp_fcomm(f_comm);
+    kp_in_fortran++;
+    next(f_sendbuf, f_sendcounts, f_sdispls, f_sendtype, f_recvbuf, f_recvcounts,
+         f_rdispls, f_recvtype, f_comm, f_request, f_ierror);
+    kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, KP_NO_ROOT)) {
+            uint64_t sent = sendbuf == MPI_IN_PLACE ? kp_bytes_sum(recvcounts, c.n, recvtype)
+                            : kp_bytes_sum(sendcounts, c.n, sendtype);
+            uint64_t got = kp_bytes_sum(recvcounts, c.n, recvtype);
+            kp_coll_emit(&c, sent, got);
+        }
+    }
+    kp_exit(fid);
+}
+KP_EXPORT kp_fortran11 mpi_ialltoallv_f08ts_ __attribute__((alias("kpf08ts_ialltoallv")));
+
+/* MPI_Ireduce_scatter from Fortran (mpi_ireduce_scatter_, mpi_ireduce_scatter__, mpi_ireduce_scatter, MPI_IREDUCE_SCATTER; mpi_ireduce_scatter_f08_, mpi_ireduce_scatter_f08ts_). */
+static void kpf_ireduce_scatter(void *f_sendbuf, void *f_recvbuf, void *f_recvcounts,
+                                    void *f_datatype, void *f_op, void *f_comm,
+                                    void *f_request, void *f_ierror)
+{
+    static uint32_t fid_plus1;
+    static kp_fortran_fn *next_fn;
+    kp_fortran8 *next = (kp_fortran8 *)kp_fortran_next(&next_fn, "pmpi_ireduce_scatter_", "mpi_ireduce_scatter_");
+    if (!kp_on()) {
+        next(f_sendbuf, f_recvbuf, f_recvcounts, f_datatype, f_op, f_comm, f_request,
+             f_ierror);
+        return;
+    }
+    uint32_t fid = kp_fid(&fid_plus1, "MPI_Ireduce_scatter");
+    kp_enter(fid);
+    const int *recvcounts = (const int *)f_recvcounts;
+    MPI_Datatype datatype = kp_ftype(f_datatype);
+    MPI_Comm comm = kp_fcomm(f_comm);
+    kp_in_fortran++;
+    next(f_sendbuf, f_recvbuf, f_recvcounts, f_datatype, f_op, f_comm, f_request,
+         f_ierror);
+    kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, KP_NO_ROOT)) {
+            uint64_t sent = kp_bytes_sum(recvcounts, c.lsize, datatype);
+            uint64_t got = kp_bytes(recvcounts[c.me], datatype);
+            kp_coll_emit(&c, sent, got);
+        }
+    }
+    kp_exit(fid);
+}
+KP_EXPORT kp_fortran8 mpi_ireduce_scatter_ __attribute__((alias("kpf_ireduce_scatter")));
+KP_EXPORT kp_fortran8 mpi_ireduce_scatter__ __attribute__((alias("kpf_ireduce_scatter")));
+KP_EXPORT kp_fortran8 mpi_ireduce_scatter __attribute__((alias("kpf_ireduce_scatter")));
+KP_EXPORT kp_fortran8 MPI_IREDUCE_SCATTER __attribute__((alias("kpf_ireduce_scatter")));
+static void kpf08_ireduce_scatter(void *f_sendbuf, void *f_recvbuf, void *f_recvcounts,
+                                    void *f_datatype, void *f_op, void *f_comm,
+                                    void *f_request, void *f_ierror)
+{
+    static uint32_t fid_plus1;
+    static kp_fortran_fn *next_fn;
+    kp_fortran8 *next = (kp_fortran8 *)kp_fortran_next(&next_fn, "pmpi_ireduce_scatter_f08_", "mpi_ireduce_scatter_f08_");
+    if (!kp_on()) {
+        next(f_sendbuf, f_recvbuf, f_recvcounts, f_datatype, f_op, f_comm, f_request,
+             f_ierror);
+        return;
+    }
+    uint32_t fid = kp_fid(&fid_plus1, "MPI_Ireduce_scatter");
+    kp_enter(fid);
+    const int *recvcounts = (const int *)f_recvcounts;
+    MPI_Datatype datatype = kp_ftype(f_datatype);
+    MPI_Comm comm = kp_fcomm(f_comm);
+    kp_in_fortran++;
+    next(f_sendbuf, f_recvbuf, f_recvcounts, f_datatype, f_op, f_comm, f_request,
+         f_ierror);
+    kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, KP_NO_ROOT)) {
+            uint64_t sent = kp_bytes_sum(recvcounts, c.lsize, datatype);
+            uint64_t got = kp_bytes(recvcounts[c.me], datatype);
+            kp_coll_emit(&c, sent, got);
+        }
+    }
+    kp_exit(fid);
+}
+KP_EXPORT kp_fortran8 mpi_ireduce_scatter_f08_ __attribute__((alias("kpf08_ireduce_scatter")));
+static void kpf08ts_ireduce_scatter(void *f_sendbuf, void *f_recvbuf, void *f_recvcounts,
+                                    void *f_datatype, void *f_op, void *f_comm,
+                                    void *f_request, void *f_ierror)
+{
+    static uint32_t fid_plus1;
+    static kp_fortran_fn *next_fn;
+    kp_fortran8 *next = (kp_fortran8 *)kp_fortran_next(&next_fn, "pmpi_ireduce_scatter_f08ts_", "mpi_ireduce_scatter_f08ts_");
+    if (!kp_on()) {
+        next(f_sendbuf, f_recvbuf, f_recvcounts, f_datatype, f_op, f_comm, f_request,
+             f_ierror);
+        return;
+    }
+    uint32_t fid = kp_fid(&fid_plus1, "MPI_Ireduce_scatter");
+    kp_enter(fid);
+    const int *recvcounts = (const int *)f_recvcounts;
+    MPI_Datatype datatype = kp_ftype(f_datatype);
+    MPI_Comm comm = kp_fcomm(f_comm);
+    kp_in_fortran++;
+    next(f_sendbuf, f_recvbuf, f_recvcounts, f_datatype, f_op, f_comm, f_request,
+         f_ierror);
+    kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, KP_NO_ROOT)) {
+            uint64_t sent = kp_bytes_sum(recvcounts, c.lsize, datatype);
+            uint64_t got = kp_bytes(recvcounts[c.me], datatype);
+            kp_coll_emit(&c, sent, got);
+        }
+    }
+    kp_exit(fid);
+}
+KP_EXPORT kp_fortran8 mpi_ireduce_scatter_f08ts_ __attribute__((alias("kpf08ts_ireduce_scatter")));
+
+/* MPI_Ireduce_scatter_block from Fortran (mpi_ireduce_scatter_block_, mpi_ireduce_scatter_block__, mpi_ireduce_scatter_block, MPI_IREDUCE_SCATTER_BLOCK; mpi_ireduce_scatter_block_f08_, mpi_ireduce_scatter_block_f08ts_). */
+static void kpf_ireduce_scatter_block(void *f_sendbuf, void *f_recvbuf,
+                                          void *f_recvcount, void *f_datatype, void *f_op,
+                                          void *f_comm, void *f_request, void *f_ierror)
+{
+    static uint32_t fid_plus1;
+    static kp_fortran_fn *next_fn;
+    kp_fortran8 *next = (kp_fortran8 *)kp_fortran_next(&next_fn, "pmpi_ireduce_scatter_block_", "mpi_ireduce_scatter_block_");
+    if (!kp_on()) {
+        next(f_sendbuf, f_recvbuf, f_recvcount, f_datatype, f_op, f_comm, f_request,
+             f_ierror);
+        return;
+    }
+    uint32_t fid = kp_fid(&fid_plus1, "MPI_Ireduce_scatter_block");
+    kp_enter(fid);
+    int recvcount = kp_fint(f_recvcount);
+    MPI_Datatype datatype = kp_ftype(f_datatype);
+    MPI_Comm comm = kp_fcomm(f_comm);
+    kp_in_fortran++;
+    next(f_sendbuf, f_recvbuf, f_recvcount, f_datatype, f_op, f_comm, f_request, f_ierror);
+    kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, KP_NO_ROOT)) {
+            uint64_t sent = kp_bytes(recvcount, datatype) * (uint64_t)c.lsize;
+            uint64_t got = kp_bytes(recvcount, datatype);
+            kp_coll_emit(&c, sent, got);
+        }
+    }
+    kp_exit(fid);
+}
+KP_EXPORT kp_fortran8 mpi_ireduce_scatter_block_ __attribute__((alias("kpf_ireduce_scatter_block")));
+KP_EXPORT kp_fortran8 mpi_ireduce_scatter_block__ __attribute__((alias("kpf_ireduce_scatter_block")));
+KP_EXPORT kp_fortran8 mpi_ireduce_scatter_block __attribute__((alias("kpf_ireduce_scatter_block")));
+KP_EXPORT kp_fortran8 MPI_IREDUCE_SCATTER_BLOCK __attribute__((alias("kpf_ireduce_scatter_block")));
+static void kpf08_ireduce_scatter_block(void *f_sendbuf, void *f_recvbuf,
+                                          void *f_recvcount, void *f_datatype, void *f_op,
+                                          void *f_comm, void *f_request, void *f_ierror)
+{
+    static uint32_t fid_plus1;
+    static kp_fortran_fn *next_fn;
+    kp_fortran8 *next = (kp_fortran8 *)kp_fortran_next(&next_fn, "pmpi_ireduce_scatter_block_f08_", "mpi_ireduce_scatter_block_f08_");
+    if (!kp_on()) {
+        next(f_sendbuf, f_recvbuf, f_recvcount, f_datatype, f_op, f_comm, f_request,
+             f_ierror);
+        return;
+    }
+    uint32_t fid = kp_fid(&fid_plus1, "MPI_Ireduce_scatter_block");
+    kp_enter(fid);
+    int recvcount = kp_fint(f_recvcount);
+    MPI_Datatype datatype = kp_ftype(f_datatype);
+    MPI_Comm comm = kp_fcomm(f_comm);
+    kp_in_fortran++;
+    next(f_sendbuf, f_recvbuf, f_recvcount, f_datatype, f_op, f_comm, f_request, f_ierror);
+    kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, KP_NO_ROOT)) {
+            uint64_t sent = kp_bytes(recvcount, datatype) * (uint64_t)c.lsize;
+            uint64_t got = kp_bytes(recvcount, datatype);
+            kp_coll_emit(&c, sent, got);
+        }
+    }
+    kp_exit(fid);
+}
+KP_EXPORT kp_fortran8 mpi_ireduce_scatter_block_f08_ __attribute__((alias("kpf08_ireduce_scatter_block")));
+static void kpf08ts_ireduce_scatter_block(void *f_sendbuf, void *f_recvbuf,
+                                          void *f_recvcount, void *f_datatype, void *f_op,
+                                          void *f_comm, void *f_request, void *f_ierror)
+{
+    static uint32_t fid_plus1;
+    static kp_fortran_fn *next_fn;
+    kp_fortran8 *next = (kp_fortran8 *)kp_fortran_next(&next_fn, "pmpi_ireduce_scatter_block_f08ts_", "mpi_ireduce_scatter_block_f08ts_");
+    if (!kp_on()) {
+        next(f_sendbuf, f_recvbuf, f_recvcount, f_datatype, f_op, f_comm, f_request,
+             f_ierror);
+        return;
+    }
+    uint32_t fid = kp_fid(&fid_plus1, "MPI_Ireduce_scatter_block");
+    kp_enter(fid);
+    int recvcount = kp_fint(f_recvcount);
+    MPI_Datatype datatype = kp_ftype(f_datatype);
+    MPI_Comm comm = kp_fcomm(f_comm);
+    kp_in_fortran++;
+    next(f_sendbuf, f_recvbuf, f_recvcount, f_datatype, f_op, f_comm, f_request, f_ierror);
+    kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, KP_NO_ROOT)) {
+            uint64_t sent = kp_bytes(recvcount, datatype) * (uint64_t)c.lsize;
+            uint64_t got = kp_bytes(recvcount, datatype);
+            kp_coll_emit(&c, sent, got);
+        }
+    }
+    kp_exit(fid);
+}
+KP_EXPORT kp_fortran8 mpi_ireduce_scatter_block_f08ts_ __attribute__((alias("kpf08ts_ireduce_scatter_block")));
+
+/* MPI_Iscan from Fortran (mpi_iscan_, mpi_iscan__, mpi_iscan, MPI_ISCAN; mpi_iscan_f08_, mpi_iscan_f08ts_). */
+static void kpf_iscan(void *f_sendbuf, void *f_recvbuf, void *f_count,
+                          void *f_datatype, void *f_op, void *f_comm, void *f_request,
+                          void *f_ierror)
+{
+    static uint32_t fid_plus1;
+    static kp_fortran_fn *next_fn;
+    kp_fortran8 *next = (kp_fortran8 *)kp_fortran_next(&next_fn, "pmpi_iscan_", "mpi_iscan_");
+    if (!kp_on()) {
+        next(f_sendbuf, f_recvbuf, f_count, f_datatype, f_op, f_comm, f_request, f_ierror);
+        return;
+    }
+    uint32_t fid = kp_fid(&fid_plus1, "MPI_Iscan");
+    kp_enter(fid);
+    int count = kp_fint(f_count);
+    MPI_Datatype datatype = kp_ftype(f_datatype);
+    MPI_Comm comm = kp_fcomm(f_comm);
+    kp_in_fortran++;
+    next(f_sendbuf, f_recvbuf, f_count, f_datatype, f_op, f_comm, f_request, f_ierror);
+    kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, KP_NO_ROOT)) {
+            uint64_t sent = kp_bytes(count, datatype);
+            uint64_t got = kp_bytes(count, datatype);
+            kp_coll_emit(&c, sent, got);
+        }
+    }
+    kp_exit(fid);
+}
+KP_EXPORT kp_fortran8 mpi_iscan_ __attribute__((alias("kpf_iscan")));
+KP_EXPORT kp_fortran8 mpi_iscan__ __attribute__((alias("kpf_iscan")));
+KP_EXPORT kp_fortran8 mpi_iscan __attribute__((alias("kpf_iscan")));
+KP_EXPORT kp_fortran8 MPI_ISCAN __attribute__((alias("kpf_iscan")));
+static void kpf08_iscan(void *f_sendbuf, void *f_recvbuf, void *f_count,
+                          void *f_datatype, void *f_op, void *f_comm, void *f_request,
+                          void *f_ierror)
+{
+    static uint32_t fid_plus1;
+    static kp_fortran_fn *next_fn;
+    kp_fortran8 *next = (kp_fortran8 *)kp_fortran_next(&next_fn, "pmpi_iscan_f08_", "mpi_iscan_f08_");
+    if (!kp_on()) {
+        next(f_sendbuf, f_recvbuf, f_count, f_datatype, f_op, f_comm, f_request, f_ierror);
+        return;
+    }
+    uint32_t fid = kp_fid(&fid_plus1, "MPI_Iscan");
+    kp_enter(fid);
+    int count = kp_fint(f_count);
+    MPI_Datatype datatype = kp_ftype(f_datatype);
+    MPI_Comm comm = kp_fcomm(f_comm);
+    kp_in_fortran++;
+    next(f_sendbuf, f_recvbuf, f_count, f_datatype, f_op, f_comm, f_request, f_ierror);
+    kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, KP_NO_ROOT)) {
+            uint64_t sent = kp_bytes(count, datatype);
+            uint64_t got = kp_bytes(count, datatype);
+            kp_coll_emit(&c, sent, got);
+        }
+    }
+    kp_exit(fid);
+}
+KP_EXPORT kp_fortran8 mpi_iscan_f08_ __attribute__((alias("kpf08_iscan")));
+static void kpf08ts_iscan(void *f_sendbuf, void *f_recvbuf, void *f_count,
+                          void *f_datatype, void *f_op, void *f_comm, void *f_request,
+                          void *f_ierror)
+{
+    static uint32_t fid_plus1;
+    static kp_fortran_fn *next_fn;
+    kp_fortran8 *next = (kp_fortran8 *)kp_fortran_next(&next_fn, "pmpi_iscan_f08ts_", "mpi_iscan_f08ts_");
+    if (!kp_on()) {
+        next(f_sendbuf, f_recvbuf, f_count, f_datatype, f_op, f_comm, f_request, f_ierror);
+        return;
+    }
+    uint32_t fid = kp_fid(&fid_plus1, "MPI_Iscan");
+    kp_enter(fid);
+    int count = kp_fint(f_count);
+    MPI_Datatype datatype = kp_ftype(f_datatype);
+    MPI_Comm comm = kp_fcomm(f_comm);
+    kp_in_fortran++;
+    next(f_sendbuf, f_recvbuf, f_count, f_datatype, f_op, f_comm, f_request, f_ierror);
+    kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, KP_NO_ROOT)) {
+            uint64_t sent = kp_bytes(count, datatype);
+            uint64_t got = kp_bytes(count, datatype);
+            kp_coll_emit(&c, sent, got);
+        }
+    }
+    kp_exit(fid);
+}
+KP_EXPORT kp_fortran8 mpi_iscan_f08ts_ __attribute__((alias("kpf08ts_iscan")));
+
+/* MPI_Iexscan from Fortran (mpi_iexscan_, mpi_iexscan__, mpi_iexscan, MPI_IEXSCAN; mpi_iexscan_f08_, mpi_iexscan_f08ts_). */
+static void kpf_iexscan(void *f_sendbuf, void *f_recvbuf, void *f_count,
+                            void *f_datatype, void *f_op, void *f_comm, void *f_request,
+                            void *f_ierror)
+{
+    static uint32_t fid_plus1;
+    static kp_fortran_fn *next_fn;
+    kp_fortran8 *next = (kp_fortran8 *)kp_fortran_next(&next_fn, "pmpi_iexscan_", "mpi_iexscan_");
+    if (!kp_on()) {
+        next(f_sendbuf, f_recvbuf, f_count, f_datatype, f_op, f_comm, f_request, f_ierror);
+        return;
+    }
+    uint32_t fid = kp_fid(&fid_plus1, "MPI_Iexscan");
+    kp_enter(fid);
+    int count = kp_fint(f_count);
+    MPI_Datatype datatype = kp_ftype(f_datatype);
+    MPI_Comm comm = kp_fcomm(f_comm);
+    kp_in_fortran++;
+    next(f_sendbuf, f_recvbuf, f_count, f_datatype, f_op, f_comm, f_request, f_ierror);
+    kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, KP_NO_ROOT)) {
+            uint64_t sent = kp_bytes(count, datatype);
+            uint64_t got = c.me == 0 ? 0 : kp_bytes(count, datatype);
+            kp_coll_emit(&c, sent, got);
+        }
+    }
+    kp_exit(fid);
+}
+KP_EXPORT kp_fortran8 mpi_iexscan_ __attribute__((alias("kpf_iexscan")));
+KP_EXPORT kp_fortran8 mpi_iexscan__ __attribute__((alias("kpf_iexscan")));
+KP_EXPORT kp_fortran8 mpi_iexscan __attribute__((alias("kpf_iexscan")));
+KP_EXPORT kp_fortran8 MPI_IEXSCAN __attribute__((alias("kpf_iexscan")));
+static void kpf08_iexscan(void *f_sendbuf, void *f_recvbuf, void *f_count,
+                            void *f_datatype, void *f_op, void *f_comm, void *f_request,
+                            void *f_ierror)
+{
+    static uint32_t fid_plus1;
+    static kp_fortran_fn *next_fn;
+    kp_fortran8 *next = (kp_fortran8 *)kp_fortran_next(&next_fn, "pmpi_iexscan_f08_", "mpi_iexscan_f08_");
+    if (!kp_on()) {
+        next(f_sendbuf, f_recvbuf, f_count, f_datatype, f_op, f_comm, f_request, f_ierror);
+        return;
+    }
+    uint32_t fid = kp_fid(&fid_plus1, "MPI_Iexscan");
+    kp_enter(fid);
+    int count = kp_fint(f_count);
+    MPI_Datatype datatype = kp_ftype(f_datatype);
+    MPI_Comm comm = kp_fcomm(f_comm);
+    kp_in_fortran++;
+    next(f_sendbuf, f_recvbuf, f_count, f_datatype, f_op, f_comm, f_request, f_ierror);
+    kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, KP_NO_ROOT)) {
+            uint64_t sent = kp_bytes(count, datatype);
+            uint64_t got = c.me == 0 ? 0 : kp_bytes(count, datatype);
+            kp_coll_emit(&c, sent, got);
+        }
+    }
+    kp_exit(fid);
+}
+KP_EXPORT kp_fortran8 mpi_iexscan_f08_ __attribute__((alias("kpf08_iexscan")));
+static void kpf08ts_iexscan(void *f_sendbuf, void *f_recvbuf, void *f_count,
+                            void *f_datatype, void *f_op, void *f_comm, void *f_request,
+                            void *f_ierror)
+{
+    static uint32_t fid_plus1;
+    static kp_fortran_fn *next_fn;
+    kp_fortran8 *next = (kp_fortran8 *)kp_fortran_next(&next_fn, "pmpi_iexscan_f08ts_", "mpi_iexscan_f08ts_");
+    if (!kp_on()) {
+        next(f_sendbuf, f_recvbuf, f_count, f_datatype, f_op, f_comm, f_request, f_ierror);
+        return;
+    }
+    uint32_t fid = kp_fid(&fid_plus1, "MPI_Iexscan");
+    kp_enter(fid);
+    int count = kp_fint(f_count);
+    MPI_Datatype datatype = kp_ftype(f_datatype);
+    MPI_Comm comm = kp_fcomm(f_comm);
+    kp_in_fortran++;
+    next(f_sendbuf, f_recvbuf, f_count, f_datatype, f_op, f_comm, f_request, f_ierror);
+    kp_in_fortran--;
+    int rc = kp_ferr(f_ierror);
+    if (rc == MPI_SUCCESS) {
+        kp_coll c;
+        if (kp_coll_begin(&c, comm, KP_NO_ROOT)) {
+            uint64_t sent = kp_bytes(count, datatype);
+            uint64_t got = c.me == 0 ? 0 : kp_bytes(count, datatype);
+            kp_coll_emit(&c, sent, got);
+        }
+    }
+    kp_exit(fid);
+}
+KP_EXPORT kp_fortran8 mpi_iexscan_f08ts_ __attribute__((alias("kpf08ts_iexscan")));

@@ -54,8 +54,8 @@ func firstDiff(got, want []byte) string {
 }
 
 func TestTable(t *testing.T) {
-	if n := len(functions); n < 60 || n > 75 {
-		t.Errorf("%d functions wrapped, want 60 to 75", n)
+	if n := len(functions); n < 80 || n > 95 {
+		t.Errorf("%d functions wrapped, want 80 to 95", n)
 	}
 	src, err := generate()
 	if err != nil {
@@ -319,10 +319,74 @@ func fortranBody(src, static string) string {
 func eventCalls(body string) []string {
 	var calls []string
 	for _, h := range []string{"kp_send_event(", "kp_recv_done(", "kp_req_track(", "kp_req_drop(",
+		"kp_preq_send(", "kp_preq_recv(", "kp_preq_start(",
 		"kp_completion_end(", "kp_coll_emit(", "kp_after_init(", "kp_before_finalize(", "kp_flush("} {
 		if strings.Contains(body, h) {
 			calls = append(calls, h)
 		}
 	}
 	return calls
+}
+
+// Each non-blocking collective records what its blocking twin records, at
+// the call: the same rule, so the same events from the same arguments.
+func TestNonblockingCollectivesFollowTheirTwins(t *testing.T) {
+	rules := map[string]rule{}
+	for _, f := range functions {
+		p, err := parseProto(f.proto)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rules[p.name] = f.rule
+	}
+	for _, twin := range []string{"Bcast", "Reduce", "Allreduce", "Allgather", "Alltoall", "Gather",
+		"Gatherv", "Scatter", "Scatterv", "Allgatherv", "Alltoallv", "Reduce_scatter",
+		"Reduce_scatter_block", "Scan", "Exscan"} {
+		b, ok := rules["MPI_"+twin]
+		nb, nok := rules["MPI_I"+strings.ToLower(twin[:1])+twin[1:]]
+		if !ok || !nok {
+			t.Errorf("MPI_%s: blocking in the table %v, non-blocking %v; want both", twin, ok, nok)
+			continue
+		}
+		if b.post == "" || b.post != nb.post || b.desc != nb.desc || !slices.Equal(b.uses, nb.uses) {
+			t.Errorf("MPI_I%s does not record what MPI_%s records:\n%s\nagainst\n%s", strings.ToLower(twin[:1])+twin[1:], twin, nb.post, b.post)
+		}
+	}
+}
+
+// Persistent requests: the calls that make them save what MPI_Start
+// records, MPI_Start and MPI_Startall record it, MPI_Request_free forgets
+// it, and the completion calls tell a completed persistent receive (which
+// keeps its handle) by their flag or indices.
+func TestPersistentRequestRules(t *testing.T) {
+	src, err := generate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(src)
+	tests := []struct{ fn, call string }{
+		{"MPI_Send_init", "kp_preq_send(*request, comm, dest, tag, count, datatype);"},
+		{"MPI_Bsend_init", "kp_preq_send(*request, comm, dest, tag, count, datatype);"},
+		{"MPI_Ssend_init", "kp_preq_send(*request, comm, dest, tag, count, datatype);"},
+		{"MPI_Rsend_init", "kp_preq_send(*request, comm, dest, tag, count, datatype);"},
+		{"MPI_Recv_init", "kp_preq_recv(*request, comm);"},
+		{"MPI_Start", "kp_preq_start(*request);"},
+		{"MPI_Startall", "kp_preq_start(array_of_requests[i]);"},
+		{"MPI_Request_free", "kp_req_drop(*request);"},
+		{"MPI_Wait", "kp_completion_end(&cp, rc, request, st, 1, KP_BY_POSITION, 0, NULL);"},
+		{"MPI_Test", "kp_completion_end(&cp, rc, request, st, *flag, KP_BY_POSITION, 0, NULL);"},
+		{"MPI_Testall", "kp_completion_end(&cp, rc, array_of_requests, st, *flag, KP_BY_POSITION, 0, NULL);"},
+		{"MPI_Waitany", "kp_completion_end(&cp, rc, array_of_requests, st, 1, KP_BY_INDEX, 1, index);"},
+	}
+	for _, tt := range tests {
+		if body := wrapperBody(text, tt.fn); !strings.Contains(body, tt.call) {
+			t.Errorf("%s does not call %s:\n%s", tt.fn, tt.call, body)
+		}
+	}
+	// The Fortran MPI_Test and MPI_Testall read the flag the call set.
+	for _, static := range []string{"kpf_test", "kpf08_testall"} {
+		if body := fortranBody(text, static); !strings.Contains(body, "kp_fint(f_flag) != 0, KP_BY_POSITION") {
+			t.Errorf("%s does not pass the call's flag:\n%s", static, body)
+		}
+	}
 }

@@ -99,24 +99,62 @@ var (
 		fout: []string{"request"},
 	}
 
+	// A persistent request's arguments are saved when it is made; each
+	// MPI_Start of a send records its KP_SEND, and a started receive is
+	// pending, like an MPI_Irecv, until a completion call completes it.
+	psendRule = rule{
+		desc: "no event yet: remembers the persistent send, whose every MPI_Start records a KP_SEND to dest",
+		uses: []string{"count", "datatype", "dest", "tag", "comm", "request"},
+		post: "if (rc == MPI_SUCCESS)\n    kp_preq_send(*request, comm, dest, tag, count, datatype);",
+		fout: []string{"request"},
+	}
+
+	precvRule = rule{
+		desc: "no event yet: remembers the persistent receive, which each MPI_Start makes pending",
+		uses: []string{"source", "comm", "request"},
+		post: "if (rc == MPI_SUCCESS && source != MPI_PROC_NULL)\n    kp_preq_recv(*request, comm);",
+		fout: []string{"request"},
+	}
+
+	startRule = rule{
+		desc: "KP_SEND of a persistent send; a persistent receive becomes pending, and its completion records the KP_RECV",
+		uses: []string{"request"},
+		post: "if (rc == MPI_SUCCESS)\n    kp_preq_start(*request);",
+	}
+
+	startallRule = rule{
+		desc: "KP_SEND of each persistent send; each persistent receive becomes pending, and its completion records the KP_RECV",
+		uses: []string{"count", "array_of_requests"},
+		post: "if (rc == MPI_SUCCESS)\n" +
+			"    for (int i = 0; i < count; i++)\n" +
+			"        kp_preq_start(array_of_requests[i]);",
+		fown: []string{"array_of_requests"},
+		fpost: "if (rc == MPI_SUCCESS)\n" +
+			"    for (int i = 0; i < count; i++)\n" +
+			"        kp_preq_start(kp_freq((const MPI_Fint *)f_array_of_requests + i));",
+	}
+
 	requestFreeRule = rule{
-		desc: "an execution; forgets the request if it was a pending MPI_Irecv",
+		desc: "an execution; forgets the request if it was a pending MPI_Irecv or a persistent request",
 		uses: []string{"request"},
 		pre:  "if (request != NULL)\n    kp_req_drop(*request);",
 	}
 
 	waitRule = completion("request", "1", "status", "1", "MPI_STATUS_IGNORE",
-		"KP_BY_POSITION, 0, NULL", "KP_BY_POSITION, 0, NULL")
-	testRule    = waitRule
+		"1, KP_BY_POSITION, 0, NULL", "1, KP_BY_POSITION, 0, NULL")
+	testRule = completion("request", "1", "status", "1", "MPI_STATUS_IGNORE",
+		"*flag, KP_BY_POSITION, 0, NULL", "kp_fint(f_flag) != 0, KP_BY_POSITION, 0, NULL", "flag")
 	waitallRule = completion("array_of_requests", "count", "array_of_statuses", "count",
-		"MPI_STATUSES_IGNORE", "KP_BY_POSITION, 0, NULL", "KP_BY_POSITION, 0, NULL")
-	testallRule = waitallRule
+		"MPI_STATUSES_IGNORE", "1, KP_BY_POSITION, 0, NULL", "1, KP_BY_POSITION, 0, NULL")
+	testallRule = completion("array_of_requests", "count", "array_of_statuses", "count",
+		"MPI_STATUSES_IGNORE", "*flag, KP_BY_POSITION, 0, NULL",
+		"kp_fint(f_flag) != 0, KP_BY_POSITION, 0, NULL", "flag")
 	waitanyRule = completion("array_of_requests", "count", "status", "1", "MPI_STATUS_IGNORE",
-		"KP_BY_INDEX, 1, index", "KP_BY_INDEX, 1, f_index", "index")
+		"1, KP_BY_INDEX, 1, index", "1, KP_BY_INDEX, 1, f_index", "index")
 	testanyRule  = waitanyRule
 	waitsomeRule = completion("array_of_requests", "incount", "array_of_statuses", "incount",
-		"MPI_STATUSES_IGNORE", "KP_BY_INDEX, *outcount, array_of_indices",
-		"KP_BY_INDEX, kp_fint(f_outcount), f_array_of_indices", "outcount", "array_of_indices")
+		"MPI_STATUSES_IGNORE", "1, KP_BY_INDEX, *outcount, array_of_indices",
+		"1, KP_BY_INDEX, kp_fint(f_outcount), f_array_of_indices", "outcount", "array_of_indices")
 	testsomeRule = waitsomeRule
 )
 
@@ -137,10 +175,11 @@ func withStatus(r rule) rule {
 }
 
 // completion is the rule of a call that completes requests: KP_RECV for each
-// tracked MPI_Irecv it completes. reqs and count name the request array, sts
-// and nst the status array (nst statuses), ignore is the caller's "no
-// statuses" value, and find the last arguments of kp_completion_end (ffind
-// of kp_fcompletion_end, over the Fortran arguments), which name the
+// pending receive (an MPI_Irecv, a started persistent receive) it
+// completes. reqs and count name the request array, sts and nst the status
+// array (nst statuses), ignore is the caller's "no statuses" value, and
+// find the last arguments of kp_completion_end from its flag on (ffind of
+// kp_fcompletion_end, over the Fortran arguments), which name the
 // parameters in more.
 func completion(reqs, count, sts, nst, ignore, find, ffind string, more ...string) rule {
 	uses := append([]string{reqs, sts}, more...)
@@ -154,7 +193,7 @@ func completion(reqs, count, sts, nst, ignore, find, ffind string, more ...strin
 		many = "1"
 	}
 	return rule{
-		desc: "KP_RECV for each pending MPI_Irecv it completes, from its status",
+		desc: "KP_RECV for each pending MPI_Irecv or started persistent receive it completes, from its status",
 		uses: uses,
 		pre: "kp_completion cp;\n" +
 			"MPI_Status *st = " + sts + ";\n" +
@@ -315,11 +354,14 @@ var functions = []fn{
 	{"int MPI_Irsend(const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm, MPI_Request *request)", sendRule},
 	{"int MPI_Irecv(void *buf, int count, MPI_Datatype datatype, int source, int tag, MPI_Comm comm, MPI_Request *request)", irecvRule},
 
-	// Persistent requests (executions only).
-	{"int MPI_Send_init(const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm, MPI_Request *request)", plain},
-	{"int MPI_Recv_init(void *buf, int count, MPI_Datatype datatype, int source, int tag, MPI_Comm comm, MPI_Request *request)", plain},
-	{"int MPI_Start(MPI_Request *request)", plain},
-	{"int MPI_Startall(int count, MPI_Request array_of_requests[])", plain},
+	// Persistent requests.
+	{"int MPI_Send_init(const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm, MPI_Request *request)", psendRule},
+	{"int MPI_Bsend_init(const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm, MPI_Request *request)", psendRule},
+	{"int MPI_Ssend_init(const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm, MPI_Request *request)", psendRule},
+	{"int MPI_Rsend_init(const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm, MPI_Request *request)", psendRule},
+	{"int MPI_Recv_init(void *buf, int count, MPI_Datatype datatype, int source, int tag, MPI_Comm comm, MPI_Request *request)", precvRule},
+	{"int MPI_Start(MPI_Request *request)", startRule},
+	{"int MPI_Startall(int count, MPI_Request array_of_requests[])", startallRule},
 
 	// Completion.
 	{"int MPI_Wait(MPI_Request *request, MPI_Status *status)", waitRule},
@@ -350,11 +392,23 @@ var functions = []fn{
 	{"int MPI_Scan(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm)", scanRule},
 	{"int MPI_Exscan(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm)", exscanRule},
 
-	// Non-blocking collectives: recorded at the call, like the blocking ones.
+	// Non-blocking collectives: recorded at the call, by the rule of their
+	// blocking twin (the buffers and counts may not change until they
+	// complete, so the sizes are those of the call).
 	{"int MPI_Ibarrier(MPI_Comm comm, MPI_Request *request)", plain},
 	{"int MPI_Ibcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm, MPI_Request *request)", bcastRule},
 	{"int MPI_Ireduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op, int root, MPI_Comm comm, MPI_Request *request)", reduceRule},
 	{"int MPI_Iallreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm, MPI_Request *request)", allreduceRule},
 	{"int MPI_Iallgather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount, MPI_Datatype recvtype, MPI_Comm comm, MPI_Request *request)", allgatherRule},
 	{"int MPI_Ialltoall(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount, MPI_Datatype recvtype, MPI_Comm comm, MPI_Request *request)", alltoallRule},
+	{"int MPI_Igather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm, MPI_Request *request)", gatherRule},
+	{"int MPI_Igatherv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, const int recvcounts[], const int displs[], MPI_Datatype recvtype, int root, MPI_Comm comm, MPI_Request *request)", gathervRule},
+	{"int MPI_Iscatter(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm, MPI_Request *request)", scatterRule},
+	{"int MPI_Iscatterv(const void *sendbuf, const int sendcounts[], const int displs[], MPI_Datatype sendtype, void *recvbuf, int recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm, MPI_Request *request)", scattervRule},
+	{"int MPI_Iallgatherv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, const int recvcounts[], const int displs[], MPI_Datatype recvtype, MPI_Comm comm, MPI_Request *request)", allgathervRule},
+	{"int MPI_Ialltoallv(const void *sendbuf, const int sendcounts[], const int sdispls[], MPI_Datatype sendtype, void *recvbuf, const int recvcounts[], const int rdispls[], MPI_Datatype recvtype, MPI_Comm comm, MPI_Request *request)", alltoallvRule},
+	{"int MPI_Ireduce_scatter(const void *sendbuf, void *recvbuf, const int recvcounts[], MPI_Datatype datatype, MPI_Op op, MPI_Comm comm, MPI_Request *request)", reduceScatterRule},
+	{"int MPI_Ireduce_scatter_block(const void *sendbuf, void *recvbuf, int recvcount, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm, MPI_Request *request)", reduceScatterBlockRule},
+	{"int MPI_Iscan(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm, MPI_Request *request)", scanRule},
+	{"int MPI_Iexscan(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm, MPI_Request *request)", exscanRule},
 }

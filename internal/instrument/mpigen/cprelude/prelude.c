@@ -315,48 +315,75 @@ static void kp_recv_done(MPI_Comm comm, const MPI_Status *st)
 }
 
 /* ------------------------------------------------------------------------
- * Pending MPI_Irecv requests
+ * Requests: pending receives and persistent requests
  *
- * An open-addressing table (linear probing, backward-shift deletion) maps a
- * request handle to the communicator description its receive needs. The
- * completion wrappers take their requests' entries out before calling PMPI,
- * since MPI may hand a completed request's handle to another thread's new
- * request as soon as it returns, and put back the ones still pending.
+ * Two open-addressing tables (linear probing, backward-shift deletion) map
+ * request handles to what their events need. kp_pending holds the
+ * receives under way: each MPI_Irecv, and each started persistent receive,
+ * until it completes. kp_persist holds the persistent requests, from
+ * MPI_Send_init or MPI_Recv_init (and the Bsend, Ssend, Rsend variants) to
+ * MPI_Request_free, with what MPI_Start records for them: a send's partner,
+ * tag and bytes, a receive's communicator. The completion wrappers take
+ * their requests' entries out of kp_pending before calling PMPI, since MPI
+ * may hand a completed request's handle to another thread's new request as
+ * soon as it returns, and put back the ones still pending. A persistent
+ * request keeps its handle when it completes (it becomes inactive, not
+ * MPI_REQUEST_NULL): its entry says so.
  * ------------------------------------------------------------------------ */
+
+/* Kinds of entries. */
+enum {
+    KP_REQ_IRECV, /* kp_pending: an MPI_Irecv; set to MPI_REQUEST_NULL when it completes */
+    KP_REQ_START, /* kp_pending: a started persistent receive; inactive when it completes */
+    KP_REQ_PSEND, /* kp_persist: a persistent send */
+    KP_REQ_PRECV  /* kp_persist: a persistent receive */
+};
+
+typedef struct {
+    kp_comm_info *info; /* receives: NULL when the communicator's ranks are world ranks */
+    int kind;
+    uint32_t tag;    /* KP_REQ_PSEND: the send's tag, */
+    int64_t partner; /* its destination's world rank (-1: none), */
+    uint64_t bytes;  /* and its size */
+} kp_reqval;
 
 typedef struct {
     MPI_Request req;
-    kp_comm_info *info; /* NULL: the communicator's ranks are world ranks */
+    kp_reqval v;
     int used;
 } kp_req_slot;
 
-static pthread_mutex_t kp_req_mu = PTHREAD_MUTEX_INITIALIZER;
-static kp_req_slot *kp_req_slots; /* kp_req_cap slots, guarded by kp_req_mu */
-static size_t kp_req_cap;         /* a power of two, or 0 */
-static size_t kp_req_len;         /* written under kp_req_mu; read without it as a hint */
+typedef struct {
+    kp_req_slot *slots; /* cap slots */
+    size_t cap;         /* a power of two, or 0 */
+    size_t len;         /* written under kp_req_mu; read without it as a hint */
+} kp_reqtab;
 
-static size_t kp_req_home(MPI_Request r)
+/* kp_req_mu guards both tables. */
+static pthread_mutex_t kp_req_mu = PTHREAD_MUTEX_INITIALIZER;
+static kp_reqtab kp_pending, kp_persist;
+
+static size_t kp_req_home(const kp_reqtab *t, MPI_Request r)
 {
     uint64_t h = (uint64_t)(uintptr_t)r;
     h ^= h >> 33;
     h *= 0xff51afd7ed558ccdULL;
     h ^= h >> 33;
-    return (size_t)h & (kp_req_cap - 1);
+    return (size_t)h & (t->cap - 1);
 }
 
-static int kp_req_grow(void)
+static int kp_req_grow(kp_reqtab *t)
 {
-    size_t cap = kp_req_cap != 0 ? kp_req_cap * 2 : 64;
-    kp_req_slot *old = kp_req_slots, *s = calloc(cap, sizeof *s);
-    size_t oldcap = kp_req_cap;
+    size_t oldcap = t->cap, cap = oldcap != 0 ? oldcap * 2 : 64;
+    kp_req_slot *old = t->slots, *s = calloc(cap, sizeof *s);
     if (s == NULL)
         return 0;
-    kp_req_slots = s;
-    kp_req_cap = cap;
+    t->slots = s;
+    t->cap = cap;
     for (size_t i = 0; i < oldcap; i++) {
         if (!old[i].used)
             continue;
-        size_t j = kp_req_home(old[i].req);
+        size_t j = kp_req_home(t, old[i].req);
         while (s[j].used)
             j = (j + 1) & (cap - 1);
         s[j] = old[i];
@@ -365,97 +392,187 @@ static int kp_req_grow(void)
     return 1;
 }
 
-/* kp_req_put_locked adds r; an entry r already had (a request completed
- * where the wrappers could not see it) is replaced and its info handed back
- * in *stale. Returns 0 when out of memory. */
-static int kp_req_put_locked(MPI_Request r, kp_comm_info *info, kp_comm_info **stale)
+/* kp_req_put_locked adds r to t with the value v; an entry r already had
+ * (a request completed or freed where the wrappers could not see it) is
+ * replaced and its info handed back in *stale. Returns 0 when out of
+ * memory. */
+static int kp_req_put_locked(kp_reqtab *t, MPI_Request r, const kp_reqval *v, kp_comm_info **stale)
 {
     size_t i, mask;
-    if ((kp_req_len + 1) * 2 > kp_req_cap && !kp_req_grow())
+    if ((t->len + 1) * 2 > t->cap && !kp_req_grow(t))
         return 0;
-    mask = kp_req_cap - 1;
-    for (i = kp_req_home(r); kp_req_slots[i].used; i = (i + 1) & mask) {
-        if (kp_req_slots[i].req == r) {
-            *stale = kp_req_slots[i].info;
-            kp_req_slots[i].info = info;
+    mask = t->cap - 1;
+    for (i = kp_req_home(t, r); t->slots[i].used; i = (i + 1) & mask) {
+        if (t->slots[i].req == r) {
+            *stale = t->slots[i].v.info;
+            t->slots[i].v = *v;
             return 1;
         }
     }
-    kp_req_slots[i].req = r;
-    kp_req_slots[i].info = info;
-    kp_req_slots[i].used = 1;
-    __atomic_store_n(&kp_req_len, kp_req_len + 1, __ATOMIC_RELAXED);
+    t->slots[i].req = r;
+    t->slots[i].v = *v;
+    t->slots[i].used = 1;
+    __atomic_store_n(&t->len, t->len + 1, __ATOMIC_RELAXED);
     return 1;
 }
 
-/* kp_req_take_locked removes r's entry and returns 1 and its info, or 0. */
-static int kp_req_take_locked(MPI_Request r, kp_comm_info **info)
+/* kp_req_find_locked returns r's entry in t, or NULL. */
+static kp_req_slot *kp_req_find_locked(kp_reqtab *t, MPI_Request r)
+{
+    size_t i, mask;
+    if (t->cap == 0)
+        return NULL;
+    mask = t->cap - 1;
+    for (i = kp_req_home(t, r); t->slots[i].used; i = (i + 1) & mask)
+        if (t->slots[i].req == r)
+            return &t->slots[i];
+    return NULL; /* the end of r's probe run: r is not here */
+}
+
+/* kp_req_take_locked removes r's entry from t and returns 1 and its value,
+ * or 0. */
+static int kp_req_take_locked(kp_reqtab *t, MPI_Request r, kp_reqval *v)
 {
     size_t i, j, k, mask;
-    if (kp_req_cap == 0)
+    kp_req_slot *s = kp_req_find_locked(t, r);
+    if (s == NULL)
         return 0;
-    mask = kp_req_cap - 1;
-    for (i = kp_req_home(r);; i = (i + 1) & mask) {
-        if (!kp_req_slots[i].used)
-            return 0; /* the end of r's probe run: r is not here */
-        if (kp_req_slots[i].req == r)
-            break;
-    }
-    *info = kp_req_slots[i].info;
-    kp_req_slots[i].used = 0;
+    *v = s->v;
+    s->used = 0;
+    mask = t->cap - 1;
+    i = (size_t)(s - t->slots);
     /* Shift later members of the probe run back over the hole. */
-    for (j = (i + 1) & mask; kp_req_slots[j].used; j = (j + 1) & mask) {
-        k = kp_req_home(kp_req_slots[j].req);
+    for (j = (i + 1) & mask; t->slots[j].used; j = (j + 1) & mask) {
+        k = kp_req_home(t, t->slots[j].req);
         if (i <= j ? (i < k && k <= j) : (i < k || k <= j))
             continue; /* already between its home and the hole */
-        kp_req_slots[i] = kp_req_slots[j];
-        kp_req_slots[j].used = 0;
+        t->slots[i] = t->slots[j];
+        t->slots[j].used = 0;
         i = j;
     }
-    __atomic_store_n(&kp_req_len, kp_req_len - 1, __ATOMIC_RELAXED);
+    __atomic_store_n(&t->len, t->len - 1, __ATOMIC_RELAXED);
     return 1;
 }
 
-static int kp_req_any(void)
+static int kp_req_any(const kp_reqtab *t)
 {
-    return __atomic_load_n(&kp_req_len, __ATOMIC_RELAXED) != 0;
+    return __atomic_load_n(&t->len, __ATOMIC_RELAXED) != 0;
 }
 
-/* kp_req_track remembers the pending receive r on comm. */
-static void kp_req_track(MPI_Request r, MPI_Comm comm)
+/* kp_req_info returns comm's description as an entry holds it: NULL for a
+ * communicator whose ranks are world ranks, else ci with one more
+ * reference. It returns 0 when MPI would not describe comm. */
+static int kp_req_info(MPI_Comm comm, kp_comm_info **info)
 {
-    kp_comm_info *ci, *stale = NULL;
-    int ok;
-    if (r == MPI_REQUEST_NULL || (ci = kp_comm_get(comm)) == NULL)
-        return;
+    kp_comm_info *ci = kp_comm_get(comm);
+    if (ci == NULL)
+        return 0;
     if (ci->identity)
         ci = NULL;
     else
         __atomic_add_fetch(&ci->refs, 1, __ATOMIC_RELAXED);
+    *info = ci;
+    return 1;
+}
+
+/* kp_req_put adds r to t with the value v, which owns a reference to its
+ * info; when the table cannot take it, the reference goes. */
+static void kp_req_put(kp_reqtab *t, MPI_Request r, const kp_reqval *v)
+{
+    kp_comm_info *stale = NULL;
+    int ok;
     pthread_mutex_lock(&kp_req_mu);
-    ok = kp_req_put_locked(r, ci, &stale);
+    ok = kp_req_put_locked(t, r, v, &stale);
     pthread_mutex_unlock(&kp_req_mu);
     kp_info_release(stale);
     if (!ok)
-        kp_info_release(ci);
+        kp_info_release(v->info);
 }
 
-/* kp_req_drop forgets r (MPI_Request_free). */
-static void kp_req_drop(MPI_Request r)
+/* kp_req_track remembers the pending receive r (MPI_Irecv) on comm. */
+static void kp_req_track(MPI_Request r, MPI_Comm comm)
 {
-    kp_comm_info *ci = NULL;
-    int found;
-    if (!kp_req_any())
+    kp_reqval v = {.kind = KP_REQ_IRECV};
+    if (r != MPI_REQUEST_NULL && kp_req_info(comm, &v.info))
+        kp_req_put(&kp_pending, r, &v);
+}
+
+/* kp_preq_send remembers the persistent send r (MPI_Send_init and its
+ * variants): each MPI_Start of r records a KP_SEND of count elements of
+ * type to dest on comm, with tag. The size and partner are worked out
+ * here, once: the program may free the datatype or the communicator while
+ * the request lives. */
+static void kp_preq_send(MPI_Request r, MPI_Comm comm, int dest, int tag, int count, MPI_Datatype type)
+{
+    kp_reqval v = {.kind = KP_REQ_PSEND, .tag = (uint32_t)tag, .partner = -1};
+    kp_comm_info *ci;
+    if (r == MPI_REQUEST_NULL)
+        return;
+    if (dest >= 0 && (ci = kp_comm_get(comm)) != NULL) { /* not MPI_PROC_NULL */
+        v.partner = kp_world_rank(ci, dest);
+        v.bytes = kp_bytes(count, type);
+    }
+    kp_req_put(&kp_persist, r, &v);
+}
+
+/* kp_preq_recv remembers the persistent receive r on comm (MPI_Recv_init):
+ * each MPI_Start of r makes it a pending receive. */
+static void kp_preq_recv(MPI_Request r, MPI_Comm comm)
+{
+    kp_reqval v = {.kind = KP_REQ_PRECV};
+    if (r != MPI_REQUEST_NULL && kp_req_info(comm, &v.info))
+        kp_req_put(&kp_persist, r, &v);
+}
+
+/* kp_preq_start records the start of r (MPI_Start, MPI_Startall), if it is
+ * a persistent request the wrappers saw made: the KP_SEND of a send; a
+ * receive becomes pending, to be recorded when it completes. */
+static void kp_preq_start(MPI_Request r)
+{
+    kp_reqval v = {.kind = KP_REQ_START};
+    kp_req_slot *s;
+    int64_t partner = -1;
+    uint32_t tag = 0;
+    uint64_t bytes = 0;
+    if (r == MPI_REQUEST_NULL || !kp_req_any(&kp_persist))
         return;
     pthread_mutex_lock(&kp_req_mu);
-    found = kp_req_take_locked(r, &ci);
+    s = kp_req_find_locked(&kp_persist, r);
+    if (s != NULL && s->v.kind == KP_REQ_PSEND) {
+        partner = s->v.partner;
+        tag = s->v.tag;
+        bytes = s->v.bytes;
+    } else if (s != NULL) {
+        kp_comm_info *stale = NULL;
+        v.info = s->v.info;
+        if (v.info != NULL)
+            __atomic_add_fetch(&v.info->refs, 1, __ATOMIC_RELAXED);
+        if (kp_req_put_locked(&kp_pending, r, &v, &stale))
+            v.info = stale;
+    }
     pthread_mutex_unlock(&kp_req_mu);
-    if (found)
-        kp_info_release(ci);
+    kp_info_release(v.info); /* what the table did not take, or replaced */
+    if (partner >= 0)
+        kp_comm(KP_SEND, (uint32_t)partner, tag, bytes);
 }
 
-/* Completion calls: kp_completion_take takes the entries of the tracked
- * requests among reqs[0..count); kp_completion_begin does that and, if it
+/* kp_req_drop forgets r (MPI_Request_free): a pending MPI_Irecv, or a
+ * persistent request and its start. */
+static void kp_req_drop(MPI_Request r)
+{
+    kp_reqval p = {0}, q = {0};
+    if (!kp_req_any(&kp_pending) && !kp_req_any(&kp_persist))
+        return;
+    pthread_mutex_lock(&kp_req_mu);
+    (void)kp_req_take_locked(&kp_pending, r, &p);
+    (void)kp_req_take_locked(&kp_persist, r, &q);
+    pthread_mutex_unlock(&kp_req_mu);
+    kp_info_release(p.info);
+    kp_info_release(q.info);
+}
+
+/* Completion calls: kp_completion_take takes the entries of the pending
+ * receives among reqs[0..count); kp_completion_begin does that and, if it
  * took any and the caller passed MPI_STATUS(ES)_IGNORE, points *st at local
  * statuses (nst of them: on the stack when few, else on the heap).
  * kp_completion_end records a KP_RECV for each taken request that completed,
@@ -464,8 +581,9 @@ static void kp_req_drop(MPI_Request r)
 #define KP_SMALL 16
 
 typedef struct {
-    int index; /* position in the caller's request array */
-    int done;  /* its receive is recorded */
+    int index;      /* position in the caller's request array */
+    int done;       /* its receive is recorded */
+    int persistent; /* a started persistent receive: inactive, not MPI_REQUEST_NULL, once complete */
     MPI_Request req;
     kp_comm_info *info;
 } kp_taken;
@@ -487,17 +605,17 @@ enum {
 
 static void kp_completion_take(kp_completion *cp, int count, const MPI_Request *reqs)
 {
-    kp_comm_info *info;
+    kp_reqval v;
     cp->n = 0;
     cp->taken = cp->small;
     cp->heap_taken = NULL;
     cp->heap_st = NULL;
-    if (count <= 0 || reqs == NULL || !kp_req_any())
+    if (count <= 0 || reqs == NULL || !kp_req_any(&kp_pending))
         return;
 
     pthread_mutex_lock(&kp_req_mu);
     for (int i = 0; i < count; i++) {
-        if (reqs[i] == MPI_REQUEST_NULL || !kp_req_take_locked(reqs[i], &info))
+        if (reqs[i] == MPI_REQUEST_NULL || !kp_req_take_locked(&kp_pending, reqs[i], &v))
             continue;
         /* (n reaches KP_SMALL only when count exceeds it; saying so keeps
          * -Warray-bounds quiet where count is a constant 1.) */
@@ -510,10 +628,11 @@ static void kp_completion_take(kp_completion *cp, int count, const MPI_Request *
             }
         }
         if (cp->n == KP_SMALL && cp->heap_taken == NULL) {
-            kp_info_release(info); /* out of memory: forget this receive */
+            kp_info_release(v.info); /* out of memory: forget this receive */
             continue;
         }
-        cp->taken[cp->n++] = (kp_taken){.index = i, .done = 0, .req = reqs[i], .info = info};
+        cp->taken[cp->n++] = (kp_taken){.index = i, .done = 0, .persistent = v.kind == KP_REQ_START,
+                                        .req = reqs[i], .info = v.info};
     }
     pthread_mutex_unlock(&kp_req_mu);
 }
@@ -541,7 +660,7 @@ static void kp_completion_begin(kp_completion *cp, int count, const MPI_Request 
     cp->heap_taken = NULL;
 }
 
-static kp_taken *kp_taken_find(kp_completion *cp, int index)
+static kp_taken *kp_taken_find(const kp_completion *cp, int index)
 {
     int lo = 0, hi = cp->n;
     while (lo < hi) {
@@ -554,8 +673,13 @@ static kp_taken *kp_taken_find(kp_completion *cp, int index)
     return lo < cp->n && cp->taken[lo].index == index ? &cp->taken[lo] : NULL;
 }
 
+/* kp_completion_end ends a completion call that returned rc. Under
+ * KP_BY_POSITION, flag says whether the call completed its requests (1 for
+ * MPI_Wait and MPI_Waitall, *flag for MPI_Test and MPI_Testall): an
+ * MPI_Irecv completed is MPI_REQUEST_NULL, a persistent receive keeps its
+ * handle. Under KP_BY_INDEX, the requests idx[0..nidx) completed. */
 static void kp_completion_end(kp_completion *cp, int rc, const MPI_Request *reqs,
-                              const MPI_Status *st, int how, int nidx, const int *idx)
+                              const MPI_Status *st, int flag, int how, int nidx, const int *idx)
 {
     kp_taken *t;
     if (cp->n == 0)
@@ -564,7 +688,7 @@ static void kp_completion_end(kp_completion *cp, int rc, const MPI_Request *reqs
         if (how == KP_BY_POSITION) {
             for (int k = 0; k < cp->n; k++) {
                 t = &cp->taken[k];
-                if (reqs[t->index] == MPI_REQUEST_NULL) {
+                if (t->persistent ? flag : reqs[t->index] == MPI_REQUEST_NULL) {
                     kp_recv_event(t->info, &st[t->index]);
                     t->done = 1;
                 }
@@ -572,7 +696,7 @@ static void kp_completion_end(kp_completion *cp, int rc, const MPI_Request *reqs
         } else {
             for (int j = 0; j < nidx; j++) {
                 t = kp_taken_find(cp, idx[j]);
-                if (t != NULL && !t->done && reqs[t->index] == MPI_REQUEST_NULL) {
+                if (t != NULL && !t->done && (t->persistent || reqs[t->index] == MPI_REQUEST_NULL)) {
                     kp_recv_event(t->info, &st[j]);
                     t->done = 1;
                 }
@@ -586,8 +710,9 @@ static void kp_completion_end(kp_completion *cp, int rc, const MPI_Request *reqs
     for (int k = 0; k < cp->n; k++) {
         kp_comm_info *stale = NULL;
         t = &cp->taken[k];
+        kp_reqval v = {.info = t->info, .kind = t->persistent ? KP_REQ_START : KP_REQ_IRECV};
         if (!t->done && reqs[t->index] != MPI_REQUEST_NULL &&
-            kp_req_put_locked(t->req, t->info, &stale)) {
+            kp_req_put_locked(&kp_pending, t->req, &v, &stale)) {
             t->info = stale;
         }
     }
