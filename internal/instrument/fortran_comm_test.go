@@ -48,36 +48,9 @@ func TestFortranMPIProgramsRecordTheirMessages(t *testing.T) {
 		ranks = 3
 		iters = 20
 	)
-	forms := []struct {
-		name  string
-		flags []string
-	}{
-		{"mpif.h", []string{"-DMPIF_H", "-fallow-argument-mismatch"}},
-		{"use mpi", nil},
-		{"use mpi_f08", []string{"-DF08"}},
-	}
-	for _, k := range installedMPIs {
-		t.Run(k.name, func(t *testing.T) {
-			mpif90 := strings.Replace(k.mpicc, "mpicc", "mpif90", 1)
-			mpitest.Require(t, k.mpicc, k.mpirun, mpif90)
-			for _, form := range forms {
-				t.Run(form.name, func(t *testing.T) {
-					dir := t.TempDir()
-					prog := filepath.Join(dir, "fcomm")
-					args := append([]string{"-O1", "-J", dir}, form.flags...)
-					args = append(args, "-o", prog, filepath.Join("testdata", "fcomm.F90"))
-					if b, err := exec.Command(mpif90, args...).CombinedOutput(); err != nil {
-						t.Fatalf("%s %s: %v\n%s", mpif90, strings.Join(args, " "), err, b)
-					}
-					lib := libraryFor(t, k.mpirun, "-np", fmt.Sprint(ranks), prog)
-					if lib.MPI == "" {
-						t.Fatal("the library was built without its MPI wrappers")
-					}
-					fortranCommRun(t, lib, k.mpirun, prog, ranks, iters)
-				})
-			}
-		})
-	}
+	eachFortranBuild(t, "fcomm.F90", ranks, func(t *testing.T, lib *Library, mpirun, prog string) {
+		fortranCommRun(t, lib, mpirun, prog, ranks, iters)
+	})
 }
 
 // fortranCommRun runs fcomm alone and under the library, and compares what
@@ -194,4 +167,42 @@ func readNotes(t *testing.T, path string) map[commKey]int {
 		notes[k] += n
 	}
 	return notes
+}
+
+// eachFortranBuild builds testdata/src with the mpif90 of each installed
+// MPI through each of the three Fortran interfaces (mpif.h, use mpi, use
+// mpi_f08: the test programs select theirs by preprocessor flags), builds
+// the library for that program and MPI, and calls run in a subtest.
+func eachFortranBuild(t *testing.T, src string, ranks int, run func(t *testing.T, lib *Library, mpirun, prog string)) {
+	t.Helper()
+	forms := []struct {
+		name  string
+		flags []string
+	}{
+		{"mpif.h", []string{"-DMPIF_H", "-fallow-argument-mismatch"}},
+		{"use mpi", nil},
+		{"use mpi_f08", []string{"-DF08"}},
+	}
+	for _, k := range installedMPIs {
+		t.Run(k.name, func(t *testing.T) {
+			mpif90 := strings.Replace(k.mpicc, "mpicc", "mpif90", 1)
+			mpitest.Require(t, k.mpicc, k.mpirun, mpif90)
+			for _, form := range forms {
+				t.Run(form.name, func(t *testing.T) {
+					dir := t.TempDir()
+					prog := filepath.Join(dir, strings.TrimSuffix(src, filepath.Ext(src)))
+					args := append([]string{"-O1", "-J", dir}, form.flags...)
+					args = append(args, "-o", prog, filepath.Join("testdata", src))
+					if b, err := exec.Command(mpif90, args...).CombinedOutput(); err != nil {
+						t.Fatalf("%s %s: %v\n%s", mpif90, strings.Join(args, " "), err, b)
+					}
+					lib := libraryFor(t, k.mpirun, "-np", fmt.Sprint(ranks), prog)
+					if lib.MPI == "" {
+						t.Fatal("the library was built without its MPI wrappers")
+					}
+					run(t, lib, k.mpirun, prog)
+				})
+			}
+		})
+	}
 }

@@ -161,14 +161,6 @@ func TestFortranPersistentRequestsRecordTheirMessages(t *testing.T) {
 		ranks = 2
 		iters = 20
 	)
-	forms := []struct {
-		name  string
-		flags []string
-	}{
-		{"mpif.h", []string{"-DMPIF_H", "-fallow-argument-mismatch"}},
-		{"use mpi", nil},
-		{"use mpi_f08", []string{"-DF08"}},
-	}
 	each := map[string]int{
 		"MPI_Start": 6, "MPI_Startall": 2, "MPI_Wait": 4, "MPI_Waitall": 2, "MPI_Waitany": 1,
 		"MPI_Igather": 1, "MPI_Iallgatherv": 1, "MPI_Ialltoallv": 1, "MPI_Iscan": 1, "MPI_Iexscan": 1,
@@ -177,27 +169,8 @@ func TestFortranPersistentRequestsRecordTheirMessages(t *testing.T) {
 	for fn, n := range each {
 		calls[fn] = n * iters
 	}
-	for _, k := range installedMPIs {
-		t.Run(k.name, func(t *testing.T) {
-			mpif90 := strings.Replace(k.mpicc, "mpicc", "mpif90", 1)
-			mpitest.Require(t, k.mpicc, k.mpirun, mpif90)
-			for _, form := range forms {
-				t.Run(form.name, func(t *testing.T) {
-					dir := t.TempDir()
-					prog := filepath.Join(dir, "fpersist")
-					args := append([]string{"-O1", "-J", dir}, form.flags...)
-					args = append(args, "-o", prog, filepath.Join("testdata", "fpersist.F90"))
-					if b, err := exec.Command(mpif90, args...).CombinedOutput(); err != nil {
-						t.Fatalf("%s %s: %v\n%s", mpif90, strings.Join(args, " "), err, b)
-					}
-					lib := libraryFor(t, k.mpirun, "-np", fmt.Sprint(ranks), prog)
-					if lib.MPI == "" {
-						t.Fatal("the library was built without its MPI wrappers")
-					}
-					commRun(t, lib, k.mpirun, prog, ranks, iters, []map[string]int{calls, calls},
-						[]string{"MPI_Test", "MPI_Testall"})
-				})
-			}
-		})
-	}
+	eachFortranBuild(t, "fpersist.F90", ranks, func(t *testing.T, lib *Library, mpirun, prog string) {
+		commRun(t, lib, mpirun, prog, ranks, iters, []map[string]int{calls, calls},
+			[]string{"MPI_Test", "MPI_Testall"})
+	})
 }
