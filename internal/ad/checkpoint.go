@@ -53,9 +53,11 @@ const (
 	// waiting for a label ran in; 6: the step summaries' peer data, the
 	// baseline comparison's counts and its evidence in pending records;
 	// 7: the models of the sync request in flight as stats.Summary binary
-	// forms instead of each histogram behind a presence byte).
+	// forms instead of each histogram behind a presence byte; 8: the step
+	// summaries' counts of the event library's summarised and dropped
+	// calls and dropped events).
 	// Restore reads it and every version from minCheckpointVersion on.
-	CheckpointVersion = 7
+	CheckpointVersion = 8
 	// minCheckpointVersion is the oldest format Restore reads.
 	minCheckpointVersion = 2
 	// maxCheckpointSize bounds what Restore accepts (1 GiB).

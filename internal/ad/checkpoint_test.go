@@ -669,7 +669,7 @@ func TestRestoreRefusesBadCheckpoints(t *testing.T) {
 		{"truncated to half", cp[:len(cp)/2], "checksum"},
 		{"bit flipped in the body", flip(len(cp) / 2), "checksum"},
 		{"bit flipped in the trailer", flip(len(cp) - 2), "checksum"},
-		{"version", reCRC(append([]byte("KPCK\x08"), cp[body:]...)), "version 8"}, // one newer than CheckpointVersion
+		{"version", reCRC(append([]byte("KPCK\x09"), cp[body:]...)), "version 9"}, // one newer than CheckpointVersion
 		{"body cut, checksum fixed", reCRC(append(slices.Clone(cp[:len(cp)/3]), 0, 0, 0, 0)), "offset"},
 		{"huge count, checksum fixed", reCRC(append(append([]byte(CheckpointMagic), CheckpointVersion, 0xff, 0xff, 0xff, 0xff, 0x0f), cp[body+5:]...)), "elements"},
 		{"trailing bytes, checksum fixed", reCRC(append(slices.Clone(cp[:len(cp)-4]), 1, 2, 3, 0, 0, 0, 0)), "after the last section"},
@@ -714,7 +714,7 @@ func TestCheckpointCoversEveryField(t *testing.T) {
 		{provenance.EventWindow{}, "ExecWindow CommWindow"},
 		{provenance.Explanation{}, "Key Value NaturalMin NaturalMax LowThreshold Threshold Ratio P99 LogSigmas Excess Text Baseline"},
 		{provenance.BaselineEvidence{}, "Source Bound BaselineCalls BaselineBeyond Calls Beyond PValue"},
-		{syncproto.StepSummary{}, "Step Anomalies Executions MinTS MaxTS Scores Severity FuncAnomalies Events BadFrames MissingSteps Funcs Peer"},
+		{syncproto.StepSummary{}, "Step Anomalies Executions MinTS MaxTS Scores Severity FuncAnomalies Events BadFrames MissingSteps SummarisedCalls DroppedCalls DroppedEvents Funcs Peer"},
 		{syncproto.FuncAnomalyMetrics{}, "Func Count Score Severity FirstTS LastTS"},
 		// More is only in a node's request, which a checkpoint refuses
 		{syncproto.ModelDelta{}, "Key Moments Histogram Tail Anomalies More"},

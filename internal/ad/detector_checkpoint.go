@@ -58,6 +58,7 @@ func counterFields(c *counters) []*atomic.Uint64 {
 		&c.sourceDropped, &c.missingSteps, &c.pathOverflows,
 		&c.unnamedFrames, &c.lostAtGap, &c.staleFrames, &c.droppedFrames,
 		&c.summarisedCalls, &c.sourceDroppedCalls, &c.sourceDroppedEvents,
+		&c.summarisedSynced, &c.sourceDroppedCallsSynced, &c.sourceDroppedEventsSynced,
 	}
 }
 
@@ -90,6 +91,14 @@ func (r *ckReader) detector(d *Detector) {
 		if i < n {
 			p.Store(r.Uvarint())
 		}
+	}
+	if n < len(cs) {
+		// a checkpoint from before step summaries carried the event
+		// library's counts: what it reported so far is not sent again
+		c := &d.stats
+		c.summarisedSynced.Store(c.summarisedCalls.Load())
+		c.sourceDroppedCallsSynced.Store(c.sourceDroppedCalls.Load())
+		c.sourceDroppedEventsSynced.Store(c.sourceDroppedEvents.Load())
 	}
 	d.stats.ended.Store(r.Bool())
 	d.sync.lag.Store(r.Uvarint())

@@ -82,3 +82,69 @@ func TestSourceSummariesAndDrops(t *testing.T) {
 		}
 	}
 }
+
+// Each step summary carries what the event library reported in that step
+// (since the previous summary): summarised calls, calls dropped whole and
+// comm and counter events dropped, so that the pserver's totals are exact.
+func TestSourceCountsInStepSummaries(t *testing.T) {
+	type step struct{ summarised, droppedCalls, droppedComms, droppedCtrs uint64 }
+	for _, tc := range []struct {
+		name  string
+		steps []step
+	}{
+		{"none", []step{{}, {}}},
+		{"one step", []step{{0, 7, 0, 0}}},
+		{"every kind over steps", []step{{500, 3, 2, 1}, {0, 0, 0, 0}, {40, 9, 0, 5}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sy := &recordingSyncer{ps: newFakePServer()}
+			d, err := New(Config{Syncer: sy})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			for i, s := range tc.steps {
+				ts := uint64(i) * 1000
+				f := &frame.Frame{
+					Step: uint64(i), TStart: ts, TEnd: ts + 1000,
+					Funcs: []frame.Name{{ID: 1, Name: "main"}},
+					Counters: []frame.Name{
+						{ID: 1, Name: summaryCallsPrefix + "main => poll"},
+						{ID: 2, Name: droppedCallsPrefix + "work"},
+						{ID: 3, Name: droppedComms},
+						{ID: 4, Name: droppedCounters},
+					},
+					Events: []frame.FuncEvent{en(0, 1, ts), ex(0, 1, ts+999)},
+				}
+				for cid, v := range []uint64{s.summarised, s.droppedCalls, s.droppedComms, s.droppedCtrs} {
+					if v > 0 {
+						f.CounterEvents = append(f.CounterEvents, frame.CounterEvent{Tid: 0, CID: uint32(cid + 1), Value: v, TS: ts + 999})
+					}
+				}
+				if err := d.Process(ctx, f); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := d.Close(ctx); err != nil {
+				t.Fatal(err)
+			}
+			got := map[uint64]step{}
+			for _, req := range sy.reqs {
+				for _, s := range req.Steps {
+					g := got[s.Step]
+					g.summarised += s.SummarisedCalls
+					g.droppedCalls += s.DroppedCalls
+					g.droppedComms += s.DroppedEvents
+					got[s.Step] = g
+				}
+			}
+			for i, s := range tc.steps {
+				want := step{s.summarised, s.droppedCalls, s.droppedComms + s.droppedCtrs, 0}
+				if g := got[uint64(i)]; g != want {
+					t.Errorf("io_step %d: summaries carry %d summarised, %d calls and %d events dropped; want %d, %d, %d",
+						i, g.summarised, g.droppedCalls, g.droppedComms, want.summarised, want.droppedCalls, want.droppedComms)
+				}
+			}
+		})
+	}
+}

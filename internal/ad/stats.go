@@ -32,6 +32,9 @@ type counters struct {
 	// what the rank's event library reported it summarised or dropped
 	// (sourcecounters.go)
 	summarisedCalls, sourceDroppedCalls, sourceDroppedEvents atomic.Uint64
+	// how much of those three the step summaries sent so far carried: each
+	// summary carries what was reported since (step.go)
+	summarisedSynced, sourceDroppedCallsSynced, sourceDroppedEventsSynced atomic.Uint64
 	// ended is set once the rank's stream ended (end-of-stream message).
 	ended atomic.Bool
 }

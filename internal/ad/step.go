@@ -5,6 +5,7 @@ import (
 	"maps"
 	"math"
 	"slices"
+	"sync/atomic"
 
 	"github.com/kipimo-hpc/kipimo/internal/provenance"
 	"github.com/kipimo-hpc/kipimo/internal/stats"
@@ -47,6 +48,7 @@ func (d *Detector) endStep(ctx context.Context, final bool) {
 	sum := syncproto.StepSummary{Step: d.cur.step, Events: d.stepEvents, BadFrames: d.stepBad, MissingSteps: d.missing, MinTS: math.MaxUint64}
 	d.missing = 0
 	d.stepBad = 0
+	d.stats.sourceDeltas(&sum)
 	funcs := map[int32]*syncproto.FuncAnomalyMetrics{}
 	for _, t := range d.stacks.threads {
 		for i := range t.ring {
@@ -100,6 +102,23 @@ func (d *Detector) endStep(ctx context.Context, final bool) {
 		m.best = bestNormal{}
 	}
 	d.emit(ctx)
+}
+
+// sourceDeltas sets sum's counts of the event library's summarised and
+// dropped calls and dropped events to what it reported since the previous
+// summary.
+func (c *counters) sourceDeltas(sum *syncproto.StepSummary) {
+	for _, f := range []struct {
+		total, synced *atomic.Uint64
+		out           *uint64
+	}{
+		{&c.summarisedCalls, &c.summarisedSynced, &sum.SummarisedCalls},
+		{&c.sourceDroppedCalls, &c.sourceDroppedCallsSynced, &sum.DroppedCalls},
+		{&c.sourceDroppedEvents, &c.sourceDroppedEventsSynced, &sum.DroppedEvents},
+	} {
+		n := f.total.Load()
+		*f.out = n - f.synced.Swap(n)
+	}
 }
 
 // label scores one completed execution against its model.

@@ -35,6 +35,9 @@ func (w *ckWriter) summary(s *syncproto.StepSummary) {
 	w.Uvarint(s.Events)
 	w.Uvarint(s.BadFrames)
 	w.Uvarint(s.MissingSteps)
+	w.Uvarint(s.SummarisedCalls)
+	w.Uvarint(s.DroppedCalls)
+	w.Uvarint(s.DroppedEvents)
 	optLen(w, s.Funcs)
 	for i := range s.Funcs {
 		f := &s.Funcs[i]
@@ -145,6 +148,11 @@ func (r *ckReader) summary(s *syncproto.StepSummary) {
 	s.Events = r.Uvarint()
 	s.BadFrames = r.Uvarint()
 	s.MissingSteps = r.Uvarint()
+	if r.version >= 8 {
+		s.SummarisedCalls = r.Uvarint()
+		s.DroppedCalls = r.Uvarint()
+		s.DroppedEvents = r.Uvarint()
+	}
 	s.Funcs = optMake[syncproto.FuncAnomalyMetrics](r.optCount(5))
 	for i := range s.Funcs {
 		f := &s.Funcs[i]

@@ -17,16 +17,20 @@ type Cell struct {
 
 // StepAgg is one io_step across all ranks that reported it.
 type StepAgg struct {
-	Step       uint64              `json:"io_step"`
-	Anomalies  uint64              `json:"anomalies"`
-	Executions uint64              `json:"executions"`
-	Events     uint64              `json:"events"`
-	BadFrames  uint64              `json:"bad_frames"`
-	Missing    uint64              `json:"missing_steps"` // steps of ranks missing just before this one
-	Frames     uint64              `json:"frames"`        // step summaries received
-	MinTS      uint64              `json:"min_ts"`
-	MaxTS      uint64              `json:"max_ts"`
-	Ranks      map[DetectorID]Cell `json:"-"`
+	Step       uint64 `json:"io_step"`
+	Anomalies  uint64 `json:"anomalies"`
+	Executions uint64 `json:"executions"`
+	Events     uint64 `json:"events"`
+	BadFrames  uint64 `json:"bad_frames"`
+	Missing    uint64 `json:"missing_steps"` // steps of ranks missing just before this one
+	Frames     uint64 `json:"frames"`        // step summaries received
+	// the event library's counts, as in Totals
+	SummarisedCalls uint64              `json:"summarised_calls"`
+	DroppedCalls    uint64              `json:"dropped_calls"`
+	DroppedEvents   uint64              `json:"dropped_events"`
+	MinTS           uint64              `json:"min_ts"`
+	MaxTS           uint64              `json:"max_ts"`
+	Ranks           map[DetectorID]Cell `json:"-"`
 	// blocks sums the cells of Ranks per block of blockRanks consecutive
 	// rank numbers: what the banded heat map reads, so that building it
 	// costs the number of blocks, not of ranks. Derived (rebuilt by fill).
@@ -94,6 +98,21 @@ type Totals struct {
 	Missing uint64 `json:"missing_steps"`
 	Frames  uint64 `json:"frames"`
 	Steps   uint64 `json:"steps"`
+	// SummarisedCalls are calls the ranks' event library summarised per
+	// io_step instead of streaming them (in the profiles, never scored);
+	// DroppedCalls calls it dropped whole and DroppedEvents comm and
+	// counter events it dropped, its rings being full: missing from the
+	// profiles and from detection.
+	SummarisedCalls uint64 `json:"summarised_calls"`
+	DroppedCalls    uint64 `json:"dropped_calls"`
+	DroppedEvents   uint64 `json:"dropped_events"`
+}
+
+// addSource adds the event library's counts of a step summary.
+func (t *Totals) addSource(s *syncproto.StepSummary) {
+	t.SummarisedCalls += s.SummarisedCalls
+	t.DroppedCalls += s.DroppedCalls
+	t.DroppedEvents += s.DroppedEvents
 }
 
 // RankTotals is everything one rank reported, over the whole run.
@@ -236,6 +255,7 @@ func (a *Aggregates) AddStep(id DetectorID, s *syncproto.StepSummary) {
 	r.Events += s.Events
 	r.BadFrames += s.BadFrames
 	r.Missing += s.MissingSteps
+	r.addSource(s)
 	r.Frames += frames
 	r.Steps += frames
 	r.FirstStep = min(r.FirstStep, s.Step)
@@ -282,6 +302,7 @@ func (a *Aggregates) AddStep(id DetectorID, s *syncproto.StepSummary) {
 		a.Folded.Events += s.Events
 		a.Folded.BadFrames += s.BadFrames
 		a.Folded.Missing += s.MissingSteps
+		a.Folded.addSource(s)
 		a.Folded.Frames += frames
 		return
 	}
@@ -295,6 +316,9 @@ func (a *Aggregates) AddStep(id DetectorID, s *syncproto.StepSummary) {
 	st.Events += s.Events
 	st.BadFrames += s.BadFrames
 	st.Missing += s.MissingSteps
+	st.SummarisedCalls += s.SummarisedCalls
+	st.DroppedCalls += s.DroppedCalls
+	st.DroppedEvents += s.DroppedEvents
 	st.Frames += frames
 	if s.MinTS != 0 && (st.MinTS == 0 || s.MinTS < st.MinTS) {
 		st.MinTS = s.MinTS
@@ -312,6 +336,13 @@ func (a *Aggregates) AddStep(id DetectorID, s *syncproto.StepSummary) {
 	}
 }
 
+// addStep adds the event library's counts of a step of the window.
+func (t *Totals) addStep(st *StepAgg) {
+	t.SummarisedCalls += st.SummarisedCalls
+	t.DroppedCalls += st.DroppedCalls
+	t.DroppedEvents += st.DroppedEvents
+}
+
 // evict folds the steps that fell out of the window.
 func (a *Aggregates) evict() {
 	for step, st := range a.Steps {
@@ -324,6 +355,7 @@ func (a *Aggregates) evict() {
 		a.Folded.BadFrames += st.BadFrames
 		a.Folded.Missing += st.Missing
 		a.Folded.Frames += st.Frames
+		a.Folded.addStep(st)
 		a.Folded.Steps++
 		delete(a.Steps, step)
 	}
@@ -339,6 +371,7 @@ func (a *Aggregates) Total() Totals {
 		t.BadFrames += st.BadFrames
 		t.Missing += st.Missing
 		t.Frames += st.Frames
+		t.addStep(st)
 		t.Steps++
 	}
 	return t

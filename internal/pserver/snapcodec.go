@@ -15,7 +15,7 @@ import (
 	"github.com/kipimo-hpc/kipimo/internal/stats"
 )
 
-// The snapshot's binary form (format "kpss-v2"): the magic "KPSS", a uvarint
+// The snapshot's binary form (format "kpss-v3"): the magic "KPSS", a uvarint
 // version, the State field by field, then a CRC-32C (Castagnoli) of all
 // that, little-endian. Integers are uvarints (signed ones zigzag), floats
 // their IEEE 754 bits, strings a uvarint length and their bytes; a model's
@@ -27,12 +27,14 @@ import (
 // is written here, and a renamed one fails to compile, so no state is
 // dropped silently across an upgrade (as gob would).
 //
-// Version 1 (format "kpss-v1") differs only in the models: each histogram
-// behind a presence byte (stats.Summary.DecodeOptionalBinary reads it);
-// readState reads both.
+// Version 1 (format "kpss-v1") differs in the models: each histogram
+// behind a presence byte (stats.Summary.DecodeOptionalBinary reads it).
+// Versions 1 and 2 have no counts of the event library's summarised and
+// dropped calls and dropped events in the totals and steps (they read as
+// zero). readState reads them all.
 const (
 	snapMagic   = "KPSS"
-	snapVersion = 2
+	snapVersion = 3
 	// snapVersionMin is the oldest version readState reads.
 	snapVersionMin = 1
 )
@@ -56,7 +58,7 @@ func (w *snapWriter) bin(v interface{ AppendBinary([]byte) ([]byte, error) }) {
 func (w *snapWriter) id(d DetectorID) { w.Uvarint(uint64(d.PID)); w.Uvarint(uint64(d.Rank)) }
 
 func (w *snapWriter) totals(t *Totals) {
-	for _, v := range []uint64{t.Anomalies, t.Executions, t.Events, t.BadFrames, t.Missing, t.Frames, t.Steps} {
+	for _, v := range []uint64{t.Anomalies, t.Executions, t.Events, t.BadFrames, t.Missing, t.Frames, t.Steps, t.SummarisedCalls, t.DroppedCalls, t.DroppedEvents} {
 		w.Uvarint(v)
 	}
 }
@@ -154,7 +156,7 @@ func appendState(b []byte, st *State) ([]byte, error) {
 		w.Uvarint(uint64(len(a.Steps)))
 		for _, k := range slices.Sorted(maps.Keys(a.Steps)) {
 			s := a.Steps[k]
-			for _, v := range []uint64{s.Step, s.Anomalies, s.Executions, s.Events, s.BadFrames, s.Missing, s.Frames, s.MinTS, s.MaxTS} {
+			for _, v := range []uint64{s.Step, s.Anomalies, s.Executions, s.Events, s.BadFrames, s.Missing, s.Frames, s.MinTS, s.MaxTS, s.SummarisedCalls, s.DroppedCalls, s.DroppedEvents} {
 				w.Uvarint(v)
 			}
 			w.Uvarint(uint64(len(s.Ranks)))
@@ -197,7 +199,10 @@ func appendState(b []byte, st *State) ([]byte, error) {
 }
 
 // snapReader reads a snapshot: binio's values and the state's parts.
-type snapReader struct{ binio.Reader }
+type snapReader struct {
+	binio.Reader
+	version uint64 // the snapshot's format version
+}
 
 // count reads a count of entries that take at least one byte each.
 func (r *snapReader) count() int { return r.Count(1) }
@@ -210,6 +215,11 @@ func (r *snapReader) id() DetectorID { return DetectorID{PID: r.U32(), Rank: r.U
 func (r *snapReader) totals(t *Totals) {
 	for _, p := range []*uint64{&t.Anomalies, &t.Executions, &t.Events, &t.BadFrames, &t.Missing, &t.Frames, &t.Steps} {
 		*p = r.Uvarint()
+	}
+	if r.version >= 3 {
+		for _, p := range []*uint64{&t.SummarisedCalls, &t.DroppedCalls, &t.DroppedEvents} {
+			*p = r.Uvarint()
+		}
 	}
 }
 
@@ -235,8 +245,9 @@ func readState(data []byte, window int) (*State, error) {
 	if got, want := crc32.Checksum(body[len(snapMagic):], snapCRC), binary.LittleEndian.Uint32(data[len(data)-4:]); got != want {
 		return nil, fmt.Errorf("decode state snapshot: CRC %08x, want %08x (damaged)", got, want)
 	}
-	r := &snapReader{binio.Reader{B: body, Off: len(snapMagic)}}
+	r := &snapReader{Reader: binio.Reader{B: body, Off: len(snapMagic)}}
 	version := r.Uvarint()
+	r.version = version
 	if r.Err == nil && (version < snapVersionMin || version > snapVersion) {
 		return nil, fmt.Errorf("decode state snapshot: version %d; this pserver reads version %d and the earlier ones down to %d", version, snapVersion, snapVersionMin)
 	}
@@ -318,6 +329,11 @@ func readState(data []byte, window int) (*State, error) {
 			s := &StepAgg{}
 			for _, p := range []*uint64{&s.Step, &s.Anomalies, &s.Executions, &s.Events, &s.BadFrames, &s.Missing, &s.Frames, &s.MinTS, &s.MaxTS} {
 				*p = r.Uvarint()
+			}
+			if r.version >= 3 {
+				for _, p := range []*uint64{&s.SummarisedCalls, &s.DroppedCalls, &s.DroppedEvents} {
+					*p = r.Uvarint()
+				}
 			}
 			n := r.count()
 			s.Ranks = make(map[DetectorID]Cell, n)

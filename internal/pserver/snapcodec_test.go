@@ -37,6 +37,14 @@ func fullState(t testing.TB) *State {
 // same bytes, and the same saved fields.
 func TestSnapshotBinaryRoundTrip(t *testing.T) {
 	st := fullState(t)
+	// the event library's counts (not in the fixtures of earlier versions)
+	st.Agg.Folded.SummarisedCalls, st.Agg.Folded.DroppedCalls, st.Agg.Folded.DroppedEvents = 11, 12, 13
+	for _, s := range st.Agg.Steps {
+		s.SummarisedCalls, s.DroppedCalls, s.DroppedEvents = s.Step+1, s.Step+2, s.Step+3
+	}
+	for id, r := range st.Agg.Ranks {
+		r.SummarisedCalls, r.DroppedCalls, r.DroppedEvents = uint64(id.Rank)+5, uint64(id.Rank)+6, uint64(id.Rank)+7
+	}
 	data, _, err := encodeState(st)
 	if err != nil {
 		t.Fatal(err)
@@ -76,7 +84,8 @@ func TestSnapshotBinaryRoundTrip(t *testing.T) {
 	}
 	for k, s := range st.Agg.Steps {
 		g := got.Agg.Steps[k]
-		if g == nil || !reflect.DeepEqual(g.Ranks, s.Ranks) || g.Anomalies != s.Anomalies || g.Frames != s.Frames || g.MinTS != s.MinTS || g.MaxTS != s.MaxTS {
+		if g == nil || !reflect.DeepEqual(g.Ranks, s.Ranks) || g.Anomalies != s.Anomalies || g.Frames != s.Frames || g.MinTS != s.MinTS || g.MaxTS != s.MaxTS ||
+			g.SummarisedCalls != s.SummarisedCalls || g.DroppedCalls != s.DroppedCalls || g.DroppedEvents != s.DroppedEvents {
 			t.Errorf("step %d: decoded %+v, want %+v", k, g, s)
 		}
 	}
@@ -123,7 +132,7 @@ func TestSnapshotRefusesDamage(t *testing.T) {
 	}{
 		{"a flipped bit", flip, "CRC"},
 		{"cut short", data[:len(data)-9], "CRC"},
-		{"a newer version", newer, "version 2"},
+		{"a newer version", newer, "version 3"},
 		{"only the header", appendCRC([]byte(snapMagic + "\x01")), "bad or truncated integer"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -152,9 +161,9 @@ func TestSnapshotCoversEveryField(t *testing.T) {
 		{PastIncarnation{}, "ID LastSeq"},
 		{BinSeen{}, "First Ranks"},
 		{Aggregates{}, "Window Steps MaxStep HaveStep Folded Late StartTS Ranks RankFunc Funcs"},
-		{StepAgg{}, "Step Anomalies Executions Events BadFrames Missing Frames MinTS MaxTS Ranks"},
+		{StepAgg{}, "Step Anomalies Executions Events BadFrames Missing Frames SummarisedCalls DroppedCalls DroppedEvents MinTS MaxTS Ranks"},
 		{Cell{}, "Anomalies Executions"},
-		{Totals{}, "Anomalies Executions Events BadFrames Missing Frames Steps"},
+		{Totals{}, "Anomalies Executions Events BadFrames Missing Frames Steps SummarisedCalls DroppedCalls DroppedEvents"},
 		{RankTotals{}, "Totals FirstStep LastStep PerStep Scores Severity"},
 		{AnomalyMetrics{}, "Count FirstStep LastStep MinTS MaxTS PerStep Score Severity"},
 		{RankFunc{}, "DetectorID Func"},
@@ -186,7 +195,9 @@ func fixtureState(t *testing.T) *State {
 
 // TestSnapshotReadsEarlierForms reads snapshots written by the pserver
 // before its models held a stats.Summary (testdata/snapshot-kpss-v1.bin,
-// testdata/snapshot-gob-v1.bin: fixtureState in each form), models with and
+// testdata/snapshot-gob-v1.bin) and before its totals held the event
+// library's counts (testdata/snapshot-kpss-v2.bin): fixtureState in each
+// form, models with and
 // without a histogram and a tail among them: each holds the same state as
 // today's form, which is what a pserver upgraded mid-run writes next.
 func TestSnapshotReadsEarlierForms(t *testing.T) {
@@ -197,6 +208,7 @@ func TestSnapshotReadsEarlierForms(t *testing.T) {
 	}
 	for _, tc := range []struct{ file, format string }{
 		{"testdata/snapshot-kpss-v1.bin", kpssV1SnapshotFormat},
+		{"testdata/snapshot-kpss-v2.bin", kpssV2SnapshotFormat},
 		{"testdata/snapshot-gob-v1.bin", gobSnapshotFormat},
 	} {
 		t.Run(tc.format, func(t *testing.T) {
@@ -204,9 +216,9 @@ func TestSnapshotReadsEarlierForms(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if tc.format == kpssV1SnapshotFormat {
-				if v, _ := binary.Uvarint(data[len(snapMagic):]); v != 1 {
-					t.Fatalf("the sample is version %d, want 1", v)
+			for format, version := range map[string]uint64{kpssV1SnapshotFormat: 1, kpssV2SnapshotFormat: 2} {
+				if v, _ := binary.Uvarint(data[len(snapMagic):]); tc.format == format && v != version {
+					t.Fatalf("the sample is version %d, want %d", v, version)
 				}
 			}
 			got, err := decodeState(data, 8)
@@ -220,7 +232,7 @@ func TestSnapshotReadsEarlierForms(t *testing.T) {
 					t.Errorf("model %q: %+v, want %+v", k, g.Summary, w.Summary)
 				}
 			}
-			if tc.format != kpssV1SnapshotFormat {
+			if tc.format == gobSnapshotFormat {
 				return
 			}
 			again, _, err := encodeState(got)

@@ -20,10 +20,11 @@ import (
 // every part it names; old generations are deleted after the manifest moves.
 const (
 	snapshotPart   = 1 << 20
-	snapshotFormat = "kpss-v2" // snapcodec.go
-	// kpssV1SnapshotFormat and gobSnapshotFormat are the formats snapshots
-	// had before: still read, so a pserver upgraded in the middle of a run
-	// resumes from them.
+	snapshotFormat = "kpss-v3" // snapcodec.go
+	// kpssV2SnapshotFormat, kpssV1SnapshotFormat and gobSnapshotFormat are
+	// the formats snapshots had before: still read, so a pserver upgraded
+	// in the middle of a run resumes from them.
+	kpssV2SnapshotFormat = "kpss-v2"
 	kpssV1SnapshotFormat = "kpss-v1"
 	gobSnapshotFormat    = "gob-v1"
 )
@@ -151,8 +152,8 @@ func loadSnapshot(ctx context.Context, kv jetstream.KeyValue, shard, window int)
 	if err := json.Unmarshal(e.Value(), &m); err != nil {
 		return nil, fmt.Errorf("snapshot manifest %s: %w", manifestKey(shard), err)
 	}
-	if m.Format != snapshotFormat && m.Format != kpssV1SnapshotFormat && m.Format != gobSnapshotFormat {
-		return nil, fmt.Errorf("snapshot manifest %s: format %q is none of %q, %q and %q: written by a newer pserver?", manifestKey(shard), m.Format, snapshotFormat, kpssV1SnapshotFormat, gobSnapshotFormat)
+	if m.Format != snapshotFormat && m.Format != kpssV2SnapshotFormat && m.Format != kpssV1SnapshotFormat && m.Format != gobSnapshotFormat {
+		return nil, fmt.Errorf("snapshot manifest %s: format %q is none of %q, %q, %q and %q: written by a newer pserver?", manifestKey(shard), m.Format, snapshotFormat, kpssV2SnapshotFormat, kpssV1SnapshotFormat, gobSnapshotFormat)
 	}
 	data := make([]byte, 0, m.Bytes)
 	for i := range m.Parts {

@@ -257,6 +257,10 @@ type RankRow struct {
 	SeveritySum float64 `json:"severity_sum"`
 	SeverityMax float64 `json:"severity_max"`
 	ScoreMean   float64 `json:"score_mean"`
+	// the event library's counts on the rank, as in Totals
+	SummarisedCalls uint64 `json:"summarised_calls,omitempty"`
+	DroppedCalls    uint64 `json:"dropped_calls,omitempty"`
+	DroppedEvents   uint64 `json:"dropped_events,omitempty"`
 }
 
 func topRanks(st *State, n int, by string) []RankRow {
@@ -264,7 +268,8 @@ func topRanks(st *State, n int, by string) []RankRow {
 		return RankRow{
 			PID: id.PID, Rank: id.Rank, Anomalies: r.Anomalies, Executions: r.Executions,
 			Steps: r.Steps, LastStep: r.LastStep, SeveritySum: sum(r.Severity), SeverityMax: maxOf(r.Severity),
-			ScoreMean: r.Scores.Mean,
+			ScoreMean:       r.Scores.Mean,
+			SummarisedCalls: r.SummarisedCalls, DroppedCalls: r.DroppedCalls, DroppedEvents: r.DroppedEvents,
 		}
 	}
 	if by != "severity" && n > 0 && n <= len(st.Agg.top) && st.Agg.derived() {

@@ -148,6 +148,16 @@ type StepSummary struct {
 	// MissingSteps counts io_steps missing from the rank's sequence of
 	// frames just before this one: frames that never reached the detector.
 	MissingSteps uint64 `json:"missing_steps,omitempty"`
+	// SummarisedCalls counts calls the rank's event library summarised per
+	// io_step instead of streaming them (functions past its summary rate),
+	// reported since the previous summary: in the profiles, never scored.
+	SummarisedCalls uint64 `json:"summarised_calls,omitempty"`
+	// DroppedCalls counts calls the rank's event library dropped whole
+	// because its ring was full, reported since the previous summary.
+	DroppedCalls uint64 `json:"dropped_calls,omitempty"`
+	// DroppedEvents counts comm and counter events the rank's event library
+	// dropped because its ring was full, reported since the previous summary.
+	DroppedEvents uint64 `json:"dropped_events,omitempty"`
 	// Funcs carries per-function anomaly metrics of the step (score and
 	// severity statistics); when absent only FuncAnomalies counts are known.
 	Funcs []FuncAnomalyMetrics `json:"funcs,omitempty"`

@@ -210,6 +210,7 @@ func validateStep(s *StepSummary) error {
 	for name, n := range map[string]uint64{
 		"anomalies": s.Anomalies, "executions": s.Executions, "events": s.Events,
 		"bad_frames": s.BadFrames, "missing_steps": s.MissingSteps,
+		"summarised_calls": s.SummarisedCalls, "dropped_calls": s.DroppedCalls, "dropped_events": s.DroppedEvents,
 	} {
 		if n > MaxCount {
 			return fmt.Errorf("%s %d, more than %d", name, n, uint64(MaxCount))

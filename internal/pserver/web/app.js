@@ -296,13 +296,17 @@
     tb.textContent = "";
     for (const r of rows) {
       const tr = document.createElement("tr");
-      cols.forEach(([f, num]) => cell(tr, f(r), num));
+      cols.forEach(([f, num, cls]) => { const td = cell(tr, f(r), num); const c = cls && cls(r); if (c) td.classList.add(c); });
       tr.addEventListener("click", () => onClick(r));
       tb.appendChild(tr);
     }
     if (!rows.length) { const tr = document.createElement("tr"); tr.className = "empty"; const td = cell(tr, "none"); td.colSpan = cols.length; tb.appendChild(tr); }
   }
-  const showRanks = (rows) => fillTable("top-ranks", rows, [[rankLabel], [(r) => fmt(r.anomalies), 1], [(r) => fmt(r.severity_sum), 1], [(r) => fmt(r.severity_max), 1]], (r) => filterAnomalies({ rank: r.rank, pid: r.pid }));
+  // A rank's calls dropped whole by its event library (full ring), in the
+  // warning colour when any: its profile and detection miss them.
+  const dropped = (r) => fmt(r.dropped_calls || 0) + (r.dropped_events ? ` (+${fmt(r.dropped_events)} events)` : "");
+  const showRanks = (rows) => fillTable("top-ranks", rows, [[rankLabel], [(r) => fmt(r.anomalies), 1], [(r) => fmt(r.severity_sum), 1], [(r) => fmt(r.severity_max), 1],
+    [dropped, 1, (r) => (r.dropped_calls || r.dropped_events) ? "warn" : ""]], (r) => filterAnomalies({ rank: r.rank, pid: r.pid }));
   const showFuncs = (rows) => fillTable("top-funcs", rows, [[(r) => r.func], [(r) => fmt(r.anomalies), 1], [(r) => fmt(r.ranks), 1], [(r) => fmt(r.severity_sum), 1]], (r) => { selectFunc(r.func); filterAnomalies({ func: r.func }); });
   function setStatus(s) {
     state.status = s;
@@ -326,6 +330,12 @@
     }
     $("t-bad").textContent = fmt(s.totals.bad_frames);
     $("t-missing").textContent = fmt(s.totals.missing_steps || 0);
+    // What the ranks' event library dropped (full rings), in the warning
+    // colour when any, and the calls it summarised.
+    const dc = s.totals.dropped_calls || 0, de = s.totals.dropped_events || 0;
+    $("t-dropped").textContent = de ? `${fmt(dc)} calls, ${fmt(de)} events` : `${fmt(dc)} calls`;
+    $("t-dropped").classList.toggle("warn", dc + de > 0);
+    $("t-summ").textContent = fmt(s.totals.summarised_calls || 0);
     if (s.status) setStatus(s.status);
   }
   async function refreshTables() {
