@@ -56,27 +56,7 @@ func TestFortranMPIProgramsRecordTheirMessages(t *testing.T) {
 // fortranCommRun runs fcomm alone and under the library, and compares what
 // the library streamed with the program's notes.
 func fortranCommRun(t *testing.T, lib *Library, mpirun, prog string, ranks uint32, iters int) {
-	base := mpitest.Env(os.Environ())
-	alone, notes := t.TempDir(), t.TempDir()
-	plain, code := runProgram(t, base, mpirun, "-np", fmt.Sprint(ranks), prog, fmt.Sprint(iters), alone)
-	if code != 0 || strings.Count(plain, " checksum ") != int(ranks) {
-		t.Fatalf("alone: status %d, output\n%s", code, plain)
-	}
-	ns := startNATS(t)
-	nc := connect(t, ns)
-	const run = "fcomm"
-	c := collect(t, nc, run)
-	env := lib.Environ(Env{NATSURL: ns.ClientURL(), Run: run, Period: 50 * time.Millisecond}, base)
-	out, code := runProgram(t, env, mpirun, "-np", fmt.Sprint(ranks), prog, fmt.Sprint(iters), notes)
-	if code != 0 || sortedLines(out) != sortedLines(plain) {
-		t.Errorf("under Kipimo: status %d, output\n%s\nalone:\n%s", code, out, plain)
-	}
-	c.waitEOS(t, int(ranks))
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if len(c.bad) > 0 {
-		t.Fatal(c.bad)
-	}
+	t.Helper()
 	// Calls every rank makes a known number of times per iteration (the
 	// Test loops and MPI_Waitsome poll: at least once).
 	each := map[string]int{
@@ -86,7 +66,55 @@ func fortranCommRun(t *testing.T, lib *Library, mpirun, prog string, ranks uint3
 		"MPI_Gatherv": 1, "MPI_Scatter": 1, "MPI_Scatterv": 1, "MPI_Allgather": 2,
 		"MPI_Allgatherv": 1, "MPI_Alltoall": 1, "MPI_Alltoallv": 1, "MPI_Reduce_scatter": 1,
 	}
-	polled := []string{"MPI_Test", "MPI_Testany", "MPI_Testall", "MPI_Testsome", "MPI_Waitsome"}
+	calls := make([]map[string]int, ranks)
+	for r := range calls {
+		c := maps.Clone(each)
+		switch r {
+		case 0:
+			c["MPI_Ssend"], c["MPI_Rsend"], c["MPI_Bsend"] = 1, 1, 1
+		case 1:
+			c["MPI_Recv"], c["MPI_Irecv"], c["MPI_Wait"] = 2, 10, 2
+		case 2:
+			c["MPI_Recv"] = 2
+		}
+		for fn, n := range c {
+			c[fn] = n * iters
+		}
+		calls[r] = c
+	}
+	commRun(t, lib, mpirun, prog, ranks, iters, calls, []string{"MPI_Test", "MPI_Testany", "MPI_Testall", "MPI_Testsome", "MPI_Waitsome"})
+}
+
+// commRun runs prog on ranks ranks, alone and under the library, and
+// checks that what the library streamed is what the program noted: its
+// comm events, key by key, and calls[rank] executions of each function
+// named there (at least iters of those in polled).
+func commRun(t *testing.T, lib *Library, mpirun, prog string, ranks uint32, iters int, calls []map[string]int, polled []string) {
+	t.Helper()
+	base := mpitest.Env(os.Environ())
+	alone, notes := t.TempDir(), t.TempDir()
+	args := func(dir string) []string {
+		return []string{"-np", fmt.Sprint(ranks), prog, fmt.Sprint(iters), dir}
+	}
+	plain, code := runProgram(t, base, mpirun, args(alone)...)
+	if code != 0 || strings.Count(plain, " checksum ") != int(ranks) {
+		t.Fatalf("alone: status %d, output\n%s", code, plain)
+	}
+	ns := startNATS(t)
+	nc := connect(t, ns)
+	run := filepath.Base(prog)
+	c := collect(t, nc, run)
+	env := lib.Environ(Env{NATSURL: ns.ClientURL(), Run: run, Period: 50 * time.Millisecond}, base)
+	out, code := runProgram(t, env, mpirun, args(notes)...)
+	if code != 0 || sortedLines(out) != sortedLines(plain) {
+		t.Errorf("under Kipimo: status %d, output\n%s\nalone:\n%s", code, out, plain)
+	}
+	c.waitEOS(t, int(ranks))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.bad) > 0 {
+		t.Fatal(c.bad)
+	}
 	for r := range ranks {
 		s := c.ranks[r]
 		if s == nil {
@@ -101,9 +129,8 @@ func fortranCommRun(t *testing.T, lib *Library, mpirun, prog string, ranks uint3
 			got[commKey{e.Kind, e.Partner, e.Tag, e.Bytes}]++
 		}
 		var wantN, gotN int
-		for _, key := range slices.SortedFunc(maps.Keys(want), func(a, b commKey) int {
-			return strings.Compare(a.String(), b.String())
-		}) {
+		keys := slices.SortedFunc(maps.Keys(want), func(a, b commKey) int { return strings.Compare(a.String(), b.String()) })
+		for _, key := range keys {
 			wantN += want[key]
 			if got[key] != want[key] {
 				t.Errorf("rank %d: %d comm events %s, the program moved %d", r, got[key], key, want[key])
@@ -116,19 +143,9 @@ func fortranCommRun(t *testing.T, lib *Library, mpirun, prog string, ranks uint3
 			}
 		}
 		t.Logf("rank %d: %d comm events streamed, %d messages and collective parts noted by the program", r, gotN, wantN)
-
-		calls := maps.Clone(each)
-		switch r {
-		case 0:
-			calls["MPI_Ssend"], calls["MPI_Rsend"], calls["MPI_Bsend"] = 1, 1, 1
-		case 1:
-			calls["MPI_Recv"], calls["MPI_Irecv"], calls["MPI_Wait"] = 2, 10, 2
-		case 2:
-			calls["MPI_Recv"] = 2
-		}
-		for fn, n := range calls {
-			if s.calls[fn] != n*iters {
-				t.Errorf("rank %d: %d executions of %s, the program makes %d", r, s.calls[fn], fn, n*iters)
+		for fn, n := range calls[r] {
+			if s.calls[fn] != n {
+				t.Errorf("rank %d: %d executions of %s, the program makes %d", r, s.calls[fn], fn, n)
 			}
 		}
 		for _, fn := range polled {

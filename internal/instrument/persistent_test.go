@@ -2,14 +2,9 @@ package instrument
 
 import (
 	"fmt"
-	"maps"
-	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
-	"strings"
 	"testing"
-	"time"
 
 	"github.com/kipimo-hpc/kipimo/internal/mpitest"
 )
@@ -70,80 +65,6 @@ func TestPersistentRequestsAndNonblockingCollectivesRecordTheirMessages(t *testi
 			polled := []string{"MPI_Test", "MPI_Testall", "MPI_Testany", "MPI_Waitsome"}
 			commRun(t, lib, k.mpirun, prog, ranks, iters, perRank, polled)
 		})
-	}
-}
-
-// commRun runs prog on ranks ranks, alone and under the library, and
-// checks that what the library streamed is what the program noted: its
-// comm events, key by key, and calls[rank] executions of each function
-// named there (at least iters of those in polled).
-func commRun(t *testing.T, lib *Library, mpirun, prog string, ranks uint32, iters int, calls []map[string]int, polled []string) {
-	t.Helper()
-	base := mpitest.Env(os.Environ())
-	alone, notes := t.TempDir(), t.TempDir()
-	args := func(dir string) []string {
-		return []string{"-np", fmt.Sprint(ranks), prog, fmt.Sprint(iters), dir}
-	}
-	plain, code := runProgram(t, base, mpirun, args(alone)...)
-	if code != 0 || strings.Count(plain, " checksum ") != int(ranks) {
-		t.Fatalf("alone: status %d, output\n%s", code, plain)
-	}
-	ns := startNATS(t)
-	nc := connect(t, ns)
-	run := filepath.Base(prog)
-	c := collect(t, nc, run)
-	env := lib.Environ(Env{NATSURL: ns.ClientURL(), Run: run, Period: 50 * time.Millisecond}, base)
-	out, code := runProgram(t, env, mpirun, args(notes)...)
-	if code != 0 || sortedLines(out) != sortedLines(plain) {
-		t.Errorf("under Kipimo: status %d, output\n%s\nalone:\n%s", code, out, plain)
-	}
-	c.waitEOS(t, int(ranks))
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if len(c.bad) > 0 {
-		t.Fatal(c.bad)
-	}
-	for r := range ranks {
-		s := c.ranks[r]
-		if s == nil {
-			t.Fatalf("rank %d streamed nothing", r)
-		}
-		want := readNotes(t, filepath.Join(notes, fmt.Sprintf("expect.%d", r)))
-		if again := readNotes(t, filepath.Join(alone, fmt.Sprintf("expect.%d", r))); !maps.Equal(want, again) {
-			t.Errorf("rank %d: the program's notes differ between its runs:\n%v\n%v", r, want, again)
-		}
-		got := map[commKey]int{}
-		for _, e := range s.comms {
-			got[commKey{e.Kind, e.Partner, e.Tag, e.Bytes}]++
-		}
-		var wantN, gotN int
-		keys := slices.SortedFunc(maps.Keys(want), func(a, b commKey) int { return strings.Compare(a.String(), b.String()) })
-		for _, key := range keys {
-			wantN += want[key]
-			if got[key] != want[key] {
-				t.Errorf("rank %d: %d comm events %s, the program moved %d", r, got[key], key, want[key])
-			}
-		}
-		for key, n := range got {
-			gotN += n
-			if _, ok := want[key]; !ok {
-				t.Errorf("rank %d: %d comm events %s, which the program did not move", r, n, key)
-			}
-		}
-		t.Logf("rank %d: %d comm events streamed, %d messages and collective parts noted by the program", r, gotN, wantN)
-		for fn, n := range calls[r] {
-			if s.calls[fn] != n {
-				t.Errorf("rank %d: %d executions of %s, the program makes %d", r, s.calls[fn], fn, n)
-			}
-		}
-		for _, fn := range polled {
-			if s.calls[fn] < iters {
-				t.Errorf("rank %d: %d executions of %s, the program makes at least %d", r, s.calls[fn], fn, iters)
-			}
-		}
-		if s.mismatch != 0 || s.unnamed != 0 {
-			t.Errorf("rank %d: %d mismatched exits, %d events before their function's name", r, s.mismatch, s.unnamed)
-		}
 	}
 }
 
